@@ -1,0 +1,47 @@
+"""ste: compute one function in the forward pass and use another gradient in the backward pass.
+
+>>> import ste, tensorflow as tf
+>>> binarize = ste.forward(tf.sign).backward("straight_through", clip=1.0)
+>>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
+"""
+
+from . import registry
+from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
+from ._errors import (
+    CallError,
+    GradientCountError,
+    GradientDtypeError,
+    GradientShapeError,
+    InputError,
+    MissingBackwardError,
+    ParameterError,
+    RegistrationError,
+    RuleError,
+    SpecError,
+    STEError,
+    UnknownSurrogateError,
+)
+from ._version import __version__
+
+__all__ = [
+    "CallError",
+    "Forward",
+    "GradientCountError",
+    "GradientDtypeError",
+    "GradientShapeError",
+    "InputError",
+    "MissingBackwardError",
+    "ParameterError",
+    "RegistrationError",
+    "RuleError",
+    "RuleLike",
+    "STEError",
+    "STEFunction",
+    "SpecError",
+    "UnknownSurrogateError",
+    "__version__",
+    "backward",
+    "backward_like",
+    "forward",
+    "registry",
+]

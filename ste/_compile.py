@@ -1,0 +1,81 @@
+"""Compiling a forward function and a rule into one ``tf.custom_gradient`` op.
+
+Only tensors are passed positionally to the custom-gradient function; hyperparameters are bound by closure, so
+they behave the same in eager mode, in ``tf.function`` and under XLA (TensorFlow turns positional Python numbers
+into tensors in graph mode and mishandles keyword arguments). The gradient closure keeps the forward's inputs alive
+only when the rule needs them (``identity`` and ``zero`` only need shapes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from ._errors import CallError, InputError
+from ._gradients import check_gradients, input_spec
+from ._rules import Rule
+
+__all__ = ["compile_op"]
+
+
+def _op_name(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip("_")
+    return f"ste_{cleaned}" if cleaned else "ste_op"
+
+
+def _check_outputs(result: Any, label: str) -> None:
+    flat = tf.nest.flatten(result)
+    if not flat:
+        raise CallError(f"{label}: the forward function returned no tensor ({result!r}).")
+    for index, leaf in enumerate(flat):
+        if not isinstance(leaf, tf.Tensor):
+            raise CallError(
+                f"{label}: output {index} of the forward function is a {type(leaf).__name__}; expected a tf.Tensor. "
+                f"Fix: build the output with TensorFlow ops on the inputs."
+            )
+        if not leaf.dtype.is_floating:
+            raise CallError(
+                f"{label}: output {index} of the forward function has dtype {leaf.dtype.name}; an ste op must return "
+                f"floating-point tensors so that a gradient can flow. Fix: cast it, e.g. tf.cast(x > 0, x.dtype)."
+            )
+
+
+def compile_op(
+    forward_fn: Callable[..., Any], rule: Rule, kwargs: Mapping[str, Any], name: str, label: str
+) -> Callable[..., Any]:
+    """A function of positional tensors computing ``forward_fn(*xs, **kwargs)`` with ``rule`` as its gradient."""
+    bound = dict(kwargs)
+
+    def op(*xs: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
+        result = forward_fn(*xs, **bound)
+        _check_outputs(result, label)
+        multiple = not isinstance(result, tf.Tensor)
+        specs = [input_spec(x) for x in xs]
+        saved = xs if rule.needs_inputs else None
+
+        def grad(*upstream: tf.Tensor) -> list[tf.Tensor | None]:
+            dy = tf.nest.pack_sequence_as(result, list(upstream)) if multiple else upstream[0]
+            return check_gradients(rule.gradients(dy, saved, specs, bound), specs, label)
+
+        return result, grad
+
+    op.__name__ = _op_name(name)
+    custom = tf.custom_gradient(op)
+
+    def call(*xs: tf.Tensor) -> Any:
+        try:
+            return custom(*xs)
+        except TypeError as error:
+            if "variables" not in str(error):
+                raise
+            raise InputError(
+                f"{label}: the forward function reads trainable variable(s) that are not positional inputs, so "
+                f"no gradient rule covers them ({error}). Fix: pass each variable positionally, op(x, v), and return "
+                f"a gradient for it from the rule (a registry surrogate covers one input only); or make it "
+                f"non-trainable."
+            ) from None
+
+    return call

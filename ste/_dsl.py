@@ -1,0 +1,243 @@
+"""The DSL: ``ste.forward(fn).backward(rule)``, ``.backward_like(g)`` and the decorator forms.
+
+``Forward`` holds a forward function waiting for its rule; ``STEFunction`` is the finished, immutable op.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, NoReturn, TypeVar, Union
+
+import tensorflow as tf
+from typing_extensions import ParamSpec
+
+from ._compile import compile_op
+from ._describe import callable_name
+from ._errors import CallError, MissingBackwardError
+from ._inputs import to_input_tensor
+from ._rules import LikeRule, Rule, make_rule
+from .registry import Surrogate
+
+__all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: What ``.backward(...)`` accepts: a registry name or spec string, a Surrogate (instance, class or config dict),
+#: or a function ``rule(dy, *inputs, **hyperparams)`` returning one gradient per positional input.
+RuleLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any], Callable[..., Any]]
+
+_CACHE_LIMIT = 64
+
+
+def _copy_metadata(target: object, fn: Callable[..., Any]) -> None:
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            object.__setattr__(target, attribute, getattr(fn, attribute))
+        except AttributeError:
+            pass
+    object.__setattr__(target, "__wrapped__", fn)
+
+
+def _check_forward(fn: Any, where: str) -> None:
+    if not callable(fn):
+        raise CallError(f"{where} needs a callable forward function; received {type(fn).__name__} {fn!r}.")
+    if isinstance(fn, (Forward, STEFunction)):
+        raise CallError(
+            f"{where} received {fn!r}, which is already an ste op; attach rules with its .backward(...) instead."
+        )
+
+
+class Forward(Generic[P, R]):
+    """A forward function waiting for its backward rule: ``ste.forward(fn)``.
+
+    Attach a rule with :meth:`backward` or :meth:`backward_like` (both also work as decorators). Calling a
+    ``Forward`` itself raises :class:`ste.MissingBackwardError`.
+    """
+
+    __wrapped__: Callable[P, R]
+
+    def __init__(self, fn: Callable[P, R]) -> None:
+        _check_forward(fn, "ste.forward()")
+        object.__setattr__(self, "_fn", fn)
+        _copy_metadata(self, fn)
+
+    @property
+    def forward_fn(self) -> Callable[P, R]:
+        """The forward function."""
+        fn: Callable[P, R] = self._fn  # type: ignore[attr-defined]
+        return fn
+
+    def backward(self, rule: RuleLike, /, **params: Any) -> STEFunction[P, R]:
+        """Attach a backward rule; returns a new :class:`STEFunction`.
+
+        ``rule`` is a registry name or spec string (``"straight_through"``, ``"sigmoid_surrogate(beta=4)"``), a
+        :class:`ste.registry.Surrogate`, or a VJP function ``rule(dy, *inputs, **hyperparams)``. ``params`` are
+        bound to the rule (a surrogate's hyperparameters, or extra keywords for a function). Works as a decorator.
+        """
+        return STEFunction(self.forward_fn, make_rule(rule, params))
+
+    def backward_like(self, g: Callable[..., Any], /) -> STEFunction[P, R]:
+        """Use the gradient of ``g`` at the same inputs as the backward pass; returns a new :class:`STEFunction`."""
+        return STEFunction(self.forward_fn, LikeRule(g))
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> NoReturn:
+        name = callable_name(self.forward_fn)
+        raise MissingBackwardError(
+            f"ste.forward({name}) has no backward rule yet, so it cannot be called. Fix: attach one, e.g. "
+            f"ste.forward({name}).backward('straight_through'), .backward_like(tf.tanh), or decorate a rule "
+            f"def rule(dy, x): ... with @{name}.backward."
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ste.Forward is immutable")
+
+    def __repr__(self) -> str:
+        return f"ste.forward({callable_name(self.forward_fn)})"
+
+
+class STEFunction(Generic[P, R]):
+    """An op that computes ``forward_fn`` in the forward pass and uses ``rule`` in the backward pass.
+
+    Call it as ``op(*tensors, **hyperparams)``: positional arguments are the differentiable inputs (floating
+    tensors, arrays, numbers or variables); keyword arguments are non-differentiable hyperparameters passed to the
+    forward function and to a function rule (or ``g``) that accepts them. Immutable: :meth:`backward` and
+    :meth:`backward_like` return new ops. It carries the forward's name, docstring and signature.
+    """
+
+    __wrapped__: Callable[P, R]
+
+    def __init__(self, fn: Callable[P, R], rule: Rule) -> None:
+        _check_forward(fn, "STEFunction()")
+        object.__setattr__(self, "_fn", fn)
+        object.__setattr__(self, "_rule", rule)
+        object.__setattr__(self, "_cache", {})
+        object.__setattr__(self, "_lock", threading.Lock())
+        _copy_metadata(self, fn)
+        try:
+            object.__setattr__(self, "__signature__", inspect.signature(fn))
+        except (TypeError, ValueError):
+            pass
+
+    # -- introspection --------------------------------------------------------------------------------------
+
+    @property
+    def forward_fn(self) -> Callable[P, R]:
+        """The forward function."""
+        fn: Callable[P, R] = self._fn  # type: ignore[attr-defined]
+        return fn
+
+    @property
+    def rule(self) -> Any:
+        """The backward rule: a :class:`ste.registry.Surrogate`, the rule function, or ``g`` of ``backward_like``."""
+        return self._rule.public  # type: ignore[attr-defined]
+
+    def backward(self, rule: RuleLike, /, **params: Any) -> STEFunction[P, R]:
+        """A new op with the same forward and another rule (see :meth:`Forward.backward`)."""
+        return STEFunction(self.forward_fn, make_rule(rule, params))
+
+    def backward_like(self, g: Callable[..., Any], /) -> STEFunction[P, R]:
+        """A new op with the same forward whose gradient is that of ``g`` (see :meth:`Forward.backward_like`)."""
+        return STEFunction(self.forward_fn, LikeRule(g))
+
+    def __repr__(self) -> str:
+        rule: Rule = self._rule  # type: ignore[attr-defined]
+        head = f"ste.forward({callable_name(self.forward_fn)})"
+        if isinstance(rule, LikeRule):
+            return f"{head}.backward_like({callable_name(rule.g)})"
+        return f"{head}.backward({rule.describe()})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ste.STEFunction is immutable; .backward(...) returns a new one")
+
+    # -- calling --------------------------------------------------------------------------------------------
+
+    def _label(self) -> str:
+        return f"ste op '{callable_name(self.forward_fn)}' [{self!r}]"
+
+    def _compiled(self, n_inputs: int, kwargs: dict[str, Any]) -> Callable[..., Any]:
+        try:
+            key: Any = (n_inputs, tuple((k, type(v), v) for k, v in sorted(kwargs.items())))
+            hash(key)
+        except TypeError:  # unhashable hyperparameters (tensors, lists): compile without caching
+            key = None
+        cache: dict[Any, Callable[..., Any]] = self._cache  # type: ignore[attr-defined]
+        if key is not None:
+            found = cache.get(key)
+            if found is not None:
+                return found
+        rule: Rule = self._rule  # type: ignore[attr-defined]
+        label = self._label()
+        self._check_signature(n_inputs, kwargs, label)
+        compiled = compile_op(self.forward_fn, rule, kwargs, callable_name(self.forward_fn), label)
+        if key is not None:
+            with self._lock:  # type: ignore[attr-defined]
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = compiled
+        return compiled
+
+    def _check_signature(self, n_inputs: int, kwargs: dict[str, Any], label: str) -> None:
+        try:
+            signature = inspect.signature(self.forward_fn)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(*range(n_inputs), **kwargs)
+            except TypeError as error:
+                raise CallError(
+                    f"{label}: the forward function {callable_name(self.forward_fn)}{signature} cannot be called "
+                    f"with {n_inputs} positional input(s) and keyword(s) {sorted(kwargs)} ({error})."
+                ) from None
+        rule: Rule = self._rule  # type: ignore[attr-defined]
+        rule.check_call(n_inputs, False, kwargs, label)
+
+    @tf.autograph.experimental.do_not_convert
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if not args:
+            raise CallError(
+                f"{self._label()}: called with no positional input. Positional arguments are the differentiable "
+                f"tensors; keyword arguments are hyperparameters."
+            )
+        label = None
+        tensors = []
+        for position, value in enumerate(args):
+            if isinstance(value, tf.Tensor) and value.dtype.is_floating:
+                tensors.append(value)
+                continue
+            label = label or self._label()
+            tensors.append(to_input_tensor(value, position, label))
+        compiled = self._compiled(len(tensors), kwargs)
+        result: R = compiled(*tensors)
+        return result
+
+
+def forward(fn: Callable[P, R], /) -> Forward[P, R]:
+    """Start an op from its forward function: ``ste.forward(tf.sign).backward("straight_through")``.
+
+    Also a decorator; attach the rule with ``@op.backward`` on a function ``rule(dy, *inputs)``.
+    """
+    return Forward(fn)
+
+
+def backward(rule: RuleLike, /, **params: Any) -> Callable[[Callable[P, R]], STEFunction[P, R]]:
+    """Decorator: ``@ste.backward("straight_through")`` turns a plain forward function into an op with that rule."""
+    made = make_rule(rule, params)
+
+    def decorate(fn: Callable[P, R]) -> STEFunction[P, R]:
+        return STEFunction(fn, made)
+
+    return decorate
+
+
+def backward_like(g: Callable[..., Any], /) -> Callable[[Callable[P, R]], STEFunction[P, R]]:
+    """Decorator: ``@ste.backward_like(tf.tanh)`` gives a forward function the gradient of ``g``."""
+    made = LikeRule(g)
+
+    def decorate(fn: Callable[P, R]) -> STEFunction[P, R]:
+        return STEFunction(fn, made)
+
+    return decorate

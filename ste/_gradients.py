@@ -1,0 +1,111 @@
+"""Checking what a backward rule returns: one gradient per input, each of its input's dtype and exact shape.
+
+TensorFlow's ``tf.custom_gradient`` checks none of this, and a broadcast-compatible wrong shape gives silently
+wrong gradients. Shapes known while tracing are compared right away and raise :class:`ste.GradientShapeError`.
+Where a dimension is unknown while tracing, two run-time checks are attached to the gradient:
+``tf.debugging.assert_equal`` on the shapes (graph mode; XLA drops asserts) and a ``tf.stack`` of zero-element
+views of the gradient and the input, whose kernel requires equal shapes (XLA checks it when compiling, for the
+concrete shapes, at no run-time cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+from ._errors import GradientCountError, GradientDtypeError, GradientShapeError, RuleError
+
+__all__ = ["InputSpec", "check_gradients"]
+
+
+class InputSpec(NamedTuple):
+    """What the checks need to know of one positional input."""
+
+    shape: tf.TensorShape
+    dtype: tf.DType
+    dynamic_shape: tf.Tensor | None  # tf.shape(x) when the static shape is not fully defined
+
+
+def input_spec(x: tf.Tensor) -> InputSpec:
+    return InputSpec(x.shape, x.dtype, None if x.shape.is_fully_defined() else tf.shape(x))
+
+
+def _broadcastable(a: tf.TensorShape, b: tf.TensorShape) -> bool:
+    if a.rank is None or b.rank is None:
+        return True
+    for da, db in zip(reversed(a.as_list()), reversed(b.as_list())):
+        if da is not None and db is not None and da != db and 1 not in (da, db):
+            return False
+    return True
+
+
+def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor, message: str) -> tf.Tensor:
+    assert_op = tf.debugging.assert_equal(tf.shape(grad), x_dynamic, message=message)
+    # Zero-element views keep every dimension: Pack fails unless the two shapes are equal (XLA: at compile time).
+    grad_view = tf.expand_dims(grad, 0)[:0]
+    input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
+    pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
+    with tf.control_dependencies([assert_op, pack]):
+        return tf.identity(grad)
+
+
+def normalize_gradient_structure(result: Any, n_inputs: int, op: str) -> list[Any]:
+    """The rule's return value as a list with one entry per positional input."""
+    grads = list(result) if isinstance(result, (list, tuple)) else [result]
+    if len(grads) != n_inputs:
+        raise GradientCountError(
+            f"{op}: the rule returned {len(grads)} gradient(s); expected {n_inputs}, one per positional input "
+            f"(None for an input that gets no gradient). Fix: return a tuple of {n_inputs}."
+        )
+    return grads
+
+
+def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf.Tensor | None]:
+    """Validate a rule's gradients against the inputs' specs; returns them, with run-time checks attached."""
+    grads = normalize_gradient_structure(result, len(specs), op)
+    checked: list[tf.Tensor | None] = []
+    for position, (grad, spec) in enumerate(zip(grads, specs)):
+        where = f"{op}: gradient for positional input {position}"
+        if grad is None:
+            checked.append(None)
+            continue
+        if isinstance(grad, tf.IndexedSlices):
+            grad = tf.convert_to_tensor(grad)
+        if not isinstance(grad, tf.Tensor):
+            raise RuleError(
+                f"{where} is a {type(grad).__name__} ({grad!r:.60}); expected a tf.Tensor of dtype "
+                f"{spec.dtype.name} and shape {spec.shape}. Fix: build it with TensorFlow ops on dy and the inputs."
+            )
+        if grad.dtype != spec.dtype:
+            raise GradientDtypeError(
+                f"{where} has dtype {grad.dtype.name}; expected {spec.dtype.name}, the input's dtype (a mismatch "
+                f"passes TensorFlow silently and fails later in an unrelated op). Fix: tf.cast(grad, "
+                f"x.dtype)."
+            )
+        gshape, xshape = grad.shape, spec.shape
+        mismatch = gshape.rank is not None and xshape.rank is not None and gshape.rank != xshape.rank
+        if not mismatch and gshape.rank is not None and xshape.rank is not None:
+            mismatch = any(
+                g is not None and x is not None and g != x for g, x in zip(gshape.as_list(), xshape.as_list())
+            )
+        if mismatch:
+            note = (
+                " The shapes are broadcast-compatible, so TensorFlow would have used it and given silently wrong "
+                "gradients."
+                if _broadcastable(gshape, xshape)
+                else ""
+            )
+            raise GradientShapeError(
+                f"{where} has shape {gshape}; expected {xshape}, exactly the input's shape.{note} Fix: return a "
+                f"gradient of the input's shape (tf.broadcast_to(g, tf.shape(x)), or tf.reduce_sum over "
+                f"broadcast axes)."
+            )
+        if gshape.is_fully_defined() and xshape.is_fully_defined():
+            checked.append(grad)
+            continue
+        x_dynamic = spec.dynamic_shape if spec.dynamic_shape is not None else tf.constant(xshape.as_list(), tf.int32)
+        message = f"ste: {where} does not have the input's shape (checked at run time)"
+        checked.append(_runtime_shape_check(grad, spec, x_dynamic, message))
+    return checked
