@@ -30,6 +30,13 @@ R = TypeVar("R")
 RuleLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any], Callable[..., Any]]
 
 _CACHE_LIMIT = 64
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _do_not_convert(fn: _F) -> _F:
+    """``tf.autograph.experimental.do_not_convert`` with its type kept (TensorFlow ships no type hints)."""
+    wrapped: _F = tf.autograph.experimental.do_not_convert(fn)
+    return wrapped
 
 
 def _copy_metadata(target: object, fn: Callable[..., Any]) -> None:
@@ -195,7 +202,7 @@ class STEFunction(Generic[P, R]):
         rule: Rule = self._rule  # type: ignore[attr-defined]
         rule.check_call(n_inputs, False, kwargs, label)
 
-    @tf.autograph.experimental.do_not_convert
+    @_do_not_convert
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if not args:
             raise CallError(

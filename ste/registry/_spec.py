@@ -35,8 +35,9 @@ def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
         raise _fail(spec, f"{type(node.value).__name__} literals are not accepted")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = node.operand
-        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
-            return -operand.value if isinstance(node.op, ast.USub) else operand.value
+        value = operand.value if isinstance(operand, ast.Constant) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
         raise _fail(spec, "a sign may only precede a number")
     if isinstance(node, (ast.Tuple, ast.List)):
         if depth >= _MAX_CONTAINER_DEPTH:
