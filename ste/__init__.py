@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import registry
+from . import registry, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -14,6 +14,7 @@ from ._errors import (
     GradientShapeError,
     InputError,
     MissingBackwardError,
+    MissingDependencyError,
     ParameterError,
     RegistrationError,
     RuleError,
@@ -21,6 +22,7 @@ from ._errors import (
     STEError,
     UnknownSurrogateError,
 )
+from ._plot import plot
 from ._version import __version__
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "GradientShapeError",
     "InputError",
     "MissingBackwardError",
+    "MissingDependencyError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
@@ -43,5 +46,7 @@ __all__ = [
     "backward",
     "backward_like",
     "forward",
+    "plot",
     "registry",
+    "testing",
 ]

@@ -20,6 +20,7 @@ __all__ = [
     "GradientShapeError",
     "InputError",
     "MissingBackwardError",
+    "MissingDependencyError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
@@ -108,6 +109,13 @@ class ParameterError(STEError, ValueError):
 
 class RegistrationError(STEError, ValueError):
     """A surrogate could not be registered (name taken, invalid name, invalid definition)."""
+
+    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class MissingDependencyError(STEError, ImportError):
+    """An optional dependency is not installed (e.g. matplotlib for :func:`ste.plot`: ``pip install 'ste[plot]'``)."""
 
     if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
         __init__ = Exception.__init__

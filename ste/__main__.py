@@ -1,0 +1,12 @@
+"""``python -m ste`` and the ``ste`` console script: see :mod:`ste._cli`."""
+
+from __future__ import annotations
+
+import sys
+
+from ._cli import main
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

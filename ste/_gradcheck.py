@@ -1,0 +1,314 @@
+"""Checking a backward rule: against the autodiff of its primitive, or finite differences of a reference.
+
+Used through :mod:`ste.testing`. Failures are ``AssertionError``s (so pytest reports them as test failures) whose
+message holds a small table of the worst points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+import tensorflow as tf
+
+from ._describe import callable_name
+from ._dsl import Forward, STEFunction
+from ._errors import CallError
+from ._rules import LikeRule, SurrogateRule
+from .registry import Surrogate, get
+
+__all__ = ["CheckTarget", "check_finite", "check_gradient", "default_tolerances"]
+
+#: What :func:`check_gradient` checks: an ste op, or a surrogate (name, spec string, instance, class or config).
+CheckTarget = Union[STEFunction[..., Any], str, Surrogate, "type[Surrogate]", Mapping[str, Any]]
+
+# (rtol, atol) by dtype: comparing two exact formulas (autodiff), and comparing with central differences.
+_AUTODIFF_TOLERANCES = {
+    tf.float64: (1e-7, 1e-10),
+    tf.float32: (1e-5, 1e-6),
+    tf.float16: (5e-3, 1e-3),
+    tf.bfloat16: (2e-2, 1e-2),
+}
+_FD_TOLERANCES = {
+    tf.float64: (1e-5, 1e-6),
+    tf.float32: (2e-2, 2e-2),
+    tf.float16: (1e-1, 1e-1),
+    tf.bfloat16: (2e-1, 2e-1),
+}
+_EPSILON = {tf.float64: 2.0**-52, tf.float32: 2.0**-23, tf.float16: 2.0**-10, tf.bfloat16: 2.0**-7}
+
+
+def default_tolerances(dtype: tf.DType | str, finite_differences: bool) -> tuple[float, float]:
+    """The default ``(rtol, atol)`` of :func:`check_gradient` for inputs of ``dtype``."""
+    table = _FD_TOLERANCES if finite_differences else _AUTODIFF_TOLERANCES
+    return table[tf.as_dtype(dtype)]
+
+
+@dataclass
+class _Comparison:
+    labels: list[str]  # one per input
+    xs: list[np.ndarray]
+    rule: list[np.ndarray]
+    reference: list[np.ndarray]
+
+
+def _as_inputs(x: Any) -> list[tf.Tensor]:
+    values = list(x) if isinstance(x, tuple) else [x]
+    tensors = []
+    for index, value in enumerate(values):
+        tensor = value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(np.asarray(value))
+        if isinstance(value, (int, float, list)) and tensor.dtype != tf.float64:  # Python numbers: float64
+            tensor = tf.cast(tensor, tf.float64)
+        if not tensor.dtype.is_floating:
+            raise CallError(
+                f"check_gradient(): input {index} has dtype {tensor.dtype.name}; expected floating points. "
+                f"Fix: pass e.g. np.linspace(-3, 3, 201) (float64)."
+            )
+        tensors.append(tf.identity(tensor))
+    return tensors
+
+
+def _upstream(ys: list[tf.Tensor], seed: int) -> list[tf.Tensor]:
+    """Upstream gradients in [0.5, 1.5): not all ones, so a rule that ignores dy is caught."""
+    rng = np.random.default_rng(seed)
+    return [tf.cast(rng.uniform(0.5, 1.5, size=y.shape.as_list()), y.dtype) for y in ys]
+
+
+def _vjp(fn: Callable[..., Any], xs: list[tf.Tensor], dys: list[tf.Tensor] | None, seed: int) -> Any:
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(xs)
+        ys = tf.nest.flatten(fn(*xs))
+    if dys is None:
+        dys = _upstream(ys, seed)
+    grads = tape.gradient(
+        ys,
+        xs,
+        output_gradients=[tf.cast(d, y.dtype) for d, y in zip(dys, ys)],
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+    )
+    return grads, dys
+
+
+def _weighted_sum(fn: Callable[..., Any], xs: list[tf.Tensor], dys: list[tf.Tensor]) -> float:
+    ys = tf.nest.flatten(fn(*xs))
+    if len(ys) != len(dys):
+        raise CallError(f"check_gradient(): the reference returned {len(ys)} output(s); the op returns {len(dys)}.")
+    total = 0.0
+    for y, dy in zip(ys, dys):
+        total += float(np.sum(np.asarray(y, dtype=np.float64) * dy.numpy().astype(np.float64)))
+    return total
+
+
+def _finite_differences(
+    reference: Callable[..., Any], xs: list[tf.Tensor], dys: list[tf.Tensor], step: float | None, elementwise: bool
+) -> list[np.ndarray]:
+    """Central differences of sum(dy * reference(*xs)) with respect to every element of every input."""
+    results = []
+    for index, x in enumerate(xs):
+        values = np.array(x.numpy())  # an array also for a scalar input, so that items can be set
+        h = step if step is not None else _EPSILON[x.dtype] ** (1.0 / 3.0)
+        hs = h * np.maximum(1.0, np.abs(values.astype(np.float64)))
+        plus = (values.astype(np.float64) + hs).astype(values.dtype)
+        minus = (values.astype(np.float64) - hs).astype(values.dtype)
+        spans = plus.astype(np.float64) - minus.astype(np.float64)  # the step actually taken, after rounding
+        if elementwise:
+            up = reference(*(tf.constant(plus) if i == index else t for i, t in enumerate(xs)))
+            down = reference(*(tf.constant(minus) if i == index else t for i, t in enumerate(xs)))
+            diff = np.asarray(up, dtype=np.float64) - np.asarray(down, dtype=np.float64)
+            results.append(diff * dys[0].numpy().astype(np.float64) / spans)
+            continue
+        grad = np.zeros(values.shape, dtype=np.float64)
+        for position in np.ndindex(values.shape):
+            shifted_up, shifted_down = values.copy(), values.copy()
+            shifted_up[position], shifted_down[position] = plus[position], minus[position]
+            up_inputs = [tf.constant(shifted_up) if i == index else t for i, t in enumerate(xs)]
+            down_inputs = [tf.constant(shifted_down) if i == index else t for i, t in enumerate(xs)]
+            grad[position] = (_weighted_sum(reference, up_inputs, dys) - _weighted_sum(reference, down_inputs, dys)) / (
+                spans[position]
+            )
+        results.append(grad)
+    return results
+
+
+def _numpy(values: Sequence[Any]) -> list[np.ndarray]:
+    return [np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=np.float64) for v in values]
+
+
+def _table(comparison: _Comparison, rtol: float, atol: float, show: int) -> tuple[int, int, str]:
+    rows = []
+    total = 0
+    for label, x, rule, ref in zip(comparison.labels, comparison.xs, comparison.rule, comparison.reference):
+        total += x.size
+        diff = np.abs(rule - ref)
+        excess = diff - (atol + rtol * np.abs(ref))
+        excess = np.where(np.isnan(excess), np.inf, excess)
+        for position in np.ndindex(excess.shape):
+            if excess[position] > 0:
+                rows.append(
+                    (float(excess[position]), label, position, float(x[position]), rule[position], ref[position])
+                )
+    rows.sort(key=lambda row: -row[0])
+    several = len(comparison.labels) > 1
+    header = (["input"] if several else []) + ["index", "x", "rule", "reference", "|difference|"]
+    lines = [header]
+    for _, label, position, xv, rv, fv in rows[:show]:
+        index = ",".join(str(int(p)) for p in position) if position else "-"
+        cells = [f"{xv:.6g}", f"{rv:.6g}", f"{fv:.6g}", f"{abs(rv - fv):.3g}"]
+        lines.append(([label] if several else []) + [index, *cells])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    text = "\n".join("  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in lines)
+    return len(rows), total, text
+
+
+def _resolve(target: Any) -> tuple[str, STEFunction[..., Any] | None, Surrogate | None]:
+    if isinstance(target, Forward):
+        raise CallError(
+            f"check_gradient({target!r}): the op has no backward rule yet; attach one with .backward(...) first."
+        )
+    if isinstance(target, STEFunction):
+        return repr(target), target, None
+    if isinstance(target, (str, Surrogate, Mapping)) or (isinstance(target, type) and issubclass(target, Surrogate)):
+        surrogate = get(target)
+        return repr(surrogate), None, surrogate
+    raise CallError(
+        f"check_gradient() checks an ste op (ste.forward(f).backward(...)) or a surrogate (name, spec string or "
+        f"ste.registry.Surrogate); received {type(target).__name__} {target!r:.80}."
+    )
+
+
+def check_gradient(
+    target: CheckTarget,
+    x: Any,
+    *,
+    reference: Callable[..., Any] | None = None,
+    hyperparams: Mapping[str, Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    step: float | None = None,
+    elementwise: bool | None = None,
+    show: int = 5,
+    seed: int = 0,
+) -> None:
+    """Check that a backward rule is the derivative it claims to be; raise ``AssertionError`` where it is not.
+
+    ``target`` is an ste op or a surrogate (registry name, spec string or :class:`ste.registry.Surrogate`).
+    ``x`` is the input at which to check: an array or tensor (its dtype is used; Python numbers and lists become
+    float64), or a tuple of them for an op with several positional inputs.
+
+    What the rule is compared with:
+
+    * ``reference`` given: central finite differences of ``reference`` (a function of the same inputs, written
+      with TensorFlow or numpy), the rule being the derivative of that smooth function. Checked element by element
+      (one pair of reference calls per input element) unless ``elementwise`` is true (then one pair in all).
+    * otherwise the autodiff gradient of the rule's primitive: a surrogate's ``primitive``, or the ``g`` of
+      ``backward_like(g)``. An op whose rule is a plain function has no primitive: give ``reference``.
+
+    For an op, both sides are vector-Jacobian products with the same upstream gradient, drawn uniformly from
+    [0.5, 1.5) (``seed``), so that a rule that ignores ``dy`` is caught; for a surrogate the derivative itself is
+    compared. ``hyperparams`` are the op's keyword hyperparameters (also passed to ``reference``). Defaults of
+    ``rtol``/``atol`` depend on the dtype and the method (:func:`default_tolerances`); use float64 inputs for
+    finite differences, and keep points off kinks of the reference, where no derivative exists.
+
+    On a mismatch the ``AssertionError`` lists the ``show`` worst points (input, index, x, rule, reference).
+    """
+    __tracebackhide__ = True  # pytest: report the failure at the caller's line
+    label, op, surrogate = _resolve(target)
+    xs = _as_inputs(x)
+    kwargs = dict(hyperparams or {})
+    use_fd = reference is not None
+    if surrogate is not None:
+        if len(xs) != 1:
+            raise CallError(f"check_gradient({label}): a surrogate has one input; received {len(xs)}.")
+        rule_values = _numpy([surrogate.derivative(xs[0])])
+        ones = [tf.ones_like(xs[0])]
+        if reference is not None:
+            ref_values = _finite_differences(reference, xs, ones, step, True if elementwise is None else elementwise)
+            what = f"central differences of {callable_name(reference)}"
+        elif surrogate.has_primitive:
+            ref_values = _numpy(_vjp(surrogate.primitive, xs, ones, seed)[0])
+            what = "the autodiff gradient of its primitive"
+        else:
+            raise CallError(
+                f"check_gradient({label}): the surrogate has no primitive to differentiate. Fix: pass "
+                f"reference=P, a function whose derivative it should be."
+            )
+    else:
+        assert op is not None
+        rule_grads, dys = _vjp(lambda *t: op(*t, **kwargs), xs, None, seed)
+        rule_values = _numpy(rule_grads)
+        rule = op._rule  # type: ignore[attr-defined]
+        if reference is not None:
+            auto_elementwise = len(xs) == 1 and isinstance(rule, SurrogateRule)
+            ref_values = _finite_differences(
+                lambda *t: reference(*t, **kwargs),
+                xs,
+                dys,
+                step,
+                auto_elementwise if elementwise is None else elementwise,
+            )
+            what = f"central differences of {callable_name(reference)}"
+        elif isinstance(rule, SurrogateRule) and rule.surrogate.has_primitive:
+            ref_values = _numpy(_vjp(rule.surrogate.primitive, xs, dys, seed)[0])
+            what = f"the autodiff gradient of {rule.surrogate!r}'s primitive"
+        elif isinstance(rule, LikeRule):
+            g = rule.g
+            ref_values = _numpy(_vjp(lambda *t: g(*t, **kwargs), xs, dys, seed)[0])
+            what = f"the autodiff gradient of {callable_name(g)}"
+        else:
+            raise CallError(
+                f"check_gradient({label}): the rule has no primitive to differentiate automatically. Fix: pass "
+                f"reference=f, a smooth function of the same inputs whose gradient the rule should equal; it is "
+                f"compared by central finite differences."
+            )
+    dtype = xs[0].dtype
+    default_rtol, default_atol = default_tolerances(dtype, use_fd)
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+    labels = [str(i) for i in range(len(xs))]
+    comparison = _Comparison(labels, _numpy(xs), rule_values, ref_values)
+    bad, total, table = _table(comparison, rtol, atol, show)
+    vjp_note = "" if surrogate is not None else " (both are vector-Jacobian products for one random upstream gradient)"
+    if bad:
+        raise AssertionError(
+            f"check_gradient({label}): the rule's gradient differs from {what} at {bad} of {total} point(s) "
+            f"(dtype {dtype.name}, rtol={rtol:g}, atol={atol:g}); the worst {min(bad, show)}{vjp_note}:\n{table}"
+        )
+
+
+_EXTREMES = (0.0, 1e-30, -1e-30, 0.5, -0.5, 1.0, -1.0, 1e4, -1e4)
+
+
+def check_finite(
+    target: CheckTarget,
+    dtypes: Sequence[tf.DType | str] = ("float16", "bfloat16", "float32", "float64"),
+    x: Sequence[float] | None = None,
+) -> None:
+    """Check that the rule's gradient is finite (no NaN, no Inf) at extreme inputs in every dtype.
+
+    The default points are 0, ±1e-30, ±0.5, ±1, ±1e4 and ± the dtype's largest finite value (values a dtype
+    cannot hold become its nearest: 1e4 is kept in float16, 1e-30 flushes to 0). Raises ``AssertionError`` listing
+    the dtypes and points where a gradient is not finite.
+    """
+    __tracebackhide__ = True
+    label, op, surrogate = _resolve(target)
+    problems = []
+    for dtype in (tf.as_dtype(d) for d in dtypes):
+        biggest = float(dtype.max)
+        points = list(x) if x is not None else [*_EXTREMES, biggest, -biggest]
+        xs = tf.cast(tf.constant(points, tf.float64), dtype)
+        if surrogate is not None:
+            values = surrogate.derivative(xs)
+        else:
+            assert op is not None
+            with tf.GradientTape() as tape:
+                tape.watch(xs)
+                ys = op(xs)
+            values = tape.gradient(ys, xs, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        array = np.asarray(tf.cast(values, tf.float64).numpy())
+        for point, value in zip(points, array):
+            if not np.isfinite(value):
+                problems.append(f"  {dtype.name:>8}  x = {point:<12.6g} gradient = {value}")
+    if problems:
+        raise AssertionError(f"check_finite({label}): the gradient is not finite at:\n" + "\n".join(problems))
