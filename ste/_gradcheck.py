@@ -76,12 +76,19 @@ def _upstream(ys: list[tf.Tensor], seed: int) -> list[tf.Tensor]:
     return [tf.cast(rng.uniform(0.5, 1.5, size=y.shape.as_list()), y.dtype) for y in ys]
 
 
-def _vjp(fn: Callable[..., Any], xs: list[tf.Tensor], dys: list[tf.Tensor] | None, seed: int) -> Any:
+def _in_float64(values: list[tf.Tensor]) -> list[tf.Tensor]:
+    """Exact float64 copies: a surrogate's primitive is differentiated in float64, the most accurate reference."""
+    return [tf.cast(v, tf.float64) for v in values]
+
+
+def _vjp(
+    fn: Callable[..., Any], xs: list[tf.Tensor], dys: list[tf.Tensor] | None, seed: int, ones: bool = False
+) -> Any:
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(xs)
         ys = tf.nest.flatten(fn(*xs))
     if dys is None:
-        dys = _upstream(ys, seed)
+        dys = [tf.ones_like(y) for y in ys] if ones else _upstream(ys, seed)
     grads = tape.gradient(
         ys,
         xs,
@@ -222,13 +229,13 @@ def check_gradient(
         if len(xs) != 1:
             raise CallError(f"check_gradient({label}): a surrogate has one input; received {len(xs)}.")
         rule_values = _numpy([surrogate.derivative(xs[0])])
-        ones = [tf.ones_like(xs[0])]
+        ones = [tf.ones_like(xs[0])]  # for finite differences: the derivative itself
         if reference is not None:
             ref_values = _finite_differences(reference, xs, ones, step, True if elementwise is None else elementwise)
             what = f"central differences of {callable_name(reference)}"
         elif surrogate.has_primitive:
-            ref_values = _numpy(_vjp(surrogate.primitive, xs, ones, seed)[0])
-            what = "the autodiff gradient of its primitive"
+            ref_values = _numpy(_vjp(surrogate.primitive, _in_float64(xs), None, seed, ones=True)[0])
+            what = "the autodiff gradient of its primitive (in float64)"
         else:
             raise CallError(
                 f"check_gradient({label}): the surrogate has no primitive to differentiate. Fix: pass "
@@ -250,8 +257,8 @@ def check_gradient(
             )
             what = f"central differences of {callable_name(reference)}"
         elif isinstance(rule, SurrogateRule) and rule.surrogate.has_primitive:
-            ref_values = _numpy(_vjp(rule.surrogate.primitive, xs, dys, seed)[0])
-            what = f"the autodiff gradient of {rule.surrogate!r}'s primitive"
+            ref_values = _numpy(_vjp(rule.surrogate.primitive, _in_float64(xs), _in_float64(dys), seed)[0])
+            what = f"the autodiff gradient of {rule.surrogate!r}'s primitive (in float64)"
         elif isinstance(rule, LikeRule):
             g = rule.g
             ref_values = _numpy(_vjp(lambda *t: g(*t, **kwargs), xs, dys, seed)[0])
