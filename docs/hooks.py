@@ -1,0 +1,127 @@
+"""MkDocs hook: the surrogate gallery, generated from ``ste.registry`` on every build (never drawn by hand).
+
+For each name in ``ste.registry.names()`` it writes ``gallery/<name>.md`` (formula, defaults, computed peak,
+reference, docstring) and ``gallery/<name>.png`` (``ste.plot``: primitive above derivative), plus
+``gallery/index.md`` with one row per entry, and lists the pages under "Surrogate gallery" in the navigation.
+Everything is in memory (``File.generated``); nothing is written into ``docs/``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's ste, also without installing it
+
+GALLERY_TITLE = "Surrogate gallery"
+_FIGSIZE = (5.6, 3.6)
+_DPI = 72
+
+
+def _entries() -> list[Any]:
+    import ste
+    from ste._catalog import describe
+
+    return [describe(name) for name in ste.registry.names()]
+
+
+def _png(name: str) -> bytes:
+    import ste
+
+    figure = ste.plot(name, x=(-3.0, 3.0), points=401, dtype="float64", figsize=_FIGSIZE, dpi=_DPI)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=_DPI)
+    return buffer.getvalue()
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|") if text else "-"
+
+
+def _entry_page(info: Any) -> str:
+    call = ", ".join(f"{key}={value!r}" for key, value in info.parameters.items())
+    spec_args = f", {call}" if call else ""
+    peak = info.peak.describe() if info.peak is not None else "- (the entry needs parameters)"
+    lines = [
+        f"# `{info.name}`",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| derivative d(x) | `{_cell(info.formula)}` |",
+        f"| parameters (defaults) | `{_cell(info.parameter_text())}` |",
+        f"| peak of d (computed at the defaults) | {peak} |",
+        f"| primitive P with P' = d | {'yes' if info.has_primitive else 'no'} |",
+        f"| reference | {_cell(info.reference)} |",
+        "",
+        f"![{info.name}: primitive and derivative]({info.name}.png)",
+        "",
+        "Drawn by `ste.plot` from the code at the defaults"
+        + (": the primitive above, its derivative below." if info.has_primitive else ": the derivative."),
+        "",
+        "## Use it",
+        "",
+        "```python",
+        "import ste, tensorflow as tf",
+        "",
+        f'op = ste.forward(tf.sign).backward("{info.name}"{spec_args})',
+        f'surrogate = ste.registry.get("{info.name}"{spec_args})',
+        "```",
+        "",
+        "## Docstring",
+        "",
+        "```text",
+        info.doc or "(none)",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _index_page(entries: list[Any]) -> str:
+    lines = [
+        f"# {GALLERY_TITLE}",
+        "",
+        "Every entry of `ste.registry`, generated from the code when the documentation is built: the derivative"
+        " d(x) a rule built from the entry uses (its VJP is `dy · d(x)`), the defaults, the peak of d computed on a"
+        " grid, the reference, and a plot of the primitive P (where one exists, P' = d) above d. Print the same"
+        " from the shell with `python -m ste list` and `python -m ste show NAME`.",
+        "",
+        "| name | d(x) | defaults | peak | plot |",
+        "|---|---|---|---|---|",
+    ]
+    for info in entries:
+        peak = info.peak.describe() if info.peak is not None else "-"
+        lines.append(
+            f"| [`{info.name}`]({info.name}.md) | `{_cell(info.formula)}` | `{_cell(info.parameter_text())}` "
+            f'| {peak} | ![{info.name}]({info.name}.png){{ width="220" }} |'
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _gallery_nav(names: list[str]) -> list[Any]:
+    return [{"Overview": "gallery/index.md"}, *({name: f"gallery/{name}.md"} for name in names)]
+
+
+def on_config(config: Any) -> Any:
+    names = [info.name for info in _entries()]
+    nav = config.nav or []
+    for index, item in enumerate(nav):
+        if isinstance(item, dict) and GALLERY_TITLE in item:
+            nav[index] = {GALLERY_TITLE: _gallery_nav(names)}
+    return config
+
+
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    entries = _entries()
+    files.append(File.generated(config, "gallery/index.md", content=_index_page(entries)))
+    for info in entries:
+        files.append(File.generated(config, f"gallery/{info.name}.md", content=_entry_page(info)))
+        files.append(File.generated(config, f"gallery/{info.name}.png", content=_png(info.name)))
+    return files
