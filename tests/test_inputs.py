@@ -85,6 +85,8 @@ def test_variable_read_inside_the_forward_must_be_positional() -> None:
     op = ste.forward(lambda x: x * v).backward("identity")
     with pytest.raises(ste.InputError, match="pass each variable positionally"):
         op(tf.constant(1.0))
+    with pytest.raises(ste.InputError, match="pass each variable positionally"):
+        tf.function(op)(tf.constant(1.0))
     # Passing it positionally works and gives it its gradient.
     op2 = ste.forward(lambda x, w: x * w).backward(lambda dy, x, w: (dy * w, tf.reduce_sum(dy * x)))
     with tf.GradientTape() as tape:
