@@ -30,13 +30,9 @@ R = TypeVar("R")
 RuleLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any], Callable[..., Any]]
 
 _CACHE_LIMIT = 64
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _do_not_convert(fn: _F) -> _F:
-    """``tf.autograph.experimental.do_not_convert`` with its type kept (TensorFlow ships no type hints)."""
-    wrapped: _F = tf.autograph.experimental.do_not_convert(fn)
-    return wrapped
+F = TypeVar("F", bound=Callable[..., Any])
+# AutoGraph need not convert the library's own code (it is plain Python around TensorFlow ops).
+_do_not_convert: Callable[[F], F] = tf.autograph.experimental.do_not_convert
 
 
 def _copy_metadata(target: object, fn: Callable[..., Any]) -> None:

@@ -33,89 +33,89 @@ __all__ = [
 class STEError(Exception):
     """Base class of every error raised by ``ste``."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class InputError(STEError, TypeError):
     """A positional input of an ``ste`` op is not a floating-point tensor (or cannot become one)."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class CallError(STEError, TypeError):
     """An ``ste`` op was called with arguments its forward function (or rule) cannot take."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class MissingBackwardError(STEError, TypeError):
     """A :class:`ste.Forward` was called before a backward rule was attached to it."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class RuleError(STEError, TypeError):
     """A backward rule cannot be used as given (wrong kind of object, wrong arity, wrong return type)."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class GradientCountError(STEError, ValueError):
     """A backward rule returned a different number of gradients than the op has positional inputs."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class GradientShapeError(STEError, ValueError):
     """A backward rule returned a gradient whose shape differs from its input's shape."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class GradientDtypeError(STEError, TypeError):
     """A backward rule returned a gradient whose dtype differs from its input's dtype."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class SpecError(STEError, ValueError):
     """A surrogate spec string such as ``"sigmoid_surrogate(beta=4)"`` is malformed or not made of literals."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class UnknownSurrogateError(STEError, ValueError):
     """No surrogate is registered under the requested name."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class ParameterError(STEError, ValueError):
     """A surrogate's hyperparameter is unknown, of the wrong type or out of range."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class RegistrationError(STEError, ValueError):
     """A surrogate could not be registered (name taken, invalid name, invalid definition)."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
 
 
 class MissingDependencyError(STEError, ImportError):
     """An optional dependency is not installed (e.g. matplotlib for :func:`ste.plot`: ``pip install 'ste[plot]'``)."""
 
-    if not TYPE_CHECKING:  # hidden from mypy, which would type every constructor call as Any
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -35,9 +35,12 @@ def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
         raise _fail(spec, f"{type(node.value).__name__} literals are not accepted")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = node.operand
-        value = operand.value if isinstance(operand, ast.Constant) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return -value if isinstance(node.op, ast.USub) else value
+        if (
+            isinstance(operand, ast.Constant)
+            and isinstance(operand.value, (int, float))
+            and not isinstance(operand.value, bool)
+        ):
+            return -operand.value if isinstance(node.op, ast.USub) else operand.value
         raise _fail(spec, "a sign may only precede a number")
     if isinstance(node, (ast.Tuple, ast.List)):
         if depth >= _MAX_CONTAINER_DEPTH:
