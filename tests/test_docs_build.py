@@ -1,0 +1,70 @@
+"""The documentation builds with ``mkdocs build --strict`` (offline), and its gallery covers the whole registry."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ste
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
+        pytest.importorskip(module)
+    target = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(target)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return target
+
+
+def test_every_registry_entry_has_a_generated_page_and_plot(site):
+    assert not (ROOT / "docs" / "gallery").exists(), "the gallery is generated at build time, never committed"
+    index = (site / "gallery" / "index.html").read_text()
+    for name in ste.registry.names():
+        png = site / "gallery" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        page = (site / "gallery" / name / "index.html").read_text()
+        assert f"{name}.png" in page and name in index
+        formula = ste.registry.lookup(name).formula
+        assert formula and html.escape(formula.replace("*", "").split()[0], quote=False) in page
+
+
+def test_gallery_peaks_are_the_computed_ones(site):
+    # Independent: sigmoid'(0) = 1/4 at beta = 1; the clipped straight-through is 1 on [-1, 1].
+    sigmoid = (site / "gallery" / "sigmoid_surrogate" / "index.html").read_text()
+    assert "0.25 at x = 0" in sigmoid
+    clipped = (site / "gallery" / "straight_through" / "index.html").read_text()
+    assert "1 for x in [-1, 1]" in clipped
+
+
+def test_pages_and_api_reference_are_built(site):
+    for page in ("guide", "recipes/activation-gradient", "quantizers", "larq", "tools", "performance", "api"):
+        assert (site / page / "index.html").exists(), page
+    api = (site / "api" / "index.html").read_text()
+    for anchor in (
+        "ste.forward",
+        "ste.STEFunction",
+        "ste.registry.Surrogate",
+        "ste.plot",
+        "ste.testing.check_gradient",
+    ):
+        assert f'id="{anchor}"' in api, anchor
+    recipe = (site / "recipes" / "differentiable-mask" / "index.html").read_text()
+    assert re.search(r"def.*learn_mask", recipe), "the recipe page includes its script"
