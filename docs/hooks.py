@@ -3,6 +3,7 @@
 For each name in ``ste.registry.names()`` it writes ``gallery/<name>.md`` (formula, defaults, computed peak,
 reference, docstring) and ``gallery/<name>.png`` (``ste.plot``: primitive above derivative), plus
 ``gallery/index.md`` with one row per entry, and lists the pages under "Surrogate gallery" in the navigation.
+It also drops the Sphinx role prefixes (``:class:``) that the docstrings carry from the rendered API reference.
 Everything is in memory (``File.generated``); nothing is written into ``docs/``.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's ste, also without installing it
 
 GALLERY_TITLE = "Surrogate gallery"
+_ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?=<code>)")
 _FIGSIZE = (5.6, 3.6)
 _DPI = 72
 
@@ -125,3 +128,8 @@ def on_files(files: Any, config: Any) -> Any:
         files.append(File.generated(config, f"gallery/{info.name}.md", content=_entry_page(info)))
         files.append(File.generated(config, f"gallery/{info.name}.png", content=_png(info.name)))
     return files
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    """Docstrings use Sphinx roles (:class:`ste.STEError`); mkdocstrings renders the code span, drop the role."""
+    return _ROLE.sub("", html)
