@@ -186,7 +186,7 @@ def _resolve(target: Any) -> tuple[str, STEFunction[..., Any] | None, Surrogate 
 
 
 def check_gradient(
-    target: CheckTarget,
+    op_or_surrogate: CheckTarget,
     x: Any,
     *,
     reference: Callable[..., Any] | None = None,
@@ -200,7 +200,7 @@ def check_gradient(
 ) -> None:
     """Check that a backward rule is the derivative it claims to be; raise ``AssertionError`` where it is not.
 
-    ``target`` is an ste op or a surrogate (registry name, spec string or :class:`ste.registry.Surrogate`).
+    ``op_or_surrogate`` is an ste op or a surrogate (registry name, spec string or :class:`ste.registry.Surrogate`).
     ``x`` is the input at which to check: an array or tensor (its dtype is used; Python numbers and lists become
     float64), or a tuple of them for an op with several positional inputs.
 
@@ -221,7 +221,7 @@ def check_gradient(
     On a mismatch the ``AssertionError`` lists the ``show`` worst points (input, index, x, rule, reference).
     """
     __tracebackhide__ = True  # pytest: report the failure at the caller's line
-    label, op, surrogate = _resolve(target)
+    label, op, surrogate = _resolve(op_or_surrogate)
     xs = _as_inputs(x)
     kwargs = dict(hyperparams or {})
     use_fd = reference is not None
@@ -288,7 +288,7 @@ _EXTREMES = (0.0, 1e-30, -1e-30, 0.5, -0.5, 1.0, -1.0, 1e4, -1e4)
 
 
 def check_finite(
-    target: CheckTarget,
+    op_or_surrogate: CheckTarget,
     dtypes: Sequence[tf.DType | str] = ("float16", "bfloat16", "float32", "float64"),
     x: Sequence[float] | None = None,
 ) -> None:
@@ -299,7 +299,7 @@ def check_finite(
     the dtypes and points where a gradient is not finite.
     """
     __tracebackhide__ = True
-    label, op, surrogate = _resolve(target)
+    label, op, surrogate = _resolve(op_or_surrogate)
     problems = []
     for dtype in (tf.as_dtype(d) for d in dtypes):
         biggest = float(dtype.max)
