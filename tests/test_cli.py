@@ -73,3 +73,20 @@ def test_module_entry_point(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "did you mean 'straight_through'" in captured.err
     assert captured.out == ""
+
+
+def test_entry_with_a_required_parameter_is_listed_without_a_peak(capsys):
+    def needs_k(x, k):
+        return k * tf.ones_like(x)
+
+    ste.registry.register("cli_needs_k", needs_k)
+    try:
+        assert main(["list"]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cli_needs_k"))
+        assert row.split()[1] == "k"
+        assert main(["show", "cli_needs_k"]) == 0
+        assert "peak:       - (needs parameters)" in capsys.readouterr().out
+        assert main(["show", "cli_needs_k(k=3.0)"]) == 0
+        assert "peak:       3 everywhere" in capsys.readouterr().out
+    finally:
+        ste.registry.unregister("cli_needs_k")
