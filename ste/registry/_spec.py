@@ -22,10 +22,11 @@ _MAX_CONTAINER_DEPTH = 2
 
 def _fail(spec: str, why: str) -> SpecError:
     shown = spec if len(spec) <= 80 else spec[:77] + "..."
-    return SpecError(
+    error: SpecError = SpecError(
         f"invalid surrogate spec {shown!r}: {why}. Expected a registered name, optionally called with literal "
         f"arguments, e.g. 'straight_through' or 'sigmoid_surrogate(beta=4.0)'."
     )
+    return error
 
 
 def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
@@ -35,8 +36,9 @@ def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
         raise _fail(spec, f"{type(node.value).__name__} literals are not accepted")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = node.operand
-        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
-            return -operand.value if isinstance(node.op, ast.USub) else operand.value
+        number = operand.value if isinstance(operand, ast.Constant) else None
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            return -number if isinstance(node.op, ast.USub) else number
         raise _fail(spec, "a sign may only precede a number")
     if isinstance(node, (ast.Tuple, ast.List)):
         if depth >= _MAX_CONTAINER_DEPTH:
