@@ -39,6 +39,12 @@ def _is_classvar(annotation: Any) -> bool:
     return "ClassVar" in text
 
 
+def _admits_none(annotation: Any) -> bool:
+    """Whether a field annotation such as ``float | None`` or ``Optional[float]`` allows None."""
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return "None" in text or "Optional" in text
+
+
 def _scalar_value(value: Any) -> float | None:
     """The Python value of a number or an eager scalar tensor; None for a symbolic tensor."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
@@ -70,12 +76,14 @@ class Surrogate:
     formula: ClassVar[str] = ""
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    _nullable: ClassVar[frozenset[str]] = frozenset()
 
     _params: Mapping[str, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fields: dict[str, Any] = {}
+        nullable: set[str] = set()
         for klass in reversed(cls.__mro__):
             if klass is object or not issubclass(klass, Surrogate) or klass is Surrogate:
                 continue
@@ -83,8 +91,11 @@ class Surrogate:
                 if field.startswith("_") or _is_classvar(annotation):
                     continue
                 fields[field] = klass.__dict__.get(field, _NO_DEFAULT)
+                if _admits_none(annotation) or fields[field] is None:
+                    nullable.add(field)
         cls._fields = tuple(fields)
         cls._defaults = MappingProxyType(fields)
+        cls._nullable = frozenset(nullable)
 
     def __init__(self, *args: Any, **params: Any) -> None:
         label = self.name or type(self).__name__
@@ -124,7 +135,7 @@ class Surrogate:
         label = self.name or type(self).__name__
         default = self._defaults[field]
         if value is None:
-            if default is None:
+            if field in self._nullable:
                 return None
             raise ParameterError(
                 f"surrogate '{label}': parameter '{field}' may not be None; expected a number (default {default!r})."
