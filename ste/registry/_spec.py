@@ -22,11 +22,10 @@ _MAX_CONTAINER_DEPTH = 2
 
 def _fail(spec: str, why: str) -> SpecError:
     shown = spec if len(spec) <= 80 else spec[:77] + "..."
-    error: SpecError = SpecError(
+    return SpecError(
         f"invalid surrogate spec {shown!r}: {why}. Expected a registered name, optionally called with literal "
         f"arguments, e.g. 'straight_through' or 'sigmoid_surrogate(beta=4.0)'."
     )
-    return error
 
 
 def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
@@ -36,9 +35,12 @@ def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
         raise _fail(spec, f"{type(node.value).__name__} literals are not accepted")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = node.operand
-        number = operand.value if isinstance(operand, ast.Constant) else None
-        if isinstance(number, (int, float)) and not isinstance(number, bool):
-            return -number if isinstance(node.op, ast.USub) else number
+        if (
+            isinstance(operand, ast.Constant)
+            and isinstance(operand.value, (int, float))
+            and not isinstance(operand.value, bool)
+        ):
+            return -operand.value if isinstance(node.op, ast.USub) else operand.value
         raise _fail(spec, "a sign may only precede a number")
     if isinstance(node, (ast.Tuple, ast.List)):
         if depth >= _MAX_CONTAINER_DEPTH:

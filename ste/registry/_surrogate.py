@@ -39,12 +39,6 @@ def _is_classvar(annotation: Any) -> bool:
     return "ClassVar" in text
 
 
-def _admits_none(annotation: Any) -> bool:
-    """Whether a field annotation such as ``float | None`` or ``Optional[float]`` allows None."""
-    text = annotation if isinstance(annotation, str) else repr(annotation)
-    return "None" in text or "Optional" in text
-
-
 def _scalar_value(value: Any) -> float | None:
     """The Python value of a number or an eager scalar tensor; None for a symbolic tensor."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
@@ -91,11 +85,12 @@ class Surrogate:
                 if field.startswith("_") or _is_classvar(annotation):
                     continue
                 fields[field] = klass.__dict__.get(field, _NO_DEFAULT)
-                if _admits_none(annotation) or fields[field] is None:
+                text = annotation if isinstance(annotation, str) else repr(annotation)
+                if fields[field] is None or "None" in text or "Optional" in text:
                     nullable.add(field)
         cls._fields = tuple(fields)
-        cls._defaults = MappingProxyType(fields)
         cls._nullable = frozenset(nullable)
+        cls._defaults = MappingProxyType(fields)
 
     def __init__(self, *args: Any, **params: Any) -> None:
         label = self.name or type(self).__name__
