@@ -16,8 +16,9 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.helpers import FLOAT_DTYPES, as_float64
 
-DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
+DTYPES = FLOAT_DTYPES
 
 # (name, params): the defaults, plus one non-default setting per hyperparameter (binary fractions where the
 # derivative is discontinuous, so that both sides compare the same threshold).
@@ -126,7 +127,7 @@ def _tolerances(dtype: tf.DType) -> tuple[float, float]:
 
 
 def _as64(t: tf.Tensor) -> np.ndarray:
-    return np.asarray(tf.cast(t, tf.float64).numpy(), np.float64)
+    return as_float64(t)
 
 
 def _assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str, x: np.ndarray) -> None:
