@@ -337,3 +337,40 @@ def test_all_entries_under_xla_in_one_compilation() -> None:
         assert b.dtype == dtype
         rtol = 2 * _eps(dtype) if dtype in (tf.float16, tf.bfloat16) else 1e-5
         np.testing.assert_allclose(as_float64(b), as_float64(a), rtol=rtol, atol=rtol, err_msg=f"{surrogate!r} {dtype}")
+
+
+def _every_finite_value(dtype: tf.DType) -> np.ndarray:
+    """Every finite float16 / bfloat16 value (all 2¹⁶ bit patterns); for float32 / float64 every binary exponent
+    (subnormals included) with a few mantissas, both signs."""
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    with np.errstate(invalid="ignore"):  # the NaN patterns, filtered below
+        return _finite(dtype, bits)
+
+
+def _finite(dtype: tf.DType, bits: np.ndarray) -> np.ndarray:
+    if dtype == tf.float16:
+        values = bits.astype(np.uint16).view(np.float16).astype(np.float64)
+    elif dtype == tf.bfloat16:
+        values = (bits << 16).view(np.float32).astype(np.float64)  # bfloat16 is the top half of a float32
+    else:
+        info = np.finfo(dtype.as_numpy_dtype)
+        exponents = np.arange(int(np.log2(info.smallest_subnormal)), int(info.maxexp))
+        mantissas = np.array([1.0, 1.25, 1.5, 1.999])
+        with np.errstate(over="ignore"):
+            values = (mantissas[:, None] * np.exp2(exponents.astype(np.float64))[None, :]).ravel()
+        values = np.concatenate([values, -values, [0.0, float(dtype.max), -float(dtype.max)]])
+    return values[np.isfinite(values) & (np.abs(values) <= float(dtype.max))]
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), EXTREME_CASES, ids=[*CASE_IDS, *(f"{n}{p}" for n, p in EXTREME_CASES[len(CASES) :])]
+)
+def test_finite_for_every_half_precision_value_and_every_exponent(name: str, params: dict[str, Any]) -> None:
+    surrogate = ste.registry.get(name, **params)
+    for dtype in DTYPES:
+        x = tf.constant(_every_finite_value(dtype), dtype)
+        assert np.all(np.isfinite(as_float64(x)))
+        for what, value in (("derivative", surrogate.derivative(x)), ("primitive", surrogate.primitive(x))):
+            values = as_float64(value)
+            bad = ~np.isfinite(values)
+            assert not bad.any(), f"{surrogate!r} {what} in {dtype.name}: {values[bad][:5]} at {as_float64(x)[bad][:5]}"
