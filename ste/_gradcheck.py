@@ -124,6 +124,12 @@ def _finite_differences(
             up = reference(*(tf.constant(plus) if i == index else t for i, t in enumerate(xs)))
             down = reference(*(tf.constant(minus) if i == index else t for i, t in enumerate(xs)))
             diff = np.asarray(up, dtype=np.float64) - np.asarray(down, dtype=np.float64)
+            if len(xs) != 1 or len(dys) != 1 or diff.shape != values.shape:
+                raise CallError(
+                    f"check_gradient(elementwise=True): the reference must map one input to one output of the same "
+                    f"shape; it has {len(xs)} input(s) and returned shape {diff.shape} for an input of shape "
+                    f"{values.shape}. Fix: leave elementwise unset (each element is then perturbed on its own)."
+                )
             results.append(diff * dys[0].numpy().astype(np.float64) / spans)
             continue
         grad = np.zeros(values.shape, dtype=np.float64)

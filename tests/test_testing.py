@@ -122,6 +122,15 @@ def test_what_cannot_be_checked_is_an_ste_error(registered):
         check_gradient(3.0, GRID)
     with pytest.raises(ste.CallError, match="int"):
         check_gradient("identity", tf.constant([1, 2]))
+    sum_op = ste.forward(tf.reduce_sum).backward(lambda dy, x: dy * tf.ones_like(x))
+    check_gradient(sum_op, GRID[:20], reference=np.sum)  # not elementwise: each element perturbed on its own
+    with pytest.raises(ste.CallError, match="elementwise"):
+        check_gradient(
+            ste.forward(tf.reduce_sum).backward(lambda dy, x: dy * tf.ones_like(x)),
+            GRID,
+            reference=np.sum,
+            elementwise=True,
+        )
 
 
 def test_check_finite(registered):
