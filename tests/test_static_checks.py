@@ -17,7 +17,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_mypy_strict_on_the_package_and_the_signature_checks():
     pytest.importorskip("mypy")
-    done = _run("mypy", "ste", "tests/typing/check_signatures.py")
+    done = _run("mypy", "ste", "tests/type_checks/check_signatures.py")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
