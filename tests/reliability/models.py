@@ -104,9 +104,9 @@ def make_model(seed: int = 0, extra_layers: tuple[Any, ...] = ()) -> keras.Model
     return keras.Sequential(layers)
 
 
-def compile_model(model: keras.Model, **kwargs: Any) -> keras.Model:
+def compile_model(model: keras.Model, optimizer: Any = None, **kwargs: Any) -> keras.Model:
     model.compile(
-        optimizer=keras.optimizers.SGD(0.05),
+        optimizer=optimizer or keras.optimizers.SGD(0.05),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         **kwargs,
     )
@@ -121,4 +121,11 @@ def make_data(n: int = 64, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
 
 
 def weights_of(model: keras.Model) -> dict[str, np.ndarray]:
-    return {v.path: np.asarray(keras.ops.convert_to_numpy(v)) for v in model.weights}
+    """Weights keyed 'layer/variable' (independent of the model's auto-generated name and of loading)."""
+    weights = {
+        f"{layer.name}/{v.name}": np.asarray(keras.ops.convert_to_numpy(v))
+        for layer in model.layers
+        for v in layer.weights
+    }
+    assert len(weights) == len(model.weights)
+    return weights
