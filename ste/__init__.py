@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import registry
+from . import constraints, layers, quantizers, registry
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -19,6 +19,7 @@ from ._errors import (
     RuleError,
     SpecError,
     STEError,
+    UnknownQuantizerError,
     UnknownSurrogateError,
 )
 from ._version import __version__
@@ -38,10 +39,14 @@ __all__ = [
     "STEError",
     "STEFunction",
     "SpecError",
+    "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",
     "backward",
     "backward_like",
+    "constraints",
     "forward",
+    "layers",
+    "quantizers",
     "registry",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "RuleError",
     "STEError",
     "SpecError",
+    "UnknownQuantizerError",
     "UnknownSurrogateError",
 ]
 
@@ -87,8 +88,14 @@ class UnknownSurrogateError(STEError, ValueError):
     __init__ = Exception.__init__
 
 
+class UnknownQuantizerError(STEError, ValueError):
+    """No quantizer is known under the requested name (see ``ste.quantizers.names()``)."""
+
+    __init__ = Exception.__init__
+
+
 class ParameterError(STEError, ValueError):
-    """A surrogate's hyperparameter is unknown, of the wrong type or out of range."""
+    """A hyperparameter of a surrogate or quantizer is unknown, of the wrong type or out of range."""
 
     __init__ = Exception.__init__
 
