@@ -14,6 +14,7 @@ from ._errors import (
     GradientShapeError,
     InputError,
     MissingBackwardError,
+    NotBuiltError,
     ParameterError,
     RegistrationError,
     RuleError,
@@ -22,6 +23,8 @@ from ._errors import (
     UnknownQuantizerError,
     UnknownSurrogateError,
 )
+from ._export import export_quantized_weights
+from ._summary import summary
 from ._version import __version__
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "GradientShapeError",
     "InputError",
     "MissingBackwardError",
+    "NotBuiltError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
@@ -45,8 +49,10 @@ __all__ = [
     "backward",
     "backward_like",
     "constraints",
+    "export_quantized_weights",
     "forward",
     "layers",
     "quantizers",
     "registry",
+    "summary",
 ]

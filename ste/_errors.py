@@ -18,6 +18,7 @@ __all__ = [
     "GradientShapeError",
     "InputError",
     "MissingBackwardError",
+    "NotBuiltError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
@@ -90,6 +91,12 @@ class UnknownSurrogateError(STEError, ValueError):
 
 class UnknownQuantizerError(STEError, ValueError):
     """No quantizer is known under the requested name (see ``ste.quantizers.names()``)."""
+
+    __init__ = Exception.__init__
+
+
+class NotBuiltError(STEError, ValueError):
+    """A Keras layer or model must be built (called on data, or given an ``Input``) before this operation."""
 
     __init__ = Exception.__init__
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
+from .._errors import NotBuiltError
 
 __all__ = ["KernelSlot", "QuantLayerMixin"]
 
@@ -83,7 +84,10 @@ class QuantLayerMixin:
     def quantized_kernels(self) -> dict[str, tf.Tensor]:
         """Every kernel after its quantizer, by attribute name (``{"kernel": ...}``); the layer must be built."""
         if not getattr(self, "built", False):
-            raise AttributeError(f"{type(self).__name__} is not built yet; call it on an input first.")
+            raise NotBuiltError(
+                f"{type(self).__name__} '{getattr(self, 'name', '')}' is not built, so it has no kernel yet. Fix: "
+                f"call it on a batch (or build the model) before reading its quantized kernels."
+            )
         return {slot.kernel: self.quantize_kernel(slot) for slot in self.slots}
 
     @property
