@@ -54,9 +54,10 @@ def dorefa_weights(x: tf.Tensor, *, bits: int) -> tf.Tensor:
 
 @dorefa_weights.backward
 def dorefa_weights(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:  # noqa: F811
-    """dy·(1 − tanh²(x))/m, m held constant."""
-    t, m = _tanh_and_max(x)
-    return dy * (1 - t * t) / m
+    """dy·(1 − tanh²(x))/m, m held constant; 1 − tanh²(x) is computed as 1/cosh²(x) (no cancellation near ±1)."""
+    _, m = _tanh_and_max(x)
+    sech = 1 / tf.cosh(x)  # cosh overflows to inf for large abs(x), giving the correct limit 0
+    return dy * (sech * sech) / m
 
 
 @keras.saving.register_keras_serializable(package="ste")
