@@ -69,12 +69,14 @@ class Surrogate:
     formula: ClassVar[str] = ""
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    _nullable: ClassVar[frozenset[str]] = frozenset()
 
     _params: Mapping[str, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fields: dict[str, Any] = {}
+        nullable: set[str] = set()
         for klass in reversed(cls.__mro__):
             if klass is object or not issubclass(klass, Surrogate) or klass is Surrogate:
                 continue
@@ -82,7 +84,11 @@ class Surrogate:
                 if field.startswith("_") or _is_classvar(annotation):
                     continue
                 fields[field] = klass.__dict__.get(field, _NO_DEFAULT)
+                text = annotation if isinstance(annotation, str) else repr(annotation)
+                if fields[field] is None or "None" in text or "Optional" in text:
+                    nullable.add(field)
         cls._fields = tuple(fields)
+        cls._nullable = frozenset(nullable)
         cls._defaults = MappingProxyType(fields)
 
     def __init__(self, *args: Any, **params: Any) -> None:
@@ -123,7 +129,7 @@ class Surrogate:
         label = self.name or type(self).__name__
         default = self._defaults[field]
         if value is None:
-            if default is None:
+            if field in self._nullable:
                 return None
             raise ParameterError(
                 f"surrogate '{label}': parameter '{field}' may not be None; expected a number (default {default!r})."
