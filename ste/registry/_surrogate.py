@@ -55,7 +55,8 @@ class Surrogate:
     Hyperparameters are declared on subclasses as annotated class attributes with defaults and are passed to the
     constructor by keyword (or positionally, in declaration order). They are Python numbers (or ``None`` where an
     entry documents it) or scalar tensors, and are read back as attributes (``surrogate.beta``) or through
-    :attr:`params`. Instances are immutable and compare equal by name and parameters.
+    :attr:`params`. Instances are immutable and compare equal by name and parameters (a scalar tensor by its value,
+    a ``tf.Variable`` by identity, since its value may change).
 
     Class attributes a subclass may set:
 
@@ -223,9 +224,11 @@ class Surrogate:
         return "(" + ", ".join(parts) + ")"
 
     def _key(self) -> tuple[Any, ...]:
-        items = []
+        items: list[tuple[str, Any]] = []
         for field, value in self._params.items():
-            if isinstance(value, (tf.Tensor, tf.Variable)):
+            if isinstance(value, tf.Variable):  # mutable: identity, so that the hash never changes
+                items.append((field, ("variable", id(value))))
+            elif isinstance(value, tf.Tensor):
                 number = _scalar_value(value)
                 items.append((field, ("tensor", id(value)) if number is None else number))
             else:
