@@ -76,7 +76,9 @@ class QuantLayerMixin:
 
     def quantize_kernel(self, slot: KernelSlot) -> tf.Tensor:
         """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it)."""
-        kernel = keras.ops.convert_to_tensor(getattr(self, slot.kernel))
+        kernel = getattr(self, slot.kernel)
+        if isinstance(kernel, keras.Variable):
+            kernel = kernel.value  # read here, in this layer's autocast scope (a quantizer layer clears it)
         quantizer = getattr(self, slot.quantizer)
         return kernel if quantizer is None else quantizer(kernel)
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, Union
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError, SpecError, UnknownQuantizerError
+from .._errors import ParameterError, SpecError, STEError, UnknownQuantizerError
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
 
@@ -138,8 +138,12 @@ def _from_spec(spec: str) -> Quantizer:
         raise _unknown(name, spec)
     try:
         quantizer: Quantizer = cls(*args, **kwargs)
-    except TypeError as error:
-        raise ParameterError(f"quantizer spec {spec!r}: {error}") from None
+    except STEError:
+        raise
+    except (TypeError, ValueError) as error:  # e.g. an unknown keyword argument
+        raise ParameterError(
+            f"quantizer spec {spec!r}: {cls.__name__} cannot be built with these arguments ({error})."
+        ) from None
     return quantizer
 
 
