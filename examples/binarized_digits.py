@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"\ntest accuracy  binarized: {binary_accuracy:.2%}   float: {float_accuracy:.2%}\n")
     ste.summary(binarized)
     kernel = ste.export_quantized_weights(binarized, dtype="int8")["binary_dense_2"]["kernel"]
-    print(f"\nexported binary kernel of binary_dense_2: shape {kernel.shape}, values {sorted(set(kernel.ravel()))}")
+    values = sorted(int(v) for v in set(kernel.ravel()))
+    print(f"\nexported binary kernel of binary_dense_2: shape {kernel.shape}, values {values}")
     seconds = time.perf_counter() - start
     print(f"total time: {seconds:.1f} s")
     return {"binarized": binary_accuracy, "float": float_accuracy, "seconds": seconds}

@@ -34,7 +34,9 @@ def export_quantized_weights(model: Any, dtype: Any = None) -> dict[str, dict[st
     for path, layer in walk_layers(model):
         if not isinstance(layer, QuantLayerMixin):
             continue
-        kernels = {name: np.asarray(keras.ops.convert_to_numpy(value)) for name, value in layer.quantized_kernels.items()}
+        kernels = {
+            name: np.asarray(keras.ops.convert_to_numpy(value)) for name, value in layer.quantized_kernels.items()
+        }
         if dtype is not None:
             kernels = {name: value.astype(dtype) for name, value in kernels.items()}
         exported[path] = kernels

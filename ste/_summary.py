@@ -199,7 +199,16 @@ def _fmt_bytes(value: float) -> str:
 
 
 def _render(summary: ModelSummary) -> str:
-    header = ["Layer", "Type", "Input bits", "Kernel bits", "Params by bits", "Memory", "float32 memory", "MACs by bits"]
+    header = [
+        "Layer",
+        "Type",
+        "Input bits",
+        "Kernel bits",
+        "Params by bits",
+        "Memory",
+        "float32 memory",
+        "MACs by bits",
+    ]
     rows = [
         [
             layer.name,

@@ -49,5 +49,3 @@ def get(identifier: Any) -> Any:
         if name in _NAMES:
             return _NAMES[name](*args, **kwargs)
     return keras.constraints.get(identifier)
-
-

@@ -80,8 +80,14 @@ class QuantDepthwiseConv2D(QuantLayerMixin, keras.layers.DepthwiseConv2D):  # ty
 
     slots = (KernelSlot("kernel_quantizer", "kernel", "depthwise_constraint"),)
 
-    def __init__(self, *args: Any, input_quantizer: Any = None, kernel_quantizer: Any = None,
-                 depthwise_quantizer: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        input_quantizer: Any = None,
+        kernel_quantizer: Any = None,
+        depthwise_quantizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if depthwise_quantizer is not None:
             if kernel_quantizer is not None:
                 raise ParameterError(
@@ -127,8 +133,14 @@ class QuantSeparableConv2D(QuantLayerMixin, keras.layers.SeparableConv2D):  # ty
         KernelSlot("pointwise_quantizer", "pointwise_kernel", "pointwise_constraint"),
     )
 
-    def __init__(self, *args: Any, input_quantizer: Any = None, depthwise_quantizer: Any = None,
-                 pointwise_quantizer: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        input_quantizer: Any = None,
+        depthwise_quantizer: Any = None,
+        pointwise_quantizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
         self._resolve_constraints(kwargs)
         super().__init__(*args, **kwargs)
         self._set_quantizers(

@@ -24,8 +24,9 @@ class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
 
     slots = (KernelSlot("kernel_quantizer", "kernel", "kernel_constraint"),)
 
-    def __init__(self, units: int, *args: Any, input_quantizer: Any = None, kernel_quantizer: Any = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, units: int, *args: Any, input_quantizer: Any = None, kernel_quantizer: Any = None, **kwargs: Any
+    ) -> None:
         self._resolve_constraints(kwargs)
         super().__init__(units, *args, **kwargs)
         self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})

@@ -118,9 +118,10 @@ def _unknown(name: str, spec: str) -> UnknownQuantizerError:
     known = names()
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    return UnknownQuantizerError(
+    error: UnknownQuantizerError = UnknownQuantizerError(
         f"no quantizer named {name!r} (in {spec!r}); {hint}known quantizers: {', '.join(known)}."
     )
+    return error
 
 
 def _from_spec(spec: str) -> Quantizer:
@@ -164,7 +165,8 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
             raise SpecError(f"the quantizer config {identifier!r} did not give a callable but {quantizer!r}.")
         return quantizer  # type: ignore[no-any-return]
     if isinstance(identifier, type) and issubclass(identifier, Quantizer):
-        return identifier()
+        instance: Quantizer = identifier()
+        return instance
     if callable(identifier):
         return identifier
     raise SpecError(

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
-from ..registry import Surrogate, SurrogateLike, get as get_surrogate
+from ..registry import Surrogate, SurrogateLike
+from ..registry import get as get_surrogate
 from ._base import Quantizer, as_tensor, check_number, register, resolve_surrogate
 
 __all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "Ternary"]

@@ -33,15 +33,13 @@ def _sum_to(value: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 # -- LSQ -------------------------------------------------------------------------------------------------------
 
 
-@forward
 def lsq(x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tf.Tensor:
     """round(clip(x/s, −Q_N, Q_P))·s (round half to even)."""
     s = tf.cast(step, x.dtype)
     return tf.round(tf.clip_by_value(x / s, tf.constant(-q_n, x.dtype), tf.constant(q_p, x.dtype))) * s
 
 
-@lsq.backward
-def lsq(dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tuple[tf.Tensor, tf.Tensor]:  # noqa: F811
+def lsq_vjp(dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tuple[tf.Tensor, tf.Tensor]:
     """d/dx = 1[−Q_N < x/s < Q_P]; d/ds = Σ dy·(round(x/s) − x/s inside, −Q_N below, Q_P above)/√(N·Q_P)."""
     s = tf.cast(step, x.dtype)
     v = x / s
@@ -56,6 +54,9 @@ def lsq(dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> 
     scale = tf.math.rsqrt(n * q_p)
     ds = _sum_to(tf.cast(dy, wide) * ds_each * scale, step)
     return dx, ds
+
+
+lsq_op = forward(lsq).backward(lsq_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -80,7 +81,7 @@ class LSQ(Quantizer):
         self.q_p = 2 ** (self.bits - 1) - 1 if signed else 2**self.bits - 1
         self.precision = self.bits
         super().__init__(**kwargs)
-        self.op = lsq
+        self.op = lsq_op
 
     def build(self, input_shape: Any) -> None:
         self.step = self.add_weight(
@@ -120,7 +121,6 @@ class LSQ(Quantizer):
 # -- PACT ------------------------------------------------------------------------------------------------------
 
 
-@forward
 def pact(x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
     """round(clip(x, 0, α)·n/α)·α/n with n = 2^bits − 1 (round half to even)."""
     a = tf.cast(alpha, x.dtype)
@@ -129,13 +129,15 @@ def pact(x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
     return tf.round(y * n / a) * a / n
 
 
-@pact.backward
-def pact(dy: tf.Tensor, x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tuple[tf.Tensor, tf.Tensor]:  # noqa: F811
+def pact_vjp(dy: tf.Tensor, x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tuple[tf.Tensor, tf.Tensor]:
     """d/dx = 1[0 <= x <= α]; d/dα = Σ dy·1[x >= α]."""
     a = tf.cast(alpha, x.dtype)
     dx = dy * tf.cast((x >= 0) & (x <= a), x.dtype)
     dalpha = _sum_to(dy * tf.cast(x >= a, dy.dtype), alpha)
     return dx, dalpha
+
+
+pact_op = forward(pact).backward(pact_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -154,7 +156,7 @@ class PACT(Quantizer):
         self.alpha_init = check_number("PACT", "alpha", alpha, positive=True)
         self.precision = self.bits
         super().__init__(**kwargs)
-        self.op = pact
+        self.op = pact_op
 
     def build(self, input_shape: Any) -> None:
         self.alpha = self.add_weight(

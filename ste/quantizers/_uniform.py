@@ -24,17 +24,18 @@ def _inside(x: tf.Tensor, low: tf.Tensor | float, high: tf.Tensor | float) -> tf
     return tf.cast((x >= low) & (x <= high), x.dtype)
 
 
-@forward
 def dorefa_activations(x: tf.Tensor, *, bits: int) -> tf.Tensor:
     """round(n·clip(x, 0, 1))/n with n = 2^bits − 1 (round half to even)."""
     n = tf.constant(2**bits - 1, x.dtype)
     return tf.round(tf.clip_by_value(x, tf.zeros([], x.dtype), tf.ones([], x.dtype)) * n) / n
 
 
-@dorefa_activations.backward
-def dorefa_activations(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:  # noqa: F811
+def dorefa_activations_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
     """dy·1[0 <= x <= 1]."""
     return dy * _inside(x, 0.0, 1.0)
+
+
+dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp)
 
 
 def _tanh_and_max(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -43,7 +44,6 @@ def _tanh_and_max(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return t, tf.where(m > 0, m, tf.ones_like(m))  # an all-zero input has m = 0: use 1 instead of 0/0
 
 
-@forward
 def dorefa_weights(x: tf.Tensor, *, bits: int) -> tf.Tensor:
     """2·q(tanh(x)/(2m) + 1/2) − 1 with q(u) = round(n·u)/n, m = max(abs(tanh(x))) (round half to even)."""
     n = tf.constant(2**bits - 1, x.dtype)
@@ -52,12 +52,14 @@ def dorefa_weights(x: tf.Tensor, *, bits: int) -> tf.Tensor:
     return 2 * (tf.round(u * n) / n) - 1
 
 
-@dorefa_weights.backward
-def dorefa_weights(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:  # noqa: F811
+def dorefa_weights_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
     """dy·(1 − tanh²(x))/m, m held constant; 1 − tanh²(x) is computed as 1/cosh²(x) (no cancellation near ±1)."""
     _, m = _tanh_and_max(x)
     sech = 1 / tf.cosh(x)  # cosh overflows to inf for large abs(x), giving the correct limit 0
     return dy * (sech * sech) / m
+
+
+dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -84,7 +86,7 @@ class DoReFa(Quantizer):
         self.mode = mode
         self.precision = self.bits
         super().__init__(**kwargs)
-        self.op = dorefa_activations if mode == "activations" else dorefa_weights
+        self.op = dorefa_activations_op if mode == "activations" else dorefa_weights_op
 
     def call(self, inputs: Any) -> tf.Tensor:
         return self.op(as_tensor(inputs), bits=self.bits)
@@ -93,7 +95,6 @@ class DoReFa(Quantizer):
         return {**super().get_config(), "bits": self.bits, "mode": self.mode}
 
 
-@forward
 def uniform(x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
     """low + round((clip(x, low, high) − low)/Δ)·Δ with Δ = (high − low)/(2^bits − 1) (round half to even)."""
     lo = tf.constant(low, x.dtype)
@@ -102,10 +103,12 @@ def uniform(x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
     return lo + tf.round((tf.clip_by_value(x, lo, hi) - lo) / step) * step
 
 
-@uniform.backward
-def uniform(dy: tf.Tensor, x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:  # noqa: F811
+def uniform_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
     """dy·1[low <= x <= high]."""
     return dy * _inside(x, tf.constant(low, x.dtype), tf.constant(high, x.dtype))
+
+
+uniform_op = forward(uniform).backward(uniform_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -117,7 +120,7 @@ class Uniform(Quantizer):
     dy·1[min <= x <= max]. Rounding: ``tf.round``, half to even. Spec name ``"uniform"``.
     """
 
-    def __init__(self, bits: int = 8, min: float = -1.0, max: float = 1.0, **kwargs: Any) -> None:  # noqa: A002
+    def __init__(self, bits: int = 8, min: float = -1.0, max: float = 1.0, **kwargs: Any) -> None:
         self.bits = check_bits("Uniform", bits)
         self.min = check_number("Uniform", "min", min)
         self.max = check_number("Uniform", "max", max)
@@ -125,7 +128,7 @@ class Uniform(Quantizer):
             raise ParameterError(f"Uniform: min must be < max; received min={min!r}, max={max!r}.")
         self.precision = self.bits
         super().__init__(**kwargs)
-        self.op = uniform
+        self.op = uniform_op
 
     def call(self, inputs: Any) -> tf.Tensor:
         return self.op(as_tensor(inputs), bits=self.bits, low=self.min, high=self.max)

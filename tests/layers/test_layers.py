@@ -17,16 +17,38 @@ QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "poi
 CASES = [
     (QuantDense, keras.layers.Dense, dict(units=5, activation="tanh", kernel_quantizer="sign"), (4, 7)),
     (QuantDense, keras.layers.Dense, dict(units=3, kernel_quantizer="dorefa(bits=2, mode='weights')"), (2, 3, 6)),
-    (QuantConv1D, keras.layers.Conv1D, dict(filters=4, kernel_size=3, padding="causal", dilation_rate=2,
-                                            kernel_quantizer="ste_tern"), (2, 9, 3)),
+    (
+        QuantConv1D,
+        keras.layers.Conv1D,
+        dict(filters=4, kernel_size=3, padding="causal", dilation_rate=2, kernel_quantizer="ste_tern"),
+        (2, 9, 3),
+    ),
     (QuantConv1D, keras.layers.Conv1D, dict(filters=4, kernel_size=2, strides=2, kernel_quantizer="sign"), (2, 8, 3)),
-    (QuantConv2D, keras.layers.Conv2D, dict(filters=6, kernel_size=3, padding="same", activation="relu", groups=2,
-                                            kernel_quantizer="magnitude_aware_sign"), (2, 5, 5, 4)),
-    (QuantDepthwiseConv2D, keras.layers.DepthwiseConv2D, dict(kernel_size=3, depth_multiplier=2,
-                                                              kernel_quantizer="uniform(bits=3)"), (2, 6, 6, 3)),
-    (QuantSeparableConv2D, keras.layers.SeparableConv2D, dict(filters=4, kernel_size=2, depthwise_quantizer="sign",
-                                                              pointwise_quantizer="ternary(threshold=0.2)"),
-     (2, 5, 5, 3)),
+    (
+        QuantConv2D,
+        keras.layers.Conv2D,
+        dict(
+            filters=6,
+            kernel_size=3,
+            padding="same",
+            activation="relu",
+            groups=2,
+            kernel_quantizer="magnitude_aware_sign",
+        ),
+        (2, 5, 5, 4),
+    ),
+    (
+        QuantDepthwiseConv2D,
+        keras.layers.DepthwiseConv2D,
+        dict(kernel_size=3, depth_multiplier=2, kernel_quantizer="uniform(bits=3)"),
+        (2, 6, 6, 3),
+    ),
+    (
+        QuantSeparableConv2D,
+        keras.layers.SeparableConv2D,
+        dict(filters=4, kernel_size=2, depthwise_quantizer="sign", pointwise_quantizer="ternary(threshold=0.2)"),
+        (2, 5, 5, 3),
+    ),
 ]
 
 
@@ -53,8 +75,11 @@ def test_layer_equals_parent_on_quantized_input_and_kernel(cls, parent_cls, kwar
     xq = tf.sign(tf.sign(x) + 0.1)  # the input quantizer's values, written independently
     parent.build(x.shape)
     quantized = layer.quantized_kernels
-    kernels = [tf.constant(quantized[w.name if w.name in quantized else "kernel"]) for w in parent.weights
-               if "kernel" in w.name]
+    kernels = [
+        tf.constant(quantized[w.name if w.name in quantized else "kernel"])
+        for w in parent.weights
+        if "kernel" in w.name
+    ]
     assert len(kernels) == len(layer.slots)
     parent.set_weights([*(k.numpy() for k in kernels), *(w.numpy() for w in layer.weights if w.name == "bias")])
     with tf.GradientTape() as tape:
@@ -105,12 +130,17 @@ def test_weight_clip_clips_after_each_optimizer_step():
 
 def test_quantized_kernels_before_build_raise():
     with pytest.raises(ste.NotBuiltError, match="not built"):
-        QuantDense(2, kernel_quantizer="sign", kernel_constraint="weight_clip").quantized_kernel
+        _ = QuantDense(2, kernel_quantizer="sign", kernel_constraint="weight_clip").quantized_kernel
 
 
 def test_layer_config_round_trip():
-    layer = QuantConv2D(3, 2, input_quantizer="sign(surrogate='approx_sign')", kernel_quantizer="lsq(bits=3)",
-                        kernel_constraint="weight_clip(clip_value=0.5)")
+    layer = QuantConv2D(
+        3,
+        2,
+        input_quantizer="sign(surrogate='approx_sign')",
+        kernel_quantizer="lsq(bits=3)",
+        kernel_constraint="weight_clip(clip_value=0.5)",
+    )
     restored = QuantConv2D.from_config(layer.get_config())
     assert restored.input_quantizer.surrogate.name == "approx_sign"
     assert isinstance(restored.kernel_quantizer, ste.quantizers.LSQ) and restored.kernel_quantizer.bits == 3

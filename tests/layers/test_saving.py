@@ -21,8 +21,13 @@ def build_model() -> keras.Model:
     h = ste.layers.QuantConv2D(4, 3, kernel_quantizer="lsq(bits=3)", name="conv")(inputs)
     h = keras.layers.BatchNormalization(name="bn")(h)
     h = keras.layers.Flatten()(h)
-    h = ste.layers.QuantDense(8, input_quantizer="ste_sign", kernel_quantizer="sign(surrogate='approx_sign')",
-                              kernel_constraint="weight_clip", name="binary")(h)
+    h = ste.layers.QuantDense(
+        8,
+        input_quantizer="ste_sign",
+        kernel_quantizer="sign(surrogate='approx_sign')",
+        kernel_constraint="weight_clip",
+        name="binary",
+    )(h)
     h = ste.quantizers.PACT(bits=3, alpha=1.0, name="pact")(h)
     outputs = ste.layers.QuantDense(3, input_quantizer="dorefa(bits=2)", kernel_quantizer="ste_tern", name="out")(h)
     return keras.Model(inputs, outputs)
@@ -126,8 +131,9 @@ def test_mixed_float16_policy(run_eagerly):
     assert out.dtype == tf.float16
     assert model.get_layer("binary").quantized_kernel.dtype == tf.float32  # read outside call: the latent dtype
     # binary layers and quantized inputs: float16 changes only the rounding of the float32 parts
-    np.testing.assert_allclose(out.numpy().astype(np.float32), reference(x, training=False).numpy(), rtol=0.05,
-                               atol=0.1)
+    np.testing.assert_allclose(
+        out.numpy().astype(np.float32), reference(x, training=False).numpy(), rtol=0.05, atol=0.1
+    )
     model.compile(keras.optimizers.Adam(0.01), "mse", run_eagerly=run_eagerly)
     history = model.fit(x, y, epochs=2, batch_size=8, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))

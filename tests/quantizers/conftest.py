@@ -23,7 +23,9 @@ def upstream(shape: tuple[int, ...], dtype: tf.DType) -> np.ndarray:
     return (0.5 + 0.25 * (np.arange(size) % 7)).reshape(shape).astype(np_dtype(dtype))
 
 
-def run_quantizer(quantizer: Callable[..., Any], x: np.ndarray, dtype: tf.DType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_quantizer(
+    quantizer: Callable[..., Any], x: np.ndarray, dtype: tf.DType
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(output, gradient with respect to x for the upstream gradient dy, dy), all as float64 numpy arrays."""
     xt = tf.constant(np.asarray(x, np.float64), dtype=dtype)
     dy = upstream(xt.shape, dtype)

@@ -33,9 +33,22 @@ ALL_SPECS = [
 
 
 def test_names_lists_native_and_larq_quantizers():
-    assert set(q.names()) >= {"sign", "heaviside", "ternary", "magnitude_aware_sign", "dorefa", "uniform", "lsq",
-                              "pact", "ste_sign", "approx_sign", "swish_sign", "ste_heaviside", "ste_tern",
-                              "dorefa_quantizer"}
+    assert set(q.names()) >= {
+        "sign",
+        "heaviside",
+        "ternary",
+        "magnitude_aware_sign",
+        "dorefa",
+        "uniform",
+        "lsq",
+        "pact",
+        "ste_sign",
+        "approx_sign",
+        "swish_sign",
+        "ste_heaviside",
+        "ste_tern",
+        "dorefa_quantizer",
+    }
 
 
 def test_spec_strings_build_the_named_quantizer_with_its_arguments():
@@ -43,8 +56,9 @@ def test_spec_strings_build_the_named_quantizer_with_its_arguments():
     assert isinstance(sign, q.Sign) and sign.surrogate.name == "approx_sign"
     dorefa = q.get("dorefa(bits=4, mode='activations')")
     assert isinstance(dorefa, q.DoReFa) and (dorefa.bits, dorefa.mode, dorefa.precision) == (4, "activations", 4)
-    assert q.get("sign(surrogate='sigmoid_surrogate(beta=4.0)')").surrogate == ste.registry.get("sigmoid_surrogate",
-                                                                                                beta=4.0)
+    assert q.get("sign(surrogate='sigmoid_surrogate(beta=4.0)')").surrogate == ste.registry.get(
+        "sigmoid_surrogate", beta=4.0
+    )
 
 
 def test_get_passes_instances_callables_and_none_through():

@@ -39,8 +39,11 @@ def test_sign_with_a_smooth_surrogate(run, dtype):
 def test_sign_surrogate_forms_are_equivalent():
     x = tf.constant(GRID, tf.float32)
     expected = None
-    for surrogate in ["straight_through(clip=0.5)", {"name": "straight_through", "params": {"clip": 0.5}},
-                      ste.registry.get("straight_through", clip=0.5)]:
+    for surrogate in [
+        "straight_through(clip=0.5)",
+        {"name": "straight_through", "params": {"clip": 0.5}},
+        ste.registry.get("straight_through", clip=0.5),
+    ]:
         q = Sign(surrogate=surrogate)
         with tf.GradientTape() as tape:
             tape.watch(x)

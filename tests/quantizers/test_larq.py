@@ -49,7 +49,9 @@ def test_swish_sign(run, beta):
     y, grad, dy = run(q.get(f"swish_sign(beta={beta})"), GRID, tf.float64)
     bx = beta * GRID
     np.testing.assert_array_equal(y, larq_sign(GRID))
-    np.testing.assert_allclose(grad, dy * beta * (2 - bx * np.tanh(bx * 0.5)) / (1 + np.cosh(bx)), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        grad, dy * beta * (2 - bx * np.tanh(bx * 0.5)) / (1 + np.cosh(bx)), rtol=1e-10, atol=1e-14
+    )
 
 
 @pytest.mark.parametrize("clip_value", [1.0, 0.25])

@@ -13,7 +13,7 @@ FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 
 
 def away_from_ties(scaled: np.ndarray, margin: float) -> np.ndarray:
-    """Mask of values whose fractional part is not within ``margin`` of 0.5 (where low precision may round either way)."""
+    """Mask of values whose fractional part is not within ``margin`` of 0.5 (low precision may round either way)."""
     return np.abs(scaled - np.floor(scaled) - 0.5) > margin
 
 
@@ -82,7 +82,9 @@ def test_dorefa_weights_of_all_zeros_is_finite():
 def test_uniform(run, dtype, bits, low, high):
     step = (high - low) / (2**bits - 1)
     levels = low + step * np.arange(2**bits)
-    grid = np.concatenate([[low - 100.0, low - 0.5, low, 0.0, high, high + 0.5, high + 100.0], levels[::7], levels[:-1:5] + 0.3 * step])
+    grid = np.concatenate(
+        [[low - 100.0, low - 0.5, low, 0.0, high, high + 0.5, high + 100.0], levels[::7], levels[:-1:5] + 0.3 * step]
+    )
     x = grid.astype(dtype.as_numpy_dtype).astype(np.float64)
     y, grad, dy = run(Uniform(bits=bits, min=low, max=high), x, dtype)
     scaled = (np.clip(x, low, high) - low) / step
