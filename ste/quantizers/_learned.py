@@ -98,16 +98,17 @@ class LSQ(Quantizer):
         return tf.maximum(2.0 * mean / math.sqrt(self.q_p), 1e-8)
 
     def _initialize(self, x: tf.Tensor) -> None:
-        def assign() -> tf.Tensor:
-            self.step.assign(self.initial_step(x))
-            self.initialized.assign(1.0)
-            return tf.constant(True)
-
         if tf.executing_eagerly():
             if float(self.initialized.numpy()) == 0.0:
-                assign()
-        else:
-            tf.cond(tf.convert_to_tensor(self.initialized) > 0, lambda: tf.constant(False), assign)
+                self.step.assign(self.initial_step(x))
+                self.initialized.assign(1.0)
+            return
+        # In a graph: assign unconditionally (the step keeps its value once initialised). An assign inside tf.cond
+        # would break under MirroredStrategy, whose replica-context assign merges across replicas.
+        step = tf.convert_to_tensor(self.step)
+        done = tf.convert_to_tensor(self.initialized) > 0
+        self.step.assign(tf.where(done, step, tf.cast(self.initial_step(x), step.dtype)))
+        self.initialized.assign(1.0)
 
     def call(self, inputs: Any) -> tf.Tensor:
         x = as_tensor(inputs)

@@ -165,3 +165,25 @@ def test_invalid_parameters():
         LSQ(signed=1)
     with pytest.raises(ste.ParameterError, match="alpha"):
         PACT(alpha=0.0)
+
+
+def test_learned_quantizers_train_under_mirrored_strategy():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    strategy = tf.distribute.MirroredStrategy(devices)
+    with strategy.scope():
+        model = keras.Sequential(
+            [
+                keras.Input((8,)),
+                ste.layers.QuantDense(4, input_quantizer="pact(bits=3, alpha=1.0)", kernel_quantizer="lsq(bits=3)"),
+                ste.layers.QuantDense(2, kernel_quantizer="ste_sign", kernel_constraint="weight_clip"),
+            ]
+        )
+        model.compile(keras.optimizers.Adam(0.01), "mse")
+    rng = np.random.default_rng(0)
+    history = model.fit(rng.normal(size=(32, 8)), rng.normal(size=(32, 2)), epochs=2, batch_size=16, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    first = model.layers[0]
+    assert first.kernel_quantizer.initialized.numpy() == 1.0 and first.kernel_quantizer.step.numpy() != 1.0
+    assert first.input_quantizer.alpha.numpy() != 1.0
