@@ -68,8 +68,9 @@ class LSQ(Quantizer):
     Forward round(clip(x/s, −Q_N, Q_P))·s (``tf.round``, half to even). Backward: ∂/∂x = 1 where
     −Q_N < x/s < Q_P, else 0; ∂/∂s = round(x/s) − x/s inside, −Q_N where x/s <= −Q_N, Q_P where x/s >= Q_P,
     summed over x after multiplying by the gradient scale g = 1/√(N·Q_P) (N = number of elements of x).
-    s is initialised on the first call to 2·mean(abs(x))/√Q_P (the first batch for activations; at least
-    1e-8 so that an all-zero first input does not give s = 0); it is not constrained afterwards. Spec name ``"lsq"``.
+    s is initialised to 2·mean(abs(x))/√Q_P (at least 1e-8, so that an all-zero input does not give s = 0) by the
+    first eager call or the first call traced with ``training=True`` (as ``fit`` does); graphs traced without
+    ``training=True`` (``predict``, ``model.export``) only read s. s is not constrained afterwards. Spec name ``"lsq"``.
     """
 
     def __init__(self, bits: int = 4, signed: bool = True, **kwargs: Any) -> None:
@@ -97,11 +98,13 @@ class LSQ(Quantizer):
         mean = tf.reduce_mean(tf.abs(tf.cast(x, tf.float32)))
         return tf.maximum(2.0 * mean / math.sqrt(self.q_p), 1e-8)
 
-    def _initialize(self, x: tf.Tensor) -> None:
+    def _initialize(self, x: tf.Tensor, training: Any) -> None:
         if tf.executing_eagerly():
             if float(self.initialized.numpy()) == 0.0:
                 self.step.assign(self.initial_step(x))
                 self.initialized.assign(1.0)
+            return
+        if not training:  # inference graphs (model.export, predict) stay free of variable writes
             return
         # In a graph: assign unconditionally (the step keeps its value once initialised). An assign inside tf.cond
         # would break under MirroredStrategy, whose replica-context assign merges across replicas.
@@ -110,9 +113,9 @@ class LSQ(Quantizer):
         self.step.assign(tf.where(done, step, tf.cast(self.initial_step(x), step.dtype)))
         self.initialized.assign(1.0)
 
-    def call(self, inputs: Any) -> tf.Tensor:
+    def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
         x = as_tensor(inputs)
-        self._initialize(x)
+        self._initialize(x, training)
         return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p)
 
     def get_config(self) -> dict[str, Any]:

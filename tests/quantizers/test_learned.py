@@ -83,16 +83,18 @@ def test_lsq_initialises_the_step_on_the_first_call_only():
     np.testing.assert_allclose(float(q.step), 2 * np.mean(np.abs(x1)) / np.sqrt(7), rtol=1e-6)
 
 
-def test_lsq_initialises_inside_tf_function():
+def test_lsq_initialises_in_a_training_graph_only():
+    x = tf.constant([0.5, 1.5, 3.0])
+    expected = 2 * np.mean([0.5, 1.5, 3.0]) / np.sqrt(7)
     q = LSQ(bits=3, signed=False)
     q.build(())
-    f = tf.function(lambda x: q(x))
-    x = tf.constant([0.5, 1.5, 3.0])
-    f(x)
-    expected = 2 * np.mean([0.5, 1.5, 3.0]) / np.sqrt(7)
+    tf.function(lambda x: q(x))(x)  # an inference graph only reads the step
+    assert float(q.step) == 1.0 and float(q.initialized) == 0.0
+    train = tf.function(lambda x: q(x, training=True))
+    train(x)
     np.testing.assert_allclose(float(q.step), expected, rtol=1e-6)
     assert float(q.initialized) == 1.0
-    f(x * 5)
+    train(x * 5)
     np.testing.assert_allclose(float(q.step), expected, rtol=1e-6)
 
 
