@@ -160,7 +160,13 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
     if isinstance(identifier, str):
         return _from_spec(identifier)
     if isinstance(identifier, Mapping):
-        quantizer = keras.saving.deserialize_keras_object(dict(identifier))
+        try:
+            quantizer = keras.saving.deserialize_keras_object(dict(identifier))
+        except (TypeError, ValueError) as error:
+            raise SpecError(
+                f"cannot build a quantizer from the config {identifier!r} ({error}). Expected the output of "
+                f"keras.saving.serialize_keras_object(quantizer), e.g. for ste.quantizers.Sign(); after `import ste`."
+            ) from None
         if not callable(quantizer):
             raise SpecError(f"the quantizer config {identifier!r} did not give a callable but {quantizer!r}.")
         return quantizer  # type: ignore[no-any-return]
