@@ -4,6 +4,9 @@ A quantizer is a Keras 3 layer whose ``call`` applies one ``ste`` op (``ste.forw
 autocasts its input: a float16 input gives a float16 output, whatever the layer's dtype policy, so it can sit inside
 a mixed-precision layer and quantize that layer's (already cast) kernel.
 
+TensorFlow's CPU kernels treat subnormal inputs as zero (−1e-45 >= 0 is true there), so every comparison below
+does too: a subnormal negative input binarizes to +1 and counts as inside a range starting at 0.
+
 Names and spec strings (``"sign"``, ``"sign(surrogate='approx_sign')"``, ``"dorefa(bits=4, mode='activations')"``)
 are parsed with :func:`ste.registry.parse_spec` (``ast``, literals only, never ``eval``).
 """
