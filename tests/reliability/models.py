@@ -87,20 +87,28 @@ class LearnedClip(keras.layers.Layer):
         return {**super().get_config(), "alpha": self.initial_alpha}
 
 
-def make_model(seed: int = 0, extra_layers: tuple[Any, ...] = ()) -> keras.Model:
-    """8 inputs → BinaryDense(16) → LearnedClip → BinaryDense(3): binary kernels, quantized activations.
+HAS_QUANTIZERS = hasattr(ste, "quantizers")  # the quantizer package (LSQ, PACT), when this checkout has it
 
-    The gradient reaching the inputs passes through both custom rules (autodiff alone would give zero through the
-    rounding in ``learned_clip``), so comparing input gradients checks that the custom gradients are in effect.
+
+def make_model(
+    seed: int = 0, extra_layers: tuple[Any, ...] = (), lsq: bool = HAS_QUANTIZERS, pact: bool = HAS_QUANTIZERS
+) -> keras.Model:
+    """A small binarized classifier with learnable quantizers.
+
+    8 inputs → [PACT] → [LSQ] → BinaryDense(16) → LearnedClip → BinaryDense(3): binary kernels, quantized
+    activations, ste.quantizers.PACT (learned clipping level) and LSQ (learned step) when asked (default: when the
+    package has them). Every learnable parameter gets a non-zero gradient. The gradient reaching the inputs passes
+    through the custom rules (autodiff alone would give zero through the rounding), so comparing input gradients
+    checks that they are in effect.
     """
     keras.utils.set_random_seed(seed)
-    layers = [
-        keras.Input((8,)),
-        BinaryDense(16, binary_inputs=False, name="dense_in"),
-        LearnedClip(2.0, name="clip"),
-        *extra_layers,
-        BinaryDense(3, binary_inputs=False, name="dense_out"),
-    ]
+    layers: list[Any] = [keras.Input((8,))]
+    if pact:
+        layers.append(ste.quantizers.PACT(bits=4, alpha=1.0, name="pact"))
+    if lsq:
+        layers.append(ste.quantizers.LSQ(bits=4, name="lsq"))
+    layers += [BinaryDense(16, binary_inputs=False, name="dense_in"), LearnedClip(2.0, name="clip")]
+    layers += [*extra_layers, BinaryDense(3, binary_inputs=False, name="dense_out")]
     return keras.Sequential(layers)
 
 
