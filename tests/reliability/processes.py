@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,36 +51,39 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 class _Jobs:
+    """Subprocesses with output in log files (never a pipe that could fill up) and a deadline counted from start."""
+
     def __init__(self) -> None:
-        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}
+        self.deadlines: dict[str, float] = {}
 
     def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, str(WORKER), *args],
-            env=env,
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.logs[name] = cwd / f"{name}.log"
+        with open(self.logs[name], "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, str(WORKER), *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.deadlines[name] = time.monotonic() + TIMEOUT
 
     def wait(self, name: str) -> None:
         proc = self.procs[name]
         try:
-            _, stderr = proc.communicate(timeout=TIMEOUT)
+            proc.wait(timeout=max(1.0, self.deadlines[name] - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
-            pytest.fail(f"subprocess {name} did not finish within {TIMEOUT} s")
-        assert proc.returncode == 0, f"subprocess {name} failed:\n{stderr[-4000:]}"
+            proc.wait()
+            pytest.fail(f"subprocess {name} did not finish within {TIMEOUT} s of its start")
+        output = self.logs[name].read_text(errors="replace")
+        assert proc.returncode == 0, f"subprocess {name} failed:\n{output[-4000:]}"
 
     def kill_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.kill()
             try:
-                proc.communicate(timeout=10)
-            except (subprocess.TimeoutExpired, ValueError):
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 pass
 
 
