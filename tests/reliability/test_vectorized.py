@@ -192,3 +192,24 @@ def test_jacobian_of_a_two_input_hand_written_rule() -> None:
     np.testing.assert_allclose(jv.numpy(), np.einsum("ij,jl->ijl", sign, np.eye(5)))
     bx = tape.batch_jacobian(y, x)
     np.testing.assert_allclose(bx.numpy(), np.einsum("ij,jl->ijl", v.numpy() * (np.abs(X64) <= 1.0), np.eye(5)))
+
+
+def test_user_registered_surrogate_inside_vectorized_map() -> None:
+    name = "rel_vmap_cubic_bump"
+    ste.registry.register(name, lambda x, width=2.0: tf.nn.relu(1.0 - (x / width) ** 2) ** 3)
+    try:
+        op = ste.forward(tf_sign).backward(f"{name}(width=1.5)")
+        x = tf.constant(X64, tf.float64)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.vectorized_map(op, x)
+        expected = DY64 * np.maximum(0.0, 1.0 - (X64 / 1.5) ** 2) ** 3
+        np.testing.assert_allclose(tape.gradient(y, x, output_gradients=tf.constant(DY64)).numpy(), expected)
+    finally:
+        ste.registry.unregister(name)
+
+
+def test_surrogate_with_several_outputs_raises_inside_vectorized_map() -> None:
+    op = ste.forward(lambda x: (tf_sign(x), tf_sign(-x))).backward("identity")
+    with pytest.raises(ste.RuleError, match="one-output"):
+        tf.vectorized_map(op, tf.constant(X64, tf.float32))
