@@ -121,10 +121,9 @@ def _unknown(name: str, spec: str) -> UnknownQuantizerError:
     known = names()
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    error: UnknownQuantizerError = UnknownQuantizerError(
+    return UnknownQuantizerError(
         f"no quantizer named {name!r} (in {spec!r}); {hint}known quantizers: {', '.join(known)}."
     )
-    return error
 
 
 def _from_spec(spec: str) -> Quantizer:
