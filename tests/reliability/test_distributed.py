@@ -31,7 +31,9 @@ def _fit(strategy: tf.distribute.Strategy | None, lsq: bool, initialize_first: b
 def _mirrored() -> tf.distribute.Strategy:
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(devices) >= 2, "tests/conftest.py should provide two logical CPU devices"
-    strategy = tf.distribute.MirroredStrategy(devices[:2])
+    # ReductionToOneDevice: no collective ops, whose instance keys can clash with another MirroredStrategy created
+    # earlier in the same process (other test modules), aborting every later collective ("Restart your program").
+    strategy = tf.distribute.MirroredStrategy(devices[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())
     assert strategy.num_replicas_in_sync == 2
     return strategy
 
