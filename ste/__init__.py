@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import registry, testing
+from . import constraints, layers, quantizers, registry, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -15,14 +15,18 @@ from ._errors import (
     InputError,
     MissingBackwardError,
     MissingDependencyError,
+    NotBuiltError,
     ParameterError,
     RegistrationError,
     RuleError,
     SpecError,
     STEError,
+    UnknownQuantizerError,
     UnknownSurrogateError,
 )
+from ._export import export_quantized_weights
 from ._plot import plot
+from ._summary import summary
 from ._version import __version__
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "InputError",
     "MissingBackwardError",
     "MissingDependencyError",
+    "NotBuiltError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
@@ -41,12 +46,18 @@ __all__ = [
     "STEError",
     "STEFunction",
     "SpecError",
+    "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",
     "backward",
     "backward_like",
+    "constraints",
+    "export_quantized_weights",
     "forward",
+    "layers",
     "plot",
+    "quantizers",
     "registry",
+    "summary",
     "testing",
 ]

@@ -21,11 +21,13 @@ __all__ = [
     "InputError",
     "MissingBackwardError",
     "MissingDependencyError",
+    "NotBuiltError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
     "STEError",
     "SpecError",
+    "UnknownQuantizerError",
     "UnknownSurrogateError",
 ]
 
@@ -100,8 +102,22 @@ class UnknownSurrogateError(STEError, ValueError):
         __init__ = Exception.__init__
 
 
+class UnknownQuantizerError(STEError, ValueError):
+    """No quantizer is known under the requested name (see ``ste.quantizers.names()``)."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class NotBuiltError(STEError, ValueError):
+    """A Keras layer or model must be built (called on data, or given an ``Input``) before this operation."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
 class ParameterError(STEError, ValueError):
-    """A surrogate's hyperparameter is unknown, of the wrong type or out of range."""
+    """A hyperparameter of a surrogate or quantizer is unknown, of the wrong type or out of range."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
