@@ -59,6 +59,9 @@ def test_pages_and_api_reference_are_built(site):
         assert (site / page / "index.html").exists(), page
     api = (site / "api" / "index.html").read_text()
     for anchor in (
+        "ste.quantizers.Sign",
+        "ste.layers.QuantDense",
+        "ste.summary",
         "ste.forward",
         "ste.STEFunction",
         "ste.registry.Surrogate",
