@@ -130,8 +130,12 @@ class RegistrationError(STEError, ValueError):
         __init__ = Exception.__init__
 
 
-class MissingDependencyError(STEError, ImportError):
-    """An optional dependency is not installed (e.g. matplotlib for :func:`ste.plot`: ``pip install 'ste[plot]'``)."""
+class MissingDependencyError(STEError, ImportError, ValueError):
+    """An optional dependency is not installed (e.g. matplotlib for :func:`ste.plot`: ``pip install 'ste[plot]'``).
+
+    An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
+    ``TypeError`` or ``ValueError``.
+    """
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

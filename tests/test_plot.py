@@ -93,4 +93,4 @@ def test_missing_matplotlib_raises_an_ste_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ste.MissingDependencyError, match=r"pip install 'ste\[plot\]'") as caught:
         ste.plot("identity")
-    assert isinstance(caught.value, ImportError)
+    assert isinstance(caught.value, ImportError) and isinstance(caught.value, ValueError)
