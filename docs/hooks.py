@@ -93,14 +93,18 @@ def _index_page(entries: list[Any]) -> str:
         " grid, the reference, and a plot of the primitive P (where one exists, P' = d) above d. Print the same"
         " from the shell with `python -m ste list` and `python -m ste show NAME`.",
         "",
-        "| name | d(x) | defaults | peak | plot |",
-        "|---|---|---|---|---|",
+        'The same name means different functions across libraries ("SuperSpike" is 1/(1+k|x|)² in snnTorch and'
+        " Norse, α/(|x|+1)² in SpikingJelly), and defaults' peaks differ by more than an order of magnitude: pick an"
+        " entry by its formula and plot, not by its name.",
+        "",
+        "| name | d(x) | defaults | peak | reference | plot |",
+        "|---|---|---|---|---|---|",
     ]
     for info in entries:
         peak = info.peak.describe() if info.peak is not None else "-"
         lines.append(
             f"| [`{info.name}`]({info.name}.md) | `{_cell(info.formula)}` | `{_cell(info.parameter_text())}` "
-            f'| {peak} | ![{info.name}]({info.name}.png){{ width="220" }} |'
+            f'| {peak} | {_cell(info.reference)} | ![{info.name}]({info.name}.png){{ width="220" }} |'
         )
     lines.append("")
     return "\n".join(lines)
