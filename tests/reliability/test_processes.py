@@ -88,6 +88,16 @@ def test_multi_worker_lsq_step_is_identical(process_jobs: Jobs) -> None:
     assert results[0]["hex"][LSQ_STEP] == results[1]["hex"][LSQ_STEP]
 
 
+def test_multi_worker_training_matches_one_device(process_jobs: Jobs) -> None:
+    """Each worker also ran the same steps on one device (same global batches): the weights agree (LSQ included:
+    its initial step from the whole first global batch, its gradient scale with the global N)."""
+    results = _worker_results(process_jobs)
+    for result in results:
+        assert result["one_device"].keys() == result["final"].keys()
+        for key, value in result["final"].items():
+            np.testing.assert_allclose(value, result["one_device"][key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
 def test_seeded_runs_are_bit_identical(process_jobs: Jobs) -> None:
     runner, tmp, _ = process_jobs
     runner.wait("determinism0")
