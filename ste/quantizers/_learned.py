@@ -87,13 +87,15 @@ class LSQ(Quantizer):
     Distribution strategies (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``; in a replica context with
     ``num_replicas_in_sync`` = R > 1, as in ``fit`` or ``strategy.run``): LSQ gives what one device gives for the
     global batch. With ``sharded=True`` (the default: x is an activation, each replica sees its shard of the global
-    batch) the initial s is 2·mean(abs(x))/√Q_P over the whole global batch (sum and count are all-reduced across
-    replicas, in every training step, since the graph cannot skip the exchange once s is initialised) and N in the
-    gradient scale is the replica's element count × R, the global count when the global batch splits evenly (a last
-    partial batch that splits unevenly gets a scale off by the ratio of the shards' sizes, as Keras's own
-    per-replica loss averaging does). ``sharded=False`` declares that every replica quantizes the same tensor (a
-    replicated weight): no communication and N = size(x); the quantized layers of ``ste.layers`` set it for their
-    kernel quantizers.
+    batch) the initial s is 2·mean(abs(x))/√Q_P over the whole global batch (the sum, in float64, and the count are
+    all-reduced across replicas; in every training step, since a graph cannot skip the exchange once s is
+    initialised) and N in the gradient scale is the replica's element count × R. That is the global count when the
+    global batch splits evenly; a shard of an unevenly split (last, partial) batch gets a scale off by
+    √(global count / (R × its count)), as Keras's own per-replica loss averaging is off there.
+    ``sharded=False`` declares that every replica quantizes the same tensor (a replicated weight): nothing is
+    exchanged and N = size(x). The quantized layers of ``ste.layers`` set it for their kernel quantizers; set it
+    yourself when you apply LSQ to a weight in your own layer (with ``sharded=True`` the step gradient of a
+    replicated tensor under R replicas is √R too small).
     """
 
     def __init__(self, bits: int = 4, signed: bool = True, sharded: bool = True, **kwargs: Any) -> None:
