@@ -1,0 +1,74 @@
+"""Alternating timing: every variant runs once per round, in a rotated order, on the same inputs.
+
+Machines shared with other processes drift; timing the variants side by side in every round, and reporting the
+median over rounds of the per-round ratio to the baseline, cancels most of that drift.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["alternate", "load_average", "summarize"]
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (empty where the platform has none)."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def alternate(
+    cases: Mapping[str, Callable[[], object]], *, rounds: int, inner: int, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Seconds per call of each case: ``rounds`` samples each, every sample the mean of ``inner`` back-to-back calls.
+
+    Each round runs every case once; the order rotates from round to round so that no case always runs first
+    (or right after the same neighbour). Garbage collection is off while a sample is timed (as in ``timeit``).
+    """
+    names = list(cases)
+    for name in names:
+        for _ in range(warmup):
+            cases[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc.collect()  # once: a full collection with TensorFlow loaded takes ~0.2 s
+    for index in range(rounds):
+        shift = index % len(names)
+        order = names[shift:] + names[:shift]
+        if index % 2:
+            order.reverse()
+        for name in order:
+            fn = cases[name]
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                elapsed = time.perf_counter() - start
+            finally:
+                gc.enable()
+            samples[name].append(elapsed / inner)
+    return samples
+
+
+def summarize(samples: Mapping[str, list[float]], baseline: str) -> dict[str, dict[str, Any]]:
+    """Median time, interquartile range and the median per-round ratio to ``baseline`` for each case."""
+    base = samples[baseline]
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in samples.items():
+        ratios = [v / b for v, b in zip(values, base)]
+        quartiles = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
+        out[name] = {
+            "median_s": statistics.median(values),
+            "q1_s": quartiles[0],
+            "q3_s": quartiles[2],
+            "ratio": statistics.median(ratios),
+            "samples": len(values),
+        }
+    return out
