@@ -29,19 +29,19 @@ def alternate(
 ) -> dict[str, list[float]]:
     """Seconds per call of each case: ``rounds`` samples each, every sample the mean of ``inner`` back-to-back calls.
 
-    Each round runs every case once; the order rotates from round to round so that no case always runs first
-    (or right after the same neighbour). Garbage collection is off while a sample is timed (as in ``timeit``).
+    ``warmup`` untimed rounds come first (the first round after tracing and a garbage collection runs slow).
+
+    Each round runs every case once; the order rotates from round to round, so that over ``len(cases)`` rounds
+    every case runs once in every position, and every other such cycle runs in reverse order. Garbage collection
+    is off while a sample is timed (as in ``timeit``).
     """
     names = list(cases)
-    for name in names:
-        for _ in range(warmup):
-            cases[name]()
+    gc.collect()  # once, before the warm-up: a full collection with TensorFlow loaded takes ~0.2 s
     samples: dict[str, list[float]] = {name: [] for name in names}
-    gc.collect()  # once: a full collection with TensorFlow loaded takes ~0.2 s
-    for index in range(rounds):
+    for index in range(-warmup, rounds):  # the first `warmup` rounds are run the same way but not recorded
         shift = index % len(names)
         order = names[shift:] + names[:shift]
-        if index % 2:
+        if (index // len(names)) % 2:  # every other full cycle runs backwards: neighbours swap sides
             order.reverse()
         for name in order:
             fn = cases[name]
@@ -53,7 +53,8 @@ def alternate(
                 elapsed = time.perf_counter() - start
             finally:
                 gc.enable()
-            samples[name].append(elapsed / inner)
+            if index >= 0:
+                samples[name].append(elapsed / inner)
     return samples
 
 

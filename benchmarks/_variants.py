@@ -1,6 +1,9 @@
 """The same quantizer written four ways: with ``ste``, as a hand-written ``tf.custom_gradient`` (the baseline), and
 with the two stop-gradient tricks.
 
+A second, independently built copy of the baseline (``custom_gradient_copy``) is timed like the others: its ratio
+to the baseline shows how large the measurement noise is (an A/A comparison).
+
 Every variant computes sign(x) (sign(0) = +1) in the forward pass and one of three local derivatives d(x) in the
 backward pass (the VJP is dy·d(x)):
 
@@ -24,7 +27,7 @@ import ste
 __all__ = ["RULES", "VARIANTS", "make_op", "sign"]
 
 RULES = ("straight_through", "sigmoid_surrogate", "approx_sign")
-VARIANTS = ("custom_gradient", "ste", "stop_gradient_exact", "stop_gradient_naive")
+VARIANTS = ("custom_gradient", "ste", "stop_gradient_exact", "stop_gradient_naive", "custom_gradient_copy")
 BETA = 4.0
 
 Op = Callable[[tf.Tensor], tf.Tensor]
@@ -116,7 +119,7 @@ def make_op(variant: str, rule: str) -> Op:
     if variant == "ste":
         op: Op = make_ste(rule)
         return op
-    if variant == "custom_gradient":
+    if variant in ("custom_gradient", "custom_gradient_copy"):  # the copy: an A/A check of the timing noise
         return make_custom_gradient(rule)
     if variant == "stop_gradient_exact":
         return make_stop_gradient(rule, exact=True)
