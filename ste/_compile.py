@@ -69,7 +69,7 @@ def compile_op(
         try:
             return custom(*xs)
         except TypeError as error:
-            if "variables" not in str(error):
+            if "argument 'variables'" not in str(error):
                 raise
             raise InputError(
                 f"{label}: the forward function reads trainable variable(s) that are not positional inputs, so "

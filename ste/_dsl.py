@@ -30,6 +30,9 @@ R = TypeVar("R")
 RuleLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any], Callable[..., Any]]
 
 _CACHE_LIMIT = 64
+F = TypeVar("F", bound=Callable[..., Any])
+# AutoGraph need not convert the library's own code (it is plain Python around TensorFlow ops).
+_do_not_convert: Callable[[F], F] = tf.autograph.experimental.do_not_convert
 
 
 def _copy_metadata(target: object, fn: Callable[..., Any]) -> None:
@@ -195,7 +198,7 @@ class STEFunction(Generic[P, R]):
         rule: Rule = self._rule  # type: ignore[attr-defined]
         rule.check_call(n_inputs, False, kwargs, label)
 
-    @tf.autograph.experimental.do_not_convert
+    @_do_not_convert
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if not args:
             raise CallError(

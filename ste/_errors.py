@@ -11,6 +11,8 @@ plain initialiser means ``except ste.STEError`` works the same inside and outsid
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __all__ = [
     "CallError",
     "GradientCountError",
@@ -30,70 +32,82 @@ __all__ = [
 class STEError(Exception):
     """Base class of every error raised by ``ste``."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class InputError(STEError, TypeError):
     """A positional input of an ``ste`` op is not a floating-point tensor (or cannot become one)."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class CallError(STEError, TypeError):
     """An ``ste`` op was called with arguments its forward function (or rule) cannot take."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class MissingBackwardError(STEError, TypeError):
     """A :class:`ste.Forward` was called before a backward rule was attached to it."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class RuleError(STEError, TypeError):
     """A backward rule cannot be used as given (wrong kind of object, wrong arity, wrong return type)."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class GradientCountError(STEError, ValueError):
     """A backward rule returned a different number of gradients than the op has positional inputs."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class GradientShapeError(STEError, ValueError):
     """A backward rule returned a gradient whose shape differs from its input's shape."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class GradientDtypeError(STEError, TypeError):
     """A backward rule returned a gradient whose dtype differs from its input's dtype."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class SpecError(STEError, ValueError):
     """A surrogate spec string such as ``"sigmoid_surrogate(beta=4)"`` is malformed or not made of literals."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class UnknownSurrogateError(STEError, ValueError):
     """No surrogate is registered under the requested name."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class ParameterError(STEError, ValueError):
     """A surrogate's hyperparameter is unknown, of the wrong type or out of range."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class RegistrationError(STEError, ValueError):
     """A surrogate could not be registered (name taken, invalid name, invalid definition)."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__

@@ -47,8 +47,10 @@ def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor,
     grad_view = tf.expand_dims(grad, 0)[:0]
     input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
     pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
-    with tf.control_dependencies([assert_op, pack]):
-        return tf.identity(grad)
+    with tf.control_dependencies([assert_op]):
+        # A data dependency on the Pack (a free reshape to its checked shape): a control dependency alone is
+        # dropped when XLA folds a constant gradient.
+        return tf.reshape(grad, tf.shape(pack)[2:])
 
 
 def normalize_gradient_structure(result: Any, n_inputs: int, op: str) -> list[Any]:

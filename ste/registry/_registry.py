@@ -39,10 +39,11 @@ def _unknown(name: str) -> UnknownSurrogateError:
     known = names()
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    return UnknownSurrogateError(
+    error: UnknownSurrogateError = UnknownSurrogateError(
         f"no surrogate named {name!r}; {hint}known names: {', '.join(known)}. "
         f"Register your own with @ste.registry.register({name!r})."
     )
+    return error
 
 
 def lookup(name: str) -> type[Surrogate]:
@@ -130,8 +131,6 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
                     f"cannot register {name!r}: give a Surrogate subclass its primitive as a method."
                 )
             cls: type[Surrogate] = target
-            if cls.name and cls.name != name:  # the class already carries another name: register a named copy
-                cls = type(cls.__name__, (cls,), {"__doc__": cls.__doc__, "__module__": cls.__module__})
         elif callable(target) and not isinstance(target, type):
             cls = _class_from_function(name, target, primitive)
         else:
@@ -139,12 +138,16 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
                 f"cannot register {name!r}: expected a Surrogate subclass or a function derivative(x, **params); "
                 f"received {type(target).__name__}."
             )
-        with _LOCK:
+        with _LOCK:  # check, name and insert atomically: two threads cannot both claim one class or one name
             if name in _REGISTRY and not replace:
                 raise RegistrationError(
                     f"a surrogate named {name!r} is already registered ({_REGISTRY[name].__qualname__}); "
                     f"pass replace=True to overwrite it, or choose another name."
                 )
+            # A name inherited from a registered parent class does not count: a subclass of a built-in gets its own.
+            own_name = cls.__dict__.get("name", "")
+            if own_name and own_name != name:  # the class itself already carries another name: register a copy
+                cls = type(cls.__name__, (cls,), {"__doc__": cls.__doc__, "__module__": cls.__module__})
             cls.name = name
             _REGISTRY[name] = cls
         return target

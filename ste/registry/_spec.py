@@ -35,7 +35,11 @@ def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
         raise _fail(spec, f"{type(node.value).__name__} literals are not accepted")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = node.operand
-        if isinstance(operand, ast.Constant) and type(operand.value) in (int, float):
+        if (
+            isinstance(operand, ast.Constant)
+            and isinstance(operand.value, (int, float))
+            and not isinstance(operand.value, bool)
+        ):
             return -operand.value if isinstance(node.op, ast.USub) else operand.value
         raise _fail(spec, "a sign may only precede a number")
     if isinstance(node, (ast.Tuple, ast.List)):

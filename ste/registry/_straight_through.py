@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import tensorflow as tf
 
 from ._registry import register
@@ -41,7 +39,7 @@ class StraightThrough(Surrogate):
     Reference: Hubara et al. 2016 (BinaryNet), the clipped straight-through estimator.
     """
 
-    clip: Any = 1.0
+    clip: float | None = 1.0
     formula = "1[abs(x) <= clip]"
     reference = "Hubara et al. 2016, Binarized Neural Networks (BinaryNet)"
 

@@ -55,7 +55,8 @@ class Surrogate:
     Hyperparameters are declared on subclasses as annotated class attributes with defaults and are passed to the
     constructor by keyword (or positionally, in declaration order). They are Python numbers (or ``None`` where an
     entry documents it) or scalar tensors, and are read back as attributes (``surrogate.beta``) or through
-    :attr:`params`. Instances are immutable and compare equal by name and parameters.
+    :attr:`params`. Instances are immutable and compare equal by name and parameters (a scalar tensor by its value,
+    a ``tf.Variable`` by identity, since its value may change).
 
     Class attributes a subclass may set:
 
@@ -69,12 +70,14 @@ class Surrogate:
     formula: ClassVar[str] = ""
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    _nullable: ClassVar[frozenset[str]] = frozenset()
 
     _params: Mapping[str, Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fields: dict[str, Any] = {}
+        nullable: set[str] = set()
         for klass in reversed(cls.__mro__):
             if klass is object or not issubclass(klass, Surrogate) or klass is Surrogate:
                 continue
@@ -82,7 +85,11 @@ class Surrogate:
                 if field.startswith("_") or _is_classvar(annotation):
                     continue
                 fields[field] = klass.__dict__.get(field, _NO_DEFAULT)
+                text = annotation if isinstance(annotation, str) else repr(annotation)
+                if fields[field] is None or "None" in text or "Optional" in text:
+                    nullable.add(field)
         cls._fields = tuple(fields)
+        cls._nullable = frozenset(nullable)
         cls._defaults = MappingProxyType(fields)
 
     def __init__(self, *args: Any, **params: Any) -> None:
@@ -123,7 +130,7 @@ class Surrogate:
         label = self.name or type(self).__name__
         default = self._defaults[field]
         if value is None:
-            if default is None:
+            if field in self._nullable:
                 return None
             raise ParameterError(
                 f"surrogate '{label}': parameter '{field}' may not be None; expected a number (default {default!r})."
@@ -217,9 +224,11 @@ class Surrogate:
         return "(" + ", ".join(parts) + ")"
 
     def _key(self) -> tuple[Any, ...]:
-        items = []
+        items: list[tuple[str, Any]] = []
         for field, value in self._params.items():
-            if isinstance(value, (tf.Tensor, tf.Variable)):
+            if isinstance(value, tf.Variable):  # mutable: identity, so that the hash never changes
+                items.append((field, ("variable", id(value))))
+            elif isinstance(value, tf.Tensor):
                 number = _scalar_value(value)
                 items.append((field, ("tensor", id(value)) if number is None else number))
             else:

@@ -1,0 +1,33 @@
+"""Small shared helpers for the tests (no assertions of their own)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+#: Absolute/relative tolerances per dtype for comparisons against float64 numpy references.
+TOLERANCE = {tf.float16: 2e-3, tf.bfloat16: 2e-2, tf.float32: 1e-6, tf.float64: 1e-12}
+
+
+def value_and_grads(
+    op: Callable[..., Any], *inputs: Any, dy: Any = None, **kwargs: Any
+) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """Eager forward value and gradients of ``sum(dy * op(*inputs))`` with respect to every input."""
+    tensors = [tf.convert_to_tensor(x) if not isinstance(x, tf.Variable) else x for x in inputs]
+    with tf.GradientTape(persistent=True) as tape:
+        for t in tensors:
+            tape.watch(t)
+        y = op(*tensors, **kwargs)
+    grads = tape.gradient(y, tensors, output_gradients=dy)
+    return y.numpy(), [None if g is None else g.numpy() for g in grads]
+
+
+def as_float64(values: Sequence[Any] | np.ndarray | tf.Tensor) -> np.ndarray:
+    if isinstance(values, tf.Tensor):
+        values = tf.cast(values, tf.float64).numpy()
+    return np.asarray(values, dtype=np.float64)

@@ -1,0 +1,114 @@
+"""What a rule returns is checked while tracing: count, dtype, exact shape; unknown dimensions at run time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+
+X = tf.constant([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
+
+
+def _grad_of(op: ste.STEFunction, *inputs: tf.Tensor) -> list[tf.Tensor | None]:
+    with tf.GradientTape() as tape:
+        tape.watch(list(inputs))
+        y = op(*inputs)
+    return tape.gradient(y, list(inputs))
+
+
+def _in_function(op: ste.STEFunction, *inputs: tf.Tensor) -> list[tf.Tensor | None]:
+    return tf.function(lambda *xs: _grad_of(op, *xs))(*inputs)
+
+
+@pytest.mark.parametrize("run", [_grad_of, _in_function], ids=["eager", "function"])
+def test_wrong_gradient_count(run) -> None:  # type: ignore[no-untyped-def]
+    def two_grads(dy, x):  # type: ignore[no-untyped-def]
+        return dy, dy
+
+    op = ste.forward(tf.sign).backward(two_grads)
+    with pytest.raises(ste.GradientCountError) as info:
+        run(op, X)
+    message = str(info.value)
+    assert "ste op 'sign'" in message and "two_grads" in message
+    assert "returned 2 gradient(s); expected 1" in message
+
+
+@pytest.mark.parametrize("run", [_grad_of, _in_function], ids=["eager", "function"])
+def test_broadcast_compatible_wrong_shape_is_an_error(run) -> None:  # type: ignore[no-untyped-def]
+    def summed(dy, x):  # type: ignore[no-untyped-def]
+        return tf.reduce_sum(dy, axis=0, keepdims=True)  # shape (1, 3): would broadcast silently
+
+    op = ste.forward(tf.sign).backward(summed)
+    with pytest.raises(ste.GradientShapeError) as info:
+        run(op, X)
+    message = str(info.value)
+    assert "positional input 0" in message and "summed" in message
+    assert "(1, 3)" in message and "(2, 3)" in message and "broadcast-compatible" in message
+
+
+def test_wrong_rank_is_an_error_without_broadcast_note() -> None:
+    op = ste.forward(tf.sign).backward(lambda dy, x: tf.reshape(dy, [-1]))
+    with pytest.raises(ste.GradientShapeError) as info:
+        _grad_of(op, X)
+    assert "(6,)" in str(info.value) and "broadcast-compatible" not in str(info.value)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float64])
+def test_float32_gradient_for_lower_or_higher_precision_input(dtype: tf.DType) -> None:
+    op = ste.forward(tf.sign).backward(lambda dy, x: tf.cast(dy, tf.float32))
+    with pytest.raises(ste.GradientDtypeError) as info:
+        _grad_of(op, tf.cast(X, dtype))
+    message = str(info.value)
+    assert "float32" in message and dtype.name in message and "tf.cast" in message
+
+
+def test_non_tensor_gradient_is_an_error() -> None:
+    op = ste.forward(tf.sign).backward(lambda dy, x: np.ones((2, 3), np.float32))
+    with pytest.raises(ste.RuleError, match="ndarray"):
+        _grad_of(op, X)
+
+
+def test_second_input_is_named_in_the_error() -> None:
+    op = ste.forward(lambda x, w: x * w).backward(lambda dy, x, w: (dy * w, dy * x))  # w grad has x's shape
+    with pytest.raises(ste.GradientShapeError, match="positional input 1"):
+        _grad_of(op, X, tf.constant([1.0, 2.0, 3.0]))
+
+
+def test_correct_rule_passes_in_every_dtype() -> None:
+    for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
+        op = ste.forward(tf.sign).backward(lambda dy, x: dy * tf.cast(tf.abs(x) <= 1, dy.dtype))
+        (g,) = _grad_of(op, tf.cast(X, dtype))
+        assert g.dtype == dtype
+        np.testing.assert_array_equal(tf.cast(g, tf.float32).numpy(), (np.abs(X.numpy()) <= 1).astype(np.float32))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_unknown_dimension_is_checked_at_run_time(jit: bool) -> None:
+    def first_row(dy, x):  # type: ignore[no-untyped-def]
+        return dy[:1]  # static shape (1, 3) against (None, 3): only known to be wrong at run time
+
+    op = ste.forward(tf.sign).backward(first_row)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3])], jit_compile=jit)
+    def grad(x):  # type: ignore[no-untyped-def]
+        return _grad_of(op, x)[0]
+
+    # With one row the gradient is right, so it passes the check and equals dy.
+    np.testing.assert_array_equal(grad(X[:1]).numpy(), np.ones((1, 3), np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="shape"):
+        grad(X)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_unknown_rank_is_checked_at_run_time(jit: bool) -> None:
+    op = ste.forward(tf.sign).backward(lambda dy, x: tf.reshape(dy, [-1]))
+
+    @tf.function(input_signature=[tf.TensorSpec(None)], jit_compile=jit)
+    def grad(x):  # type: ignore[no-untyped-def]
+        return _grad_of(op, x)[0]
+
+    np.testing.assert_array_equal(grad(tf.constant([1.0, 2.0])).numpy(), [1.0, 1.0])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        grad(X)
