@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import registry
+from . import constraints, layers, quantizers, registry
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -14,13 +14,17 @@ from ._errors import (
     GradientShapeError,
     InputError,
     MissingBackwardError,
+    NotBuiltError,
     ParameterError,
     RegistrationError,
     RuleError,
     SpecError,
     STEError,
+    UnknownQuantizerError,
     UnknownSurrogateError,
 )
+from ._export import export_quantized_weights
+from ._summary import summary
 from ._version import __version__
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "GradientShapeError",
     "InputError",
     "MissingBackwardError",
+    "NotBuiltError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
@@ -38,10 +43,16 @@ __all__ = [
     "STEError",
     "STEFunction",
     "SpecError",
+    "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",
     "backward",
     "backward_like",
+    "constraints",
+    "export_quantized_weights",
     "forward",
+    "layers",
+    "quantizers",
     "registry",
+    "summary",
 ]

@@ -20,11 +20,13 @@ __all__ = [
     "GradientShapeError",
     "InputError",
     "MissingBackwardError",
+    "NotBuiltError",
     "ParameterError",
     "RegistrationError",
     "RuleError",
     "STEError",
     "SpecError",
+    "UnknownQuantizerError",
     "UnknownSurrogateError",
 ]
 
@@ -99,8 +101,20 @@ class UnknownSurrogateError(STEError, ValueError):
         __init__ = Exception.__init__
 
 
+class UnknownQuantizerError(STEError, ValueError):
+    """No quantizer is known under the requested name (see ``ste.quantizers.names()``)."""
+
+    __init__ = Exception.__init__
+
+
+class NotBuiltError(STEError, ValueError):
+    """A Keras layer or model must be built (called on data, or given an ``Input``) before this operation."""
+
+    __init__ = Exception.__init__
+
+
 class ParameterError(STEError, ValueError):
-    """A surrogate's hyperparameter is unknown, of the wrong type or out of range."""
+    """A hyperparameter of a surrogate or quantizer is unknown, of the wrong type or out of range."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

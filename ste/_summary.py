@@ -1,0 +1,264 @@
+"""``ste.summary(model)``: per layer, precisions, parameters by bit width, memory and multiply-accumulates.
+
+What is counted:
+
+* A parameter's bit width is its quantizer's ``precision`` for a quantized kernel, else the bit width of the
+  variable's dtype (32 for float32). Memory is ``count × bits / 8`` bytes; "float32 memory" is ``count × 4``.
+  A magnitude-aware sign's per-channel scales are computed from the latent kernel and not counted.
+* Multiply-accumulates (MACs) per sample of Dense, Conv1D/2D/3D, DepthwiseConv2D and SeparableConv2D layers (ste
+  and Keras), at the bit width ``max(input bits, kernel bits)``; a float input counts as the compute dtype's bits.
+  In a separable convolution the pointwise step reads the depthwise step's float output. Other layers count 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+
+from ._errors import NotBuiltError
+from ._export import walk_layers
+from .layers import QuantLayerMixin
+
+__all__ = ["LayerSummary", "ModelSummary", "summary"]
+
+
+@dataclass(frozen=True)
+class LayerSummary:
+    """One row of :func:`summary`."""
+
+    name: str
+    kind: str
+    input_bits: int | None  # None: the layer does no arithmetic on its input (or it is unknown)
+    kernel_bits: tuple[int, ...]
+    params: dict[int, int]  # bit width -> number of parameters
+    macs: dict[int, int]  # bit width -> multiply-accumulates per sample
+
+    @property
+    def memory_bytes(self) -> float:
+        return sum(count * bits for bits, count in self.params.items()) / 8
+
+    @property
+    def float32_bytes(self) -> float:
+        return sum(self.params.values()) * 4.0
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """What :func:`summary` found; ``str()`` gives the table."""
+
+    name: str
+    layers: list[LayerSummary] = field(default_factory=list)
+
+    @property
+    def params(self) -> dict[int, int]:
+        """Parameters by bit width, all layers."""
+        total: Counter[int] = Counter()
+        for layer in self.layers:
+            total.update(layer.params)
+        return dict(sorted(total.items()))
+
+    @property
+    def macs(self) -> dict[int, int]:
+        """Multiply-accumulates per sample by bit width, all layers."""
+        total: Counter[int] = Counter()
+        for layer in self.layers:
+            total.update(layer.macs)
+        return dict(sorted(total.items()))
+
+    @property
+    def memory_bytes(self) -> float:
+        """Model size with every parameter at its bit width."""
+        return sum(layer.memory_bytes for layer in self.layers)
+
+    @property
+    def float32_bytes(self) -> float:
+        """Model size with every parameter in float32."""
+        return sum(layer.float32_bytes for layer in self.layers)
+
+    @property
+    def compression_ratio(self) -> float:
+        """float32 size / quantized size."""
+        return self.float32_bytes / self.memory_bytes if self.memory_bytes else 1.0
+
+    def __str__(self) -> str:
+        return _render(self)
+
+
+def _dtype_bits(dtype: Any) -> int:
+    name = keras.backend.standardize_dtype(dtype)
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return int(digits) if digits else (8 if name == "bool" else 32)
+
+
+def _by_bits(pairs: list[tuple[int, int]]) -> dict[int, int]:
+    counter: Counter[int] = Counter()
+    for bits, count in pairs:
+        if count:
+            counter[bits] += count
+    return dict(sorted(counter.items()))
+
+
+def _shape(tensor_or_none: Any) -> tuple[int | None, ...] | None:
+    shape = getattr(tensor_or_none, "shape", None)
+    return None if shape is None else tuple(shape)
+
+
+def _io_shapes(layer: Any) -> tuple[Any, Any]:
+    try:
+        return _shape(layer.input), _shape(layer.output)
+    except (AttributeError, ValueError):
+        return None, None
+
+
+def _spatial(shape: tuple[int | None, ...], channels_last: bool) -> int | None:
+    dims = shape[1:-1] if channels_last else shape[2:]
+    if any(d is None for d in dims):
+        return None
+    return math.prod(d for d in dims if d is not None)
+
+
+def _channels(shape: tuple[int | None, ...], channels_last: bool) -> int | None:
+    return shape[-1] if channels_last else shape[1]
+
+
+def _macs(layer: Any) -> list[tuple[str, int]]:
+    """(kernel attribute, MACs per sample) for the layer's arithmetic; empty when unknown or not counted."""
+    in_shape, out_shape = _io_shapes(layer)
+    if in_shape is None or out_shape is None:
+        return []
+    if isinstance(layer, keras.layers.Dense):
+        return [("kernel", math.prod(layer.kernel.shape))] if len(in_shape) == 2 else []
+    channels_last = getattr(layer, "data_format", "channels_last") == "channels_last"
+    positions = _spatial(out_shape, channels_last)
+    if positions is None:
+        return []
+    if isinstance(layer, keras.layers.SeparableConv2D):
+        in_ch = _channels(in_shape, channels_last) or 0
+        depthwise = positions * math.prod(layer.depthwise_kernel.shape)
+        pointwise = positions * in_ch * layer.depth_multiplier * layer.filters
+        return [("depthwise_kernel", depthwise), ("pointwise_kernel", pointwise)]
+    if isinstance(layer, keras.layers.DepthwiseConv2D):
+        return [("kernel", positions * math.prod(layer.kernel.shape))]
+    if isinstance(layer, (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
+        return [("kernel", positions * math.prod(layer.kernel.shape))]
+    return []
+
+
+def _layer_summary(path: str, layer: Any) -> LayerSummary:
+    compute_bits = _dtype_bits(getattr(layer, "compute_dtype", "float32"))
+    quantized = isinstance(layer, QuantLayerMixin)
+    kernel_bits: dict[str, int] = {}
+    kernel_ids: dict[int, str] = {}
+    if quantized:
+        for attribute, bits in layer.kernel_precisions.items():
+            if bits is not None:
+                kernel_bits[attribute] = bits
+                kernel_ids[id(getattr(layer, attribute))] = attribute
+    params = _by_bits(
+        [
+            (kernel_bits[kernel_ids[id(w)]] if id(w) in kernel_ids else _dtype_bits(w.dtype), math.prod(w.shape))
+            for w in layer.weights
+        ]
+    )
+    input_bits = (layer.input_precision if quantized else None) or compute_bits
+    pointwise_input = compute_bits  # a separable conv's pointwise step reads the float depthwise output
+    macs = _by_bits(
+        [
+            (
+                max(
+                    pointwise_input if attribute == "pointwise_kernel" else input_bits,
+                    kernel_bits.get(attribute, compute_bits),
+                ),
+                count,
+            )
+            for attribute, count in _macs(layer)
+        ]
+    )
+    shown_kernel_bits = tuple(sorted(set(kernel_bits.values())))
+    return LayerSummary(
+        name=path,
+        kind=type(layer).__name__,
+        input_bits=input_bits if (macs or quantized) else None,
+        kernel_bits=shown_kernel_bits,
+        params=params,
+        macs=macs,
+    )
+
+
+def _fmt_counts(counts: dict[int, int]) -> str:
+    return ", ".join(f"{bits}b:{count:,}" for bits, count in counts.items()) or "-"
+
+
+def _fmt_bytes(value: float) -> str:
+    return f"{value / 1024:,.2f} KiB"
+
+
+def _render(summary: ModelSummary) -> str:
+    header = [
+        "Layer",
+        "Type",
+        "Input bits",
+        "Kernel bits",
+        "Params by bits",
+        "Memory",
+        "float32 memory",
+        "MACs by bits",
+    ]
+    rows = [
+        [
+            layer.name,
+            layer.kind,
+            "-" if layer.input_bits is None else str(layer.input_bits),
+            ", ".join(str(b) for b in layer.kernel_bits) or "-",
+            _fmt_counts(layer.params),
+            _fmt_bytes(layer.memory_bytes),
+            _fmt_bytes(layer.float32_bytes),
+            _fmt_counts(layer.macs),
+        ]
+        for layer in summary.layers
+    ]
+    total = [
+        "Total",
+        "",
+        "",
+        "",
+        _fmt_counts(summary.params),
+        _fmt_bytes(summary.memory_bytes),
+        _fmt_bytes(summary.float32_bytes),
+        _fmt_counts(summary.macs),
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *rows, total]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+    rule = "-" * len(line(header))
+    out = [f"ste.summary: {summary.name}", rule, line(header), rule, *(line(r) for r in rows), rule, line(total), rule]
+    out.append(
+        f"Model size: {_fmt_bytes(summary.memory_bytes)} at the quantized bit widths, "
+        f"{_fmt_bytes(summary.float32_bytes)} in float32; compression ratio {summary.compression_ratio:.2f}x"
+    )
+    return "\n".join(out)
+
+
+def summary(model: Any, print_fn: Callable[[str], Any] | None = print) -> ModelSummary:
+    """Summarise the quantization of a built Keras model; prints the table with ``print_fn`` (``None``: silent).
+
+    Per layer: input and kernel bit widths, parameters by bit width, memory at those bit widths and in float32,
+    multiply-accumulates per sample by bit width; then totals, model size and compression ratio. Returns a
+    :class:`ModelSummary` (its ``str()`` is the table).
+    """
+    if not getattr(model, "built", False):
+        raise NotBuiltError(
+            f"ste.summary(model): the model {getattr(model, 'name', model)!r} is not built. Fix: give it a "
+            f"keras.Input or call it on a batch first."
+        )
+    result = ModelSummary(name=model.name, layers=[_layer_summary(path, layer) for path, layer in walk_layers(model)])
+    if print_fn is not None:
+        print_fn(str(result))
+    return result

@@ -1,0 +1,120 @@
+"""What every quantized layer shares: resolving quantizers, building them, quantizing kernels in ``call``.
+
+A quantized layer subclasses its Keras parent and declares its kernel slots: which quantizer argument quantizes
+which kernel attribute, and which constraint argument clips it. The kernel is quantized explicitly inside ``call``
+(no private Keras hooks), so what the layer computes is exactly ``parent(quantized inputs, quantized kernel)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar, NamedTuple
+
+import keras
+import tensorflow as tf
+
+from .. import constraints as ste_constraints
+from .. import quantizers as ste_quantizers
+from .._errors import NotBuiltError
+
+__all__ = ["KernelSlot", "QuantLayerMixin"]
+
+
+class KernelSlot(NamedTuple):
+    """One quantized kernel of a layer."""
+
+    quantizer: str  # constructor argument and attribute holding the quantizer, e.g. "kernel_quantizer"
+    kernel: str  # attribute holding the latent (float) kernel, e.g. "kernel"
+    constraint: str  # constructor argument and attribute holding its constraint, e.g. "kernel_constraint"
+
+
+def _precision(quantizer: Any) -> int | None:
+    precision = getattr(quantizer, "precision", None)
+    return precision if isinstance(precision, int) else None
+
+
+class QuantLayerMixin:
+    """Mixin for quantized Keras layers; see the module docstring."""
+
+    slots: ClassVar[tuple[KernelSlot, ...]] = ()
+    input_quantizer: Any
+
+    @classmethod
+    def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
+        """Let constraint arguments also be ste names such as ``"weight_clip"`` (before Keras sees them)."""
+        for slot in cls.slots:
+            value = kwargs.get(slot.constraint)
+            if isinstance(value, str):
+                kwargs[slot.constraint] = ste_constraints.get(value)
+
+    def _set_quantizers(self, input_quantizer: Any, kernel_quantizers: dict[str, Any]) -> None:
+        self.input_quantizer = ste_quantizers.get(input_quantizer)
+        for slot in self.slots:
+            setattr(self, slot.quantizer, ste_quantizers.get(kernel_quantizers.get(slot.quantizer)))
+            quantizer = getattr(self, slot.quantizer)
+            if _precision(quantizer) == 1 and getattr(self, slot.constraint, None) is None:
+                warnings.warn(
+                    f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
+                    f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
+                    f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
+                    f"(ste.constraints.WeightClip(1.0)).",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+    def _build_quantizers(self, input_shape: Any) -> None:
+        if isinstance(self.input_quantizer, keras.layers.Layer) and not self.input_quantizer.built:
+            self.input_quantizer.build(input_shape)
+        for slot in self.slots:
+            quantizer = getattr(self, slot.quantizer)
+            if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
+                quantizer.build(tuple(getattr(self, slot.kernel).shape))
+
+    def quantize_inputs(self, inputs: Any) -> Any:
+        """The layer's input after its ``input_quantizer`` (unchanged without one)."""
+        return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
+
+    def quantize_kernel(self, slot: KernelSlot) -> tf.Tensor:
+        """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it)."""
+        kernel = getattr(self, slot.kernel)
+        if isinstance(kernel, keras.Variable):
+            kernel = kernel.value  # read here, in this layer's autocast scope (a quantizer layer clears it)
+        quantizer = getattr(self, slot.quantizer)
+        return kernel if quantizer is None else quantizer(kernel)
+
+    @property
+    def quantized_kernels(self) -> dict[str, tf.Tensor]:
+        """Every kernel after its quantizer, by attribute name (``{"kernel": ...}``); the layer must be built."""
+        if not getattr(self, "built", False):
+            raise NotBuiltError(
+                f"{type(self).__name__} '{getattr(self, 'name', '')}' is not built, so it has no kernel yet. Fix: "
+                f"call it on a batch (or build the model) before reading its quantized kernels."
+            )
+        return {slot.kernel: self.quantize_kernel(slot) for slot in self.slots}
+
+    @property
+    def kernel_precisions(self) -> dict[str, int | None]:
+        """The bit width of each quantized kernel (``None`` for a float kernel), by attribute name."""
+        return {slot.kernel: _precision(getattr(self, slot.quantizer)) for slot in self.slots}
+
+    @property
+    def input_precision(self) -> int | None:
+        """The bit width of the quantized input (``None`` for a float input)."""
+        return _precision(self.input_quantizer)
+
+    def _quantizer_config(self) -> dict[str, Any]:
+        config = {"input_quantizer": ste_quantizers.serialize(self.input_quantizer)}
+        for slot in self.slots:
+            config[slot.quantizer] = ste_quantizers.serialize(getattr(self, slot.quantizer))
+        return config
+
+    def _bias_and_activation(self, outputs: Any, channels: int, rank: int) -> Any:
+        """Add the bias (channels-last or -first) and apply the activation, as the Keras conv layers do."""
+        if getattr(self, "use_bias", False):
+            if getattr(self, "data_format", "channels_last") == "channels_last":
+                shape = (1,) * (rank + 1) + (channels,)
+            else:
+                shape = (1, channels) + (1,) * rank
+            outputs = keras.ops.add(outputs, keras.ops.reshape(self.bias, shape))  # type: ignore[attr-defined]
+        activation = getattr(self, "activation", None)
+        return outputs if activation is None else activation(outputs)

@@ -1,0 +1,52 @@
+"""``QuantDense``: ``keras.layers.Dense`` with an input quantizer and a kernel quantizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from ._base import KernelSlot, QuantLayerMixin
+
+__all__ = ["QuantDense"]
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
+    """``keras.layers.Dense`` computing ``activation(input_quantizer(x) @ kernel_quantizer(kernel) + bias)``.
+
+    Takes every argument of ``keras.layers.Dense`` plus ``input_quantizer`` and ``kernel_quantizer`` (a quantizer
+    name or spec string such as ``"sign"`` or ``"ste_sign"``, a ``ste.quantizers`` layer, a config dict, a callable,
+    or ``None`` for no quantization). ``kernel_constraint`` also accepts ``"weight_clip"``. The latent kernel stays in
+    ``layer.kernel``; the quantized one is ``layer.quantized_kernel``.
+    """
+
+    slots = (KernelSlot("kernel_quantizer", "kernel", "kernel_constraint"),)
+
+    def __init__(
+        self, units: int, *args: Any, input_quantizer: Any = None, kernel_quantizer: Any = None, **kwargs: Any
+    ) -> None:
+        self._resolve_constraints(kwargs)
+        super().__init__(units, *args, **kwargs)
+        self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
+
+    def build(self, input_shape: Any) -> None:
+        super().build(input_shape)
+        self._build_quantizers(input_shape)
+
+    @property
+    def quantized_kernel(self) -> tf.Tensor:
+        """``kernel_quantizer(kernel)`` (the kernel itself without a quantizer)."""
+        return self.quantized_kernels["kernel"]
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        x = keras.ops.matmul(self.quantize_inputs(inputs), self.quantize_kernel(self.slots[0]))
+        if self.bias is not None:
+            x = keras.ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), **self._quantizer_config()}

@@ -1,0 +1,43 @@
+"""Quantizers as Keras 3 layers, each one ``ste`` op (``ste.forward(...).backward(...)``).
+
+>>> import ste
+>>> q = ste.quantizers.get("sign(surrogate='straight_through(clip=1.5)')")
+>>> q([-0.5, 0.0, 2.0]).numpy().tolist()
+[-1.0, 1.0, 1.0]
+
+Native quantizers (spec names in brackets): :class:`Sign` (``sign``), :class:`Heaviside` (``heaviside``),
+:class:`Ternary` (``ternary``), :class:`MagnitudeAwareSign` (``magnitude_aware_sign``), :class:`DoReFa` (``dorefa``),
+:class:`Uniform` (``uniform``), :class:`LSQ` (``lsq``), :class:`PACT` (``pact``). larq 0.14 aliases:
+:class:`SteSign` (``ste_sign``), :class:`ApproxSign` (``approx_sign``), :class:`SwishSign` (``swish_sign``),
+:class:`SteHeaviside` (``ste_heaviside``), :class:`SteTern` (``ste_tern``), ``magnitude_aware_sign`` and
+``dorefa_quantizer`` (:class:`DoReFa` with ``k_bit=``), :data:`DoReFaQuantizer`.
+"""
+
+from ._base import Quantizer, QuantizerLike, get, names, register, serialize
+from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
+from ._larq import ApproxSign, DoReFaQuantizer, SteHeaviside, SteSign, SteTern, SwishSign
+from ._learned import LSQ, PACT
+from ._uniform import DoReFa, Uniform
+
+__all__ = [
+    "LSQ",
+    "PACT",
+    "ApproxSign",
+    "DoReFa",
+    "DoReFaQuantizer",
+    "Heaviside",
+    "MagnitudeAwareSign",
+    "Quantizer",
+    "QuantizerLike",
+    "Sign",
+    "SteHeaviside",
+    "SteSign",
+    "SteTern",
+    "SwishSign",
+    "Ternary",
+    "Uniform",
+    "get",
+    "names",
+    "register",
+    "serialize",
+]

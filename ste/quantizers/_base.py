@@ -1,0 +1,189 @@
+"""The quantizer base class, the name → quantizer table and :func:`get`.
+
+A quantizer is a Keras 3 layer whose ``call`` applies one ``ste`` op (``ste.forward(...).backward(...)``). It never
+autocasts its input: a float16 input gives a float16 output, whatever the layer's dtype policy, so it can sit inside
+a mixed-precision layer and quantize that layer's (already cast) kernel.
+
+Names and spec strings (``"sign"``, ``"sign(surrogate='approx_sign')"``, ``"dorefa(bits=4, mode='activations')"``)
+are parsed with :func:`ste.registry.parse_spec` (``ast``, literals only, never ``eval``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, Union
+
+import keras
+import tensorflow as tf
+
+from .._errors import ParameterError, SpecError, STEError, UnknownQuantizerError
+from ..registry import Surrogate, SurrogateLike, parse_spec
+from ..registry import get as get_surrogate
+
+__all__ = ["Quantizer", "QuantizerLike", "get", "names", "register", "serialize"]
+
+_LOCK = threading.RLock()
+_QUANTIZERS: dict[str, type[Quantizer]] = {}
+
+Q = TypeVar("Q", bound="type[Quantizer]")
+
+#: What :func:`get` accepts (``None`` means "no quantizer").
+QuantizerLike = Union["Quantizer", str, Mapping[str, Any], "type[Quantizer]", Callable[..., Any], None]
+
+
+class Quantizer(keras.layers.Layer):  # type: ignore[misc]
+    """Base class of ``ste`` quantizers: a Keras layer applying one ``ste`` op elementwise (or per tensor).
+
+    Attributes:
+        precision: the number of bits of the output values (``None`` when not fixed); used by :func:`ste.summary`.
+
+    Subclasses implement :meth:`call`. Inputs are never autocast (``autocast=False``): the output has the input's
+    dtype. Calling a stateless quantizer on a plain tensor or array works like calling a function.
+    """
+
+    precision: int | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("autocast", False)
+        super().__init__(**kwargs)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def compute_output_spec(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        return keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
+
+    def __repr__(self) -> str:
+        params = {k: v for k, v in self.get_config().items() if k not in _BASE_KEYS}
+        surrogate = getattr(self, "surrogate", None)
+        if isinstance(surrogate, Surrogate) and "surrogate" in params:
+            params["surrogate"] = repr(surrogate)
+        shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        return f"{type(self).__name__}({shown})"
+
+
+_BASE_KEYS = frozenset({"name", "trainable", "dtype", "autocast", "activity_regularizer"})
+
+
+def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16) -> int:
+    """``bits`` as an int in [low, high] or :class:`ste.ParameterError`."""
+    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= int(bits) <= high:
+        raise ParameterError(
+            f"{owner}: bits must be an integer from {low} to {high}; received {bits!r}. Fix: e.g. {owner}(bits=4)."
+        )
+    return int(bits)
+
+
+def check_number(owner: str, field: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.ParameterError`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise ParameterError(f"{owner}: {field} must be a finite number; received {value!r}.")
+    if positive and float(value) <= 0:
+        raise ParameterError(f"{owner}: {field} must be > 0; received {value!r}.")
+    return float(value)
+
+
+def resolve_surrogate(owner: str, surrogate: SurrogateLike) -> Surrogate:
+    """A registry name, spec string, config dict, class or instance → :class:`ste.registry.Surrogate`."""
+    try:
+        return get_surrogate(surrogate)
+    except SpecError as error:
+        raise SpecError(f"{owner}: cannot use surrogate={surrogate!r}: {error}") from None
+
+
+def register(name: str) -> Callable[[Q], Q]:
+    """Class decorator: make a :class:`Quantizer` subclass available by ``name`` in :func:`get` and spec strings."""
+
+    def decorate(cls: Q) -> Q:
+        if not name.isidentifier():
+            raise SpecError(f"a quantizer name must be a Python identifier; got {name!r}.")
+        with _LOCK:
+            _QUANTIZERS[name] = cls
+        return cls
+
+    return decorate
+
+
+def names() -> list[str]:
+    """The quantizer names accepted by :func:`get` (and in spec strings), sorted."""
+    with _LOCK:
+        return sorted(_QUANTIZERS)
+
+
+def _unknown(name: str, spec: str) -> UnknownQuantizerError:
+    known = names()
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    error: UnknownQuantizerError = UnknownQuantizerError(
+        f"no quantizer named {name!r} (in {spec!r}); {hint}known quantizers: {', '.join(known)}."
+    )
+    return error
+
+
+def _from_spec(spec: str) -> Quantizer:
+    try:
+        name, args, kwargs = parse_spec(spec)
+    except SpecError as error:
+        raise SpecError(
+            f"invalid quantizer spec {spec!r}: expected a quantizer name optionally called with literal "
+            f"arguments, e.g. 'sign', \"sign(surrogate='approx_sign')\" or \"dorefa(bits=4, mode='activations')\". "
+            f"({error})"
+        ) from None
+    with _LOCK:
+        cls = _QUANTIZERS.get(name)
+    if cls is None:
+        raise _unknown(name, spec)
+    try:
+        quantizer: Quantizer = cls(*args, **kwargs)
+    except STEError:
+        raise
+    except (TypeError, ValueError) as error:  # e.g. an unknown keyword argument
+        raise ParameterError(
+            f"quantizer spec {spec!r}: {cls.__name__} cannot be built with these arguments ({error})."
+        ) from None
+    return quantizer
+
+
+def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
+    """Resolve what a layer's ``*_quantizer`` argument received.
+
+    ``None`` → ``None``; a :class:`Quantizer` → itself; a name or spec string → a new quantizer; a Keras config
+    dict (from ``keras.saving.serialize_keras_object``) → the deserialized quantizer; a Quantizer class → an
+    instance with default arguments; any other callable is returned unchanged (it must map a tensor to a tensor).
+    """
+    if identifier is None or isinstance(identifier, Quantizer):
+        return identifier
+    if isinstance(identifier, str):
+        return _from_spec(identifier)
+    if isinstance(identifier, Mapping):
+        quantizer = keras.saving.deserialize_keras_object(dict(identifier))
+        if not callable(quantizer):
+            raise SpecError(f"the quantizer config {identifier!r} did not give a callable but {quantizer!r}.")
+        return quantizer  # type: ignore[no-any-return]
+    if isinstance(identifier, type) and issubclass(identifier, Quantizer):
+        instance: Quantizer = identifier()
+        return instance
+    if callable(identifier):
+        return identifier
+    raise SpecError(
+        f"cannot use {type(identifier).__name__} {identifier!r} as a quantizer; expected None, a quantizer name or "
+        f"spec string (e.g. 'sign'), a ste.quantizers.Quantizer, a Keras config dict or a callable."
+    )
+
+
+def serialize(quantizer: Any) -> Any:
+    """The Keras serialization of a quantizer (``None`` stays ``None``)."""
+    if quantizer is None:
+        return None
+    return keras.saving.serialize_keras_object(quantizer)
+
+
+def as_tensor(x: Any) -> tf.Tensor:
+    """``x`` as a tensor without changing a floating dtype (Keras variables are read here)."""
+    if isinstance(x, tf.Tensor):
+        return x
+    return tf.convert_to_tensor(x)

@@ -1,0 +1,183 @@
+"""Binary and ternary quantizers: :class:`Sign`, :class:`Heaviside`, :class:`Ternary`, :class:`MagnitudeAwareSign`.
+
+Each is one ``ste`` op: the forward is the exact quantizer, the backward is a surrogate from :mod:`ste.registry`
+(``surrogate=``: a registry name, spec string, config dict or :class:`ste.registry.Surrogate`). None rounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._dsl import STEFunction, forward
+from .._errors import ParameterError
+from ..registry import Surrogate, SurrogateLike
+from ..registry import get as get_surrogate
+from ._base import Quantizer, as_tensor, check_number, register, resolve_surrogate
+
+__all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "Ternary"]
+
+_UNSET: Any = object()
+
+
+def binary_sign(x: tf.Tensor) -> tf.Tensor:
+    """+1 where x >= 0, else -1 (so sign(0) = +1 and the output is never 0)."""
+    one = tf.ones_like(x)
+    return tf.where(x >= 0, one, -one)
+
+
+def heaviside(x: tf.Tensor) -> tf.Tensor:
+    """1 where x > 0, else 0 (so heaviside(0) = 0)."""
+    return tf.cast(x > 0, x.dtype)
+
+
+def _mean_abs(x: tf.Tensor, axis: list[int] | None) -> tf.Tensor:
+    """mean(abs(x)) over ``axis`` (all axes when None), accumulated in at least float32, returned in x's dtype."""
+    wide = tf.float64 if x.dtype == tf.float64 else tf.float32
+    return tf.cast(tf.reduce_mean(tf.abs(tf.cast(x, wide)), axis=axis), x.dtype)
+
+
+def ternarize(x: tf.Tensor, *, threshold: float, ternary_weight_networks: bool) -> tf.Tensor:
+    """sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ, −1 where x <= −Δ, 0 in between (larq's formula)."""
+    if ternary_weight_networks:
+        delta = 0.7 * _mean_abs(x, None)
+    else:
+        delta = tf.constant(threshold, x.dtype)
+    return tf.sign(tf.sign(x + delta) + tf.sign(x - delta))
+
+
+def magnitude_scale(x: tf.Tensor) -> tf.Tensor:
+    """α = mean(abs(x)) over every axis but the last (shape ``[channels]``; a scalar input is its own scale)."""
+    return _mean_abs(x, list(range(x.shape.rank - 1)) if x.shape.rank else None)
+
+
+def magnitude_aware_sign(x: tf.Tensor) -> tf.Tensor:
+    """α·sign(x) with α = mean(abs(x)) over every axis but the last; sign(0) = +1."""
+    return magnitude_scale(x) * binary_sign(x)
+
+
+class _SurrogateQuantizer(Quantizer):
+    """A quantizer whose backward pass is one registry surrogate (``surrogate=``)."""
+
+    forward_fn: Any = None
+
+    def __init__(self, surrogate: SurrogateLike = "straight_through", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.surrogate: Surrogate = resolve_surrogate(type(self).__name__, surrogate)
+        self.op: STEFunction[..., tf.Tensor] = self._make_op()
+
+    def _make_op(self) -> STEFunction[..., tf.Tensor]:
+        return forward(type(self).forward_fn).backward(self.surrogate)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return self.op(as_tensor(inputs))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "surrogate": self.surrogate.get_config()}
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("sign")
+class Sign(_SurrogateQuantizer):
+    """Binarization to −1/+1: forward +1 where x >= 0 else −1 (sign(0) = +1); backward ``dy·d(x)``.
+
+    ``surrogate`` (default ``"straight_through"``, i.e. 1 where abs(x) <= 1) is any registry entry, e.g.
+    ``Sign(surrogate="approx_sign")``. No rounding involved. Spec name ``"sign"``.
+    """
+
+    precision = 1
+    forward_fn = staticmethod(binary_sign)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("heaviside")
+class Heaviside(_SurrogateQuantizer):
+    """Binarization to 0/1: forward 1 where x > 0 else 0 (Heaviside(0) = 0); backward ``dy·d(x)``.
+
+    ``surrogate`` defaults to ``"straight_through"`` (1 where abs(x) <= 1). Spec name ``"heaviside"``.
+    """
+
+    precision = 1
+    forward_fn = staticmethod(heaviside)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("ternary")
+class Ternary(_SurrogateQuantizer):
+    """Ternarization to −1/0/+1 (Li et al. 2016, Ternary Weight Networks; larq's ``ste_tern``).
+
+    Forward sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ, −1 where x <= −Δ, 0 where abs(x) < Δ. Δ is
+    ``threshold``, or 0.7·mean(abs(x)) over the whole tensor when ``ternary_weight_networks=True`` (Δ is not
+    differentiated). Backward ``dy·d(x)`` with ``surrogate`` (default ``"straight_through"``). No rounding.
+    Spec name ``"ternary"``.
+    """
+
+    precision = 2
+    forward_fn = staticmethod(ternarize)
+
+    def __init__(
+        self,
+        threshold: float = 0.05,
+        ternary_weight_networks: bool = False,
+        surrogate: SurrogateLike = "straight_through",
+        **kwargs: Any,
+    ) -> None:
+        self.threshold = check_number(type(self).__name__, "threshold", threshold)
+        if self.threshold < 0:
+            raise ParameterError(f"{type(self).__name__}: threshold must be >= 0; received {threshold!r}.")
+        if not isinstance(ternary_weight_networks, bool):
+            raise ParameterError(
+                f"{type(self).__name__}: ternary_weight_networks must be True or False; "
+                f"received {ternary_weight_networks!r}."
+            )
+        self.ternary_weight_networks = ternary_weight_networks
+        super().__init__(surrogate=surrogate, **kwargs)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return self.op(
+            as_tensor(inputs), threshold=self.threshold, ternary_weight_networks=self.ternary_weight_networks
+        )
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            **super().get_config(),
+            "threshold": self.threshold,
+            "ternary_weight_networks": self.ternary_weight_networks,
+        }
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("magnitude_aware_sign")
+class MagnitudeAwareSign(_SurrogateQuantizer):
+    """Magnitude-aware sign (Liu et al. 2018, Bi-Real Net): α·sign(x), sign(0) = +1.
+
+    α = mean(abs(x)) over every axis but the last (one scale per output channel of a kernel). The backward pass
+    treats α as a constant: ``dy·α·d(x)`` with ``surrogate`` (default ``"straight_through"``). No rounding.
+    ``clip_value`` is larq's spelling and means ``surrogate=straight_through(clip=clip_value)``
+    (``clip_value=None``: no clipping). Spec name ``"magnitude_aware_sign"`` (also larq's alias).
+    """
+
+    precision = 1
+
+    def __init__(
+        self, surrogate: SurrogateLike = "straight_through", clip_value: float | None = _UNSET, **kwargs: Any
+    ) -> None:
+        if clip_value is not _UNSET:
+            if surrogate != "straight_through":
+                raise ParameterError(
+                    "MagnitudeAwareSign: give either surrogate= or larq's clip_value=, not both "
+                    f"(received surrogate={surrogate!r}, clip_value={clip_value!r})."
+                )
+            surrogate = get_surrogate("straight_through", clip=clip_value)
+        super().__init__(surrogate=surrogate, **kwargs)
+
+    def _make_op(self) -> STEFunction[..., tf.Tensor]:
+        surrogate = self.surrogate
+
+        def magnitude_aware_sign_vjp(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+            return surrogate.vjp(dy * magnitude_scale(x), x)
+
+        magnitude_aware_sign_vjp.__name__ = f"scaled_{surrogate!r}"
+        return forward(magnitude_aware_sign).backward(magnitude_aware_sign_vjp)

@@ -1,0 +1,172 @@
+"""Quantizers with a learned parameter: :class:`LSQ` (step size) and :class:`PACT` (clipping level).
+
+Each passes its ``keras.Variable`` to the ``ste`` op positionally, op(x, variable): the op reads it (so the
+gradient reaches it through the read) and its explicit two-input rule returns one gradient for ``x`` and one for the
+variable. Both round with ``tf.round`` (half to even).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._dsl import forward
+from .._errors import ParameterError
+from ._base import Quantizer, as_tensor, check_bits, check_number, register
+
+__all__ = ["LSQ", "PACT"]
+
+
+def _wide(dtype: tf.DType) -> tf.DType:
+    return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+def _sum_to(value: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """Sum ``value`` (accumulated in at least float32) to a scalar of ``like``'s shape and dtype."""
+    total = tf.reduce_sum(tf.cast(value, _wide(value.dtype)))
+    return tf.cast(tf.reshape(total, tf.shape(like)), like.dtype)
+
+
+# -- LSQ -------------------------------------------------------------------------------------------------------
+
+
+def lsq(x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tf.Tensor:
+    """round(clip(x/s, −Q_N, Q_P))·s (round half to even)."""
+    s = tf.cast(step, x.dtype)
+    return tf.round(tf.clip_by_value(x / s, tf.constant(-q_n, x.dtype), tf.constant(q_p, x.dtype))) * s
+
+
+def lsq_vjp(dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """d/dx = 1[−Q_N < x/s < Q_P]; d/ds = Σ dy·(round(x/s) − x/s inside, −Q_N below, Q_P above)/√(N·Q_P)."""
+    s = tf.cast(step, x.dtype)
+    v = x / s
+    below = v <= -q_n
+    above = v >= q_p
+    inside = tf.logical_not(below | above)
+    dx = dy * tf.cast(inside, x.dtype)
+    wide = _wide(x.dtype)
+    vw = tf.cast(v, wide)
+    ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
+    n = tf.cast(tf.size(x), wide)
+    scale = tf.math.rsqrt(n * q_p)
+    ds = _sum_to(tf.cast(dy, wide) * ds_each * scale, step)
+    return dx, ds
+
+
+lsq_op = forward(lsq).backward(lsq_vjp)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("lsq")
+class LSQ(Quantizer):
+    """Learned step size quantization (Esser et al. 2019, LSQ) with a trainable scalar step size s.
+
+    Signed: Q_N = 2^(bits−1), Q_P = 2^(bits−1) − 1 (needs bits >= 2); unsigned: Q_N = 0, Q_P = 2^bits − 1.
+    Forward round(clip(x/s, −Q_N, Q_P))·s (``tf.round``, half to even). Backward: ∂/∂x = 1 where
+    −Q_N < x/s < Q_P, else 0; ∂/∂s = round(x/s) − x/s inside, −Q_N where x/s <= −Q_N, Q_P where x/s >= Q_P,
+    summed over x after multiplying by the gradient scale g = 1/√(N·Q_P) (N = number of elements of x).
+    s is initialised on the first call to 2·mean(abs(x))/√Q_P (the first batch for activations; at least
+    1e-8 so that an all-zero first input does not give s = 0); it is not constrained afterwards. Spec name ``"lsq"``.
+    """
+
+    def __init__(self, bits: int = 4, signed: bool = True, **kwargs: Any) -> None:
+        if not isinstance(signed, bool):
+            raise ParameterError(f"LSQ: signed must be True or False; received {signed!r}.")
+        self.bits = check_bits("LSQ", bits, low=2 if signed else 1)
+        self.signed = signed
+        self.q_n = 2 ** (self.bits - 1) if signed else 0
+        self.q_p = 2 ** (self.bits - 1) - 1 if signed else 2**self.bits - 1
+        self.precision = self.bits
+        super().__init__(**kwargs)
+        self.op = lsq_op
+
+    def build(self, input_shape: Any) -> None:
+        self.step = self.add_weight(
+            name="step", shape=(), initializer="ones", trainable=True, aggregation="only_first_replica"
+        )
+        self.initialized = self.add_weight(
+            name="initialized", shape=(), initializer="zeros", trainable=False, aggregation="only_first_replica"
+        )
+        self.built = True
+
+    def initial_step(self, x: tf.Tensor) -> tf.Tensor:
+        """2·mean(abs(x))/√Q_P (at least 1e-8), as float32."""
+        mean = tf.reduce_mean(tf.abs(tf.cast(x, tf.float32)))
+        return tf.maximum(2.0 * mean / math.sqrt(self.q_p), 1e-8)
+
+    def _initialize(self, x: tf.Tensor) -> None:
+        if tf.executing_eagerly():
+            if float(self.initialized.numpy()) == 0.0:
+                self.step.assign(self.initial_step(x))
+                self.initialized.assign(1.0)
+            return
+        # In a graph: assign unconditionally (the step keeps its value once initialised). An assign inside tf.cond
+        # would break under MirroredStrategy, whose replica-context assign merges across replicas.
+        step = tf.convert_to_tensor(self.step)
+        done = tf.convert_to_tensor(self.initialized) > 0
+        self.step.assign(tf.where(done, step, tf.cast(self.initial_step(x), step.dtype)))
+        self.initialized.assign(1.0)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        x = as_tensor(inputs)
+        self._initialize(x)
+        return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "bits": self.bits, "signed": self.signed}
+
+
+# -- PACT ------------------------------------------------------------------------------------------------------
+
+
+def pact(x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """round(clip(x, 0, α)·n/α)·α/n with n = 2^bits − 1 (round half to even)."""
+    a = tf.cast(alpha, x.dtype)
+    n = tf.constant(2**bits - 1, x.dtype)
+    y = tf.clip_by_value(x, tf.zeros([], x.dtype), a)
+    return tf.round(y * n / a) * a / n
+
+
+def pact_vjp(dy: tf.Tensor, x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """d/dx = 1[0 <= x <= α]; d/dα = Σ dy·1[x >= α]."""
+    a = tf.cast(alpha, x.dtype)
+    dx = dy * tf.cast((x >= 0) & (x <= a), x.dtype)
+    dalpha = _sum_to(dy * tf.cast(x >= a, dy.dtype), alpha)
+    return dx, dalpha
+
+
+pact_op = forward(pact).backward(pact_vjp)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("pact")
+class PACT(Quantizer):
+    """Parameterized clipping activation (Choi et al. 2018, PACT) with a trainable clipping level α.
+
+    Forward: the ``bits``-bit uniform quantization of clip(x, 0, α), round(clip(x, 0, α)·n/α)·α/n with
+    n = 2^bits − 1 (``tf.round``, half to even). Backward (an explicit rule, not autodiff through ``round``):
+    ∂/∂x = 1[0 <= x <= α]; ∂/∂α = 1[x >= α], summed over x. α starts at ``alpha`` and is not constrained
+    (keep it positive, e.g. with weight decay as in the paper). Spec name ``"pact"``.
+    """
+
+    def __init__(self, bits: int = 4, alpha: float = 6.0, **kwargs: Any) -> None:
+        self.bits = check_bits("PACT", bits)
+        self.alpha_init = check_number("PACT", "alpha", alpha, positive=True)
+        self.precision = self.bits
+        super().__init__(**kwargs)
+        self.op = pact_op
+
+    def build(self, input_shape: Any) -> None:
+        self.alpha = self.add_weight(
+            name="alpha", shape=(), initializer=keras.initializers.Constant(self.alpha_init), trainable=True
+        )
+        self.built = True
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return self.op(as_tensor(inputs), self.alpha, bits=self.bits)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "bits": self.bits, "alpha": self.alpha_init}

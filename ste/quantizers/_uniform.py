@@ -1,0 +1,137 @@
+"""Multi-bit fixed-range quantizers: :class:`DoReFa` and :class:`Uniform` (explicit rules, no surrogate).
+
+Both round with ``tf.round``, which rounds half to even (0.5 → 0, 1.5 → 2, 2.5 → 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._dsl import forward
+from .._errors import ParameterError
+from ._base import Quantizer, as_tensor, check_bits, check_number, register
+
+__all__ = ["DoReFa", "Uniform"]
+
+_UNSET: Any = object()
+_MODES = ("activations", "weights")
+
+
+def _inside(x: tf.Tensor, low: tf.Tensor | float, high: tf.Tensor | float) -> tf.Tensor:
+    return tf.cast((x >= low) & (x <= high), x.dtype)
+
+
+def dorefa_activations(x: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """round(n·clip(x, 0, 1))/n with n = 2^bits − 1 (round half to even)."""
+    n = tf.constant(2**bits - 1, x.dtype)
+    return tf.round(tf.clip_by_value(x, tf.zeros([], x.dtype), tf.ones([], x.dtype)) * n) / n
+
+
+def dorefa_activations_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """dy·1[0 <= x <= 1]."""
+    return dy * _inside(x, 0.0, 1.0)
+
+
+dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp)
+
+
+def _tanh_and_max(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    t = tf.tanh(x)
+    m = tf.reduce_max(tf.abs(t))
+    return t, tf.where(m > 0, m, tf.ones_like(m))  # an all-zero input has m = 0: use 1 instead of 0/0
+
+
+def dorefa_weights(x: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """2·q(tanh(x)/(2m) + 1/2) − 1 with q(u) = round(n·u)/n, m = max(abs(tanh(x))) (round half to even)."""
+    n = tf.constant(2**bits - 1, x.dtype)
+    t, m = _tanh_and_max(x)
+    u = t / (2 * m) + tf.constant(0.5, x.dtype)
+    return 2 * (tf.round(u * n) / n) - 1
+
+
+def dorefa_weights_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """dy·(1 − tanh²(x))/m, m held constant; 1 − tanh²(x) is computed as 1/cosh²(x) (no cancellation near ±1)."""
+    _, m = _tanh_and_max(x)
+    sech = 1 / tf.cosh(x)  # cosh overflows to inf for large abs(x), giving the correct limit 0
+    return dy * (sech * sech) / m
+
+
+dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("dorefa")
+@register("dorefa_quantizer")
+class DoReFa(Quantizer):
+    """k-bit DoReFa quantizer (Zhou et al. 2016); also larq's ``DoReFa`` / ``dorefa_quantizer``.
+
+    ``mode="activations"``: round(n·clip(x, 0, 1))/n with n = 2^bits − 1; gradient dy·1[0 <= x <= 1].
+    ``mode="weights"``: t = tanh(x), m = max(abs(t)) over the whole tensor (a constant in the backward pass),
+    output 2·round(n·(t/(2m) + 1/2))/n − 1 in [−1, 1]; gradient dy·(1 − tanh²(x))/m. An all-zero input uses m = 1.
+    Rounding: ``tf.round``, half to even. ``k_bit`` is larq's name for ``bits``. Spec names ``"dorefa"`` and
+    ``"dorefa_quantizer"``.
+    """
+
+    def __init__(self, bits: int = 2, mode: str = "activations", k_bit: int = _UNSET, **kwargs: Any) -> None:
+        if k_bit is not _UNSET:
+            if bits != 2:
+                raise ParameterError(f"DoReFa: give bits= or larq's k_bit=, not both (bits={bits!r}, k_bit={k_bit!r}).")
+            bits = k_bit
+        self.bits = check_bits("DoReFa", bits)
+        if mode not in _MODES:
+            raise ParameterError(f"DoReFa: mode must be 'activations' or 'weights'; received {mode!r}.")
+        self.mode = mode
+        self.precision = self.bits
+        super().__init__(**kwargs)
+        self.op = dorefa_activations_op if mode == "activations" else dorefa_weights_op
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return self.op(as_tensor(inputs), bits=self.bits)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "bits": self.bits, "mode": self.mode}
+
+
+def uniform(x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
+    """low + round((clip(x, low, high) − low)/Δ)·Δ with Δ = (high − low)/(2^bits − 1) (round half to even)."""
+    lo = tf.constant(low, x.dtype)
+    hi = tf.constant(high, x.dtype)
+    step = tf.constant((high - low) / (2**bits - 1), x.dtype)
+    return lo + tf.round((tf.clip_by_value(x, lo, hi) - lo) / step) * step
+
+
+def uniform_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
+    """dy·1[low <= x <= high]."""
+    return dy * _inside(x, tf.constant(low, x.dtype), tf.constant(high, x.dtype))
+
+
+uniform_op = forward(uniform).backward(uniform_vjp)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("uniform")
+class Uniform(Quantizer):
+    """Round-to-nearest fake quantization on 2^bits evenly spaced levels from ``min`` to ``max`` (both levels).
+
+    Forward min + round((clip(x, min, max) − min)/Δ)·Δ with Δ = (max − min)/(2^bits − 1); gradient
+    dy·1[min <= x <= max]. Rounding: ``tf.round``, half to even. Spec name ``"uniform"``.
+    """
+
+    def __init__(self, bits: int = 8, min: float = -1.0, max: float = 1.0, **kwargs: Any) -> None:
+        self.bits = check_bits("Uniform", bits)
+        self.min = check_number("Uniform", "min", min)
+        self.max = check_number("Uniform", "max", max)
+        if not self.min < self.max:
+            raise ParameterError(f"Uniform: min must be < max; received min={min!r}, max={max!r}.")
+        self.precision = self.bits
+        super().__init__(**kwargs)
+        self.op = uniform_op
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return self.op(as_tensor(inputs), bits=self.bits, low=self.min, high=self.max)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "bits": self.bits, "min": self.min, "max": self.max}

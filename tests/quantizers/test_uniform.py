@@ -1,0 +1,110 @@
+"""DoReFa (activations and weights) and Uniform against numpy formulas; ties round half to even."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+from ste.quantizers import DoReFa, Uniform
+
+FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
+
+
+def away_from_ties(scaled: np.ndarray, margin: float) -> np.ndarray:
+    """Mask of values whose fractional part is not within ``margin`` of 0.5 (low precision may round either way)."""
+    return np.abs(scaled - np.floor(scaled) - 0.5) > margin
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bits", [1, 2, 4])
+def test_dorefa_activations(run, dtype, bits):
+    n = 2**bits - 1
+    levels = np.arange(n + 1) / n
+    # range ends 0 and 1, just outside them, every level, points between levels, large magnitudes
+    grid = np.concatenate([[-300.0, -1.0, -0.0078125, 0.0, 1.0, 1.0078125, 2.0, 300.0], levels, levels[:-1] + 0.3 / n])
+    x = grid.astype(dtype.as_numpy_dtype).astype(np.float64)
+    y, grad, dy = run(DoReFa(bits=bits, mode="activations"), x, dtype)
+    expected = np.round(np.clip(x, 0.0, 1.0) * n) / n
+    keep = away_from_ties(np.clip(x, 0, 1) * n, 0.05)
+    atol = {tf.float16: 1e-3, tf.bfloat16: 8e-3}.get(dtype, 1e-7)
+    np.testing.assert_allclose(y[keep], expected[keep], atol=atol)
+    np.testing.assert_array_equal(grad, dy * ((x >= 0) & (x <= 1)))
+
+
+def test_dorefa_rounds_half_to_even():
+    # bits=1: n = 1, so x = 0.5 is an exact tie: round half to even gives 0 (away from zero would give 1)
+    y = DoReFa(bits=1)(tf.constant([0.25, 0.5, 0.50390625, 0.75]))
+    np.testing.assert_array_equal(y.numpy(), [0.0, 0.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+@pytest.mark.parametrize("bits", [1, 2, 3])
+def test_dorefa_weights(run, dtype, bits):
+    n = 2**bits - 1
+    rng = np.random.default_rng(bits)
+    x = np.concatenate([[0.0, -3.0, 3.0, -0.5, 0.5], rng.normal(size=40)])
+    t = np.tanh(x)
+    m = np.max(np.abs(t))
+    u = t / (2 * m) + 0.5
+    expected = 2 * np.round(u * n) / n - 1
+    y, grad, dy = run(DoReFa(bits=bits, mode="weights"), x, dtype)
+    keep = away_from_ties(u * n, 1e-4)
+    np.testing.assert_allclose(y[keep], expected[keep], atol=1e-6)
+    assert y.min() == -1.0 and y.max() == 1.0  # the largest magnitudes map to the range ends
+    np.testing.assert_allclose(grad, dy * (1 - t**2) / m, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_dorefa_weights_low_precision(run, dtype):
+    n = 3
+    x = np.linspace(-2.0, 2.0, 33).astype(dtype.as_numpy_dtype).astype(np.float64)
+    t = np.tanh(x)
+    m = np.max(np.abs(t))
+    u = t / (2 * m) + 0.5
+    y, grad, dy = run(DoReFa(bits=2, mode="weights"), x, dtype)
+    keep = away_from_ties(u * n, 0.05)
+    np.testing.assert_allclose(y[keep], (2 * np.round(u * n) / n - 1)[keep], atol=2e-2)
+    np.testing.assert_allclose(grad, dy * (1 - t**2) / m, rtol=3e-2, atol=1e-2)
+
+
+def test_dorefa_weights_of_all_zeros_is_finite():
+    with tf.GradientTape() as tape:
+        x = tf.zeros([4])
+        tape.watch(x)
+        y = DoReFa(bits=2, mode="weights")(x)
+    assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(tape.gradient(y, x).numpy()))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(("bits", "low", "high"), [(2, -1.0, 1.0), (3, 0.0, 6.0), (8, -1.0, 1.0)])
+def test_uniform(run, dtype, bits, low, high):
+    step = (high - low) / (2**bits - 1)
+    levels = low + step * np.arange(2**bits)
+    grid = np.concatenate(
+        [[low - 100.0, low - 0.5, low, 0.0, high, high + 0.5, high + 100.0], levels[::7], levels[:-1:5] + 0.3 * step]
+    )
+    x = grid.astype(dtype.as_numpy_dtype).astype(np.float64)
+    y, grad, dy = run(Uniform(bits=bits, min=low, max=high), x, dtype)
+    scaled = (np.clip(x, low, high) - low) / step
+    expected = low + np.round(scaled) * step
+    keep = away_from_ties(scaled, 0.05)
+    eps = {tf.float16: 2e-3, tf.bfloat16: 1.6e-2}.get(dtype, 1e-6) * max(abs(low), abs(high))
+    np.testing.assert_allclose(y[keep], expected[keep], atol=eps + (step if dtype == tf.bfloat16 and bits == 8 else 0))
+    np.testing.assert_array_equal(grad, dy * ((x >= low) & (x <= high)))
+    if dtype in (tf.float32, tf.float64):
+        assert len(np.unique(y)) <= 2**bits
+
+
+def test_invalid_parameters():
+    with pytest.raises(ste.ParameterError, match="mode"):
+        DoReFa(mode="weight")
+    with pytest.raises(ste.ParameterError, match="bits"):
+        DoReFa(bits=0)
+    with pytest.raises(ste.ParameterError, match="not both"):
+        DoReFa(bits=3, k_bit=4)
+    with pytest.raises(ste.ParameterError, match="min must be < max"):
+        Uniform(min=1.0, max=1.0)
+    with pytest.raises(ste.ParameterError, match="bits"):
+        Uniform(bits=2.5)

@@ -1,0 +1,74 @@
+"""ste.summary: bit widths, parameter counts, memory and MACs against counts done by hand."""
+
+from __future__ import annotations
+
+import keras
+import pytest
+
+import ste
+
+
+def model() -> keras.Model:
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            ste.layers.QuantConv2D(
+                4, 3, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip", name="conv"
+            ),
+            keras.layers.Flatten(name="flat"),
+            keras.layers.BatchNormalization(name="bn"),
+            ste.layers.QuantDense(10, kernel_quantizer="dorefa(bits=4, mode='weights')", name="dense4"),
+            keras.layers.Dense(2, name="float_dense"),
+        ],
+        name="net",
+    )
+
+
+def test_per_layer_counts():
+    printed = []
+    result = ste.summary(model(), print_fn=printed.append)
+    rows = {row.name: row for row in result.layers}
+    # conv: 3·3·3·4 = 108 binary weights, 4 float biases; output 6×6 positions × 108 MACs, binary × binary
+    assert rows["conv"].params == {1: 108, 32: 4}
+    assert rows["conv"].macs == {1: 36 * 108}
+    assert (rows["conv"].input_bits, rows["conv"].kernel_bits) == (1, (1,))
+    assert rows["conv"].memory_bytes == (108 * 1 + 4 * 32) / 8 and rows["conv"].float32_bytes == 112 * 4
+    assert rows["flat"].params == {} and rows["flat"].macs == {}
+    assert rows["bn"].params == {32: 4 * 144}
+    # dense4: 144·10 4-bit weights on a float input -> the MACs are at 32 bits
+    assert rows["dense4"].params == {4: 1440, 32: 10} and rows["dense4"].macs == {32: 1440}
+    assert rows["float_dense"].params == {32: 22} and rows["float_dense"].macs == {32: 20}
+    assert result.params == {1: 108, 4: 1440, 32: 4 + 576 + 10 + 22}
+    assert result.macs == {1: 3888, 32: 1460}
+    quantized_bits = 108 + 4 * 1440 + 32 * (4 + 576 + 10 + 22)
+    assert result.memory_bytes == quantized_bits / 8
+    assert result.float32_bytes == (108 + 1440 + 612) * 4
+    assert result.compression_ratio == pytest.approx((108 + 1440 + 612) * 32 / quantized_bits)
+    assert printed == [str(result)]
+    assert "compression ratio" in printed[0] and "conv" in printed[0] and "1b:3,888" in printed[0]
+
+
+def test_separable_convolution_counts_pointwise_macs_on_the_float_depthwise_output():
+    net = keras.Sequential(
+        [
+            keras.Input((5, 5, 3)),
+            ste.layers.QuantSeparableConv2D(
+                4,
+                3,
+                input_quantizer="sign",
+                depthwise_quantizer="sign",
+                pointwise_quantizer="ternary",
+                depthwise_constraint="weight_clip",
+                name="sep",
+            ),
+        ]
+    )
+    (row,) = ste.summary(net, print_fn=None).layers
+    assert row.params == {1: 27, 2: 12, 32: 4}
+    assert row.macs == {1: 9 * 27, 32: 9 * 3 * 4}
+    assert row.kernel_bits == (1, 2)
+
+
+def test_unbuilt_model_raises():
+    with pytest.raises(ste.NotBuiltError, match="not built"):
+        ste.summary(keras.Sequential([keras.layers.Dense(2)]))
