@@ -189,8 +189,13 @@ def _training(section: dict[str, Any]) -> list[str]:
         "|---|---|---|",
         f"| hand-written tf.custom_gradient quantizers | {_ms(r['custom_gradient']['median_s'])} | 1.00× |",
         f"| ste | {_ms(r['ste']['median_s'])} | {r['ste']['ratio']:.2f}× |",
+        f"| hand-written, second copy (A/A) | {_ms(r['custom_gradient_copy']['median_s'])} | "
+        f"{r['custom_gradient_copy']['ratio']:.2f}× |",
         "",
-        f"ste network: {section['ste_network']}. {section['rounds']} alternating rounds × {section['inner']} steps.",
+        f"ste network: {section['ste_network']}. Traced step: {section['graph_ops']['ste']} ops with ste, "
+        f"{section['graph_ops']['custom_gradient']} hand-written; op types that differ in count: "
+        f"{section['graph_op_difference'] or 'none'}. {section['rounds']} alternating rounds × {section['inner']} "
+        f"steps.",
         "",
     ]
 

@@ -7,13 +7,15 @@ binarized with sign and a clipped straight-through estimator, activations likewi
 
 * ``ste``: ``ste.layers.QuantConv2D`` / ``ste.layers.QuantDense`` when ``ste.layers`` exists; otherwise Keras layers
   whose quantizer is ``ste.forward(sign).backward("straight_through")`` (the JSON says which).
-* ``custom_gradient``: the same Keras layers with a hand-written ``tf.custom_gradient`` quantizer (the baseline).
+* ``custom_gradient``: the same Keras layers with a hand-written ``tf.custom_gradient`` quantizer (the baseline),
+  whose forward uses the same ops as ``ste.quantizers.Sign``; a second copy is timed as an A/A noise check.
 
 The step is ``tf.function``-compiled (forward, loss, gradients, Adam update, constraints), the same code for both.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -23,11 +25,29 @@ import tensorflow as tf
 import ste
 
 from ._timing import alternate, load_average, summarize
-from ._variants import make_custom_gradient, make_ste
 
 __all__ = ["run"]
 
 Quantizer = Callable[[tf.Tensor], tf.Tensor]
+
+
+def binary_sign(x: tf.Tensor) -> tf.Tensor:
+    """+1 where x >= 0 else -1, written with the same ops as ``ste.quantizers.Sign``'s forward."""
+    one = tf.ones_like(x)
+    return tf.where(x >= 0, one, -one)
+
+
+def _clipped_ste(x: tf.Tensor) -> Any:
+    """The hand-written baseline quantizer: binary_sign forward, dy·1[abs(x) <= 1] backward."""
+
+    @tf.custom_gradient
+    def quantize(x: tf.Tensor) -> Any:
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return dy * tf.cast(tf.abs(x) <= tf.constant(1, x.dtype), dy.dtype)
+
+        return binary_sign(x), grad
+
+    return quantize(x)
 
 
 def _weight_clip(w: Any) -> Any:
@@ -91,7 +111,7 @@ def _build(kind: str, width: int) -> keras.Model:
             )
     else:
         quantizer: Quantizer = (
-            make_ste("straight_through") if kind == "ste_ops" else make_custom_gradient("straight_through")
+            ste.forward(binary_sign).backward("straight_through") if kind == "ste_ops" else _clipped_ste
         )
 
         def conv(filters: int, first: bool) -> Any:
@@ -138,6 +158,11 @@ def _train_step(model: keras.Model) -> Any:
     return step
 
 
+def _op_counts(step: Any, x: tf.Tensor, y: tf.Tensor) -> Counter[str]:
+    """How many ops of each type the traced training step has."""
+    return Counter(op.type for op in step.get_concrete_function(x, y).graph.get_operations())
+
+
 def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dict[str, Any]:
     ste_kind = "ste_layers" if _ste_layers_available() else "ste_ops"
     x = tf.random.stateless_uniform([batch, 32, 32, 3], seed=(5, 6), minval=-1.0, maxval=1.0)
@@ -145,6 +170,13 @@ def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dic
     steps = {
         "custom_gradient": _train_step(_build("custom_gradient", width)),
         "ste": _train_step(_build(ste_kind, width)),
+        "custom_gradient_copy": _train_step(_build("custom_gradient", width)),  # A/A: the noise level
+    }
+    counts = {name: _op_counts(steps[name], x, y) for name in ("custom_gradient", "ste")}
+    difference = {
+        op: counts["ste"][op] - counts["custom_gradient"][op]
+        for op in sorted(set(counts["ste"]) | set(counts["custom_gradient"]))
+        if counts["ste"][op] != counts["custom_gradient"][op]
     }
     load_before = load_average()
     samples = alternate({name: (lambda s=step: s(x, y)) for name, step in steps.items()}, rounds=rounds, inner=inner)
@@ -157,6 +189,8 @@ def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dic
             else "Keras Conv2D/Dense subclasses with ste.forward(sign).backward('straight_through') quantizers "
             "(ste.layers not available on this branch)"
         ),
+        "graph_ops": {name: sum(found.values()) for name, found in counts.items()},
+        "graph_op_difference": difference,
         "load_before": load_before,
         "rounds": rounds,
         "inner": inner,
