@@ -9,7 +9,11 @@ backward pass (the VJP is dy·d(x)):
 
 * ``straight_through``: 1[abs(x) <= 1] (clipped STE, BinaryNet); primitive clip(x, -1, 1).
 * ``sigmoid_surrogate``: beta·sigmoid(beta·x)·sigmoid(-beta·x), beta = 4; primitive sigmoid(beta·x).
-* ``approx_sign``: (2 - 2·abs(x))·1[abs(x) <= 1] (Bi-Real Net); primitive 2x - x·abs(x) inside [-1, 1], sign(x) outside.
+* ``approx_sign``: (2 - 2·abs(x))·1[abs(x) <= 1] = 2·relu(1 - abs(x)) (Bi-Real Net); primitive 2c - c·abs(c) with
+  c = clip(x, -1, 1).
+
+The hand-written formulas are those of ste's registry entries, including their choice to evaluate the two smooth
+ones in float32 for float16/bfloat16 inputs, so that every variant does the same math.
 
 The stop-gradient tricks need the primitive P: exact ``(P(x) - sg(P(x))) + sg(f(x))`` and naive
 ``P(x) + sg(f(x) - P(x))`` (the naive form is wrong in the forward for large abs(x) in float16/bfloat16).
@@ -38,30 +42,43 @@ def sign(x: tf.Tensor) -> tf.Tensor:
     return tf.where(x >= 0, tf.constant(1, x.dtype), tf.constant(-1, x.dtype))
 
 
+def _half_in_float32(fn: Callable[[tf.Tensor], tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+    """Evaluate ``fn`` on float16/bfloat16 input in float32 and round once, as ste's registry entries do."""
+    if x.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(fn(tf.cast(x, tf.float32)), x.dtype)
+    return fn(x)
+
+
+def _sigmoid_derivative(x: tf.Tensor) -> tf.Tensor:
+    beta = tf.constant(BETA, x.dtype)
+    z = beta * x
+    return beta * tf.sigmoid(z) * tf.sigmoid(-z)
+
+
 def _derivative(rule: str, x: tf.Tensor) -> tf.Tensor:
-    """The hand-written local derivative d(x) (the baseline's math)."""
+    """The hand-written local derivative d(x): the same formulas as ste's registry entries (the same math)."""
     if rule == "straight_through":
         return tf.cast(tf.abs(x) <= tf.constant(1, x.dtype), x.dtype)
     if rule == "sigmoid_surrogate":
-        beta = tf.constant(BETA, x.dtype)
-        z = beta * x
-        return beta * tf.sigmoid(z) * tf.sigmoid(-z)
+        return _half_in_float32(_sigmoid_derivative, x)
     if rule == "approx_sign":
-        ax = tf.abs(x)
-        one = tf.constant(1, x.dtype)
-        return tf.where(ax <= one, tf.constant(2, x.dtype) - tf.constant(2, x.dtype) * ax, tf.zeros_like(x))
+        return _half_in_float32(lambda v: 2 * tf.nn.relu(1 - tf.abs(v)), x)
     raise ValueError(rule)
 
 
+def _approx_sign_primitive(x: tf.Tensor) -> tf.Tensor:
+    c = tf.clip_by_value(x, -1.0, 1.0)
+    return 2 * c - c * tf.abs(c)
+
+
 def _primitive(rule: str, x: tf.Tensor) -> tf.Tensor:
-    """A function P with P' = d(x), for the stop-gradient tricks."""
+    """A function P with P' = d(x), for the stop-gradient tricks (the registry entries' primitives)."""
     if rule == "straight_through":
         return tf.clip_by_value(x, tf.constant(-1, x.dtype), tf.constant(1, x.dtype))
     if rule == "sigmoid_surrogate":
-        return tf.sigmoid(tf.constant(BETA, x.dtype) * x)
+        return _half_in_float32(lambda v: tf.sigmoid(tf.constant(BETA, v.dtype) * v), x)
     if rule == "approx_sign":
-        inside = tf.constant(2, x.dtype) * x - x * tf.abs(x)
-        return tf.where(tf.abs(x) <= tf.constant(1, x.dtype), inside, tf.stop_gradient(sign(x)))
+        return _half_in_float32(_approx_sign_primitive, x)
     raise ValueError(rule)
 
 
