@@ -29,6 +29,13 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def _load(results: dict[str, Any]) -> str:
+    during = results.get("load_average_1min_during_run") or {}
+    if not during:
+        return "not sampled"
+    return f"min {during['min']:.2f} / median {during['median']:.2f} / max {during['max']:.2f} (every 5 s)"
+
+
 def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
@@ -236,7 +243,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, {m['memory']} RAM; {m['platform']}; Python "
         f"{m['python']}, TensorFlow {m['tensorflow']}, Keras {m['keras']}, NumPy {m['numpy']}; ste {m['ste']} "
         f"(commit {m['git_commit']}). Load average (1/5/15 min) at start {results['load_average_start']}, at end "
-        f"{results.get('load_average_end')}; total {results.get('seconds')} s.",
+        f"{results.get('load_average_end')}; 1-minute load during the run {_load(results)}; total "
+        f"{results.get('seconds')} s.",
         "",
         f"Reproduce: `{results['command']}`",
         "",

@@ -9,11 +9,12 @@ from __future__ import annotations
 import gc
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["alternate", "load_average", "summarize"]
+__all__ = ["LoadSampler", "alternate", "load_average", "summarize"]
 
 
 def load_average() -> list[float]:
@@ -22,6 +23,43 @@ def load_average() -> list[float]:
         return [round(v, 2) for v in os.getloadavg()]
     except OSError:
         return []
+
+
+class LoadSampler:
+    """Samples the 1-minute load average every ``interval`` seconds in a daemon thread while in a ``with`` block."""
+
+    def __init__(self, interval: float = 5.0) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            current = load_average()
+            if current:
+                self.samples.append(current[0])
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        """Minimum, median and maximum of the samples (empty without samples)."""
+        if not self.samples:
+            return {}
+        return {
+            "min": min(self.samples),
+            "median": statistics.median(self.samples),
+            "max": max(self.samples),
+            "samples": len(self.samples),
+        }
 
 
 def alternate(

@@ -31,7 +31,7 @@ import ste
 
 from . import elementwise, latency, memory, tracing, training
 from ._report import markdown
-from ._timing import load_average
+from ._timing import LoadSampler, load_average
 
 __all__ = ["FULL", "SMOKE", "main"]
 
@@ -130,11 +130,13 @@ def run(smoke: bool, sections: Sequence[str] = SECTIONS) -> dict[str, Any]:
         "training": training.run,
         "memory": memory.run,
     }
-    for name in sections:
-        section_start = time.time()
-        results[name] = runners[name](**config[name])
-        results[name]["seconds"] = round(time.time() - section_start, 1)
-        print(f"benchmarks: {name} done in {results[name]['seconds']} s", file=sys.stderr, flush=True)
+    with LoadSampler() as sampler:
+        for name in sections:
+            section_start = time.time()
+            results[name] = runners[name](**config[name])
+            results[name]["seconds"] = round(time.time() - section_start, 1)
+            print(f"benchmarks: {name} done in {results[name]['seconds']} s", file=sys.stderr, flush=True)
+    results["load_average_1min_during_run"] = sampler.summary()
     results["load_average_end"] = load_average()
     results["seconds"] = round(time.time() - started, 1)
     return results
