@@ -97,7 +97,7 @@ def alternate(
 
 
 def summarize(samples: Mapping[str, list[float]], baseline: str) -> dict[str, dict[str, Any]]:
-    """Median time, interquartile range and the median per-round ratio to ``baseline`` for each case."""
+    """Median time, interquartile range, the median per-round ratio to ``baseline`` and the raw per-round times."""
     base = samples[baseline]
     out: dict[str, dict[str, Any]] = {}
     for name, values in samples.items():
@@ -109,5 +109,6 @@ def summarize(samples: Mapping[str, list[float]], baseline: str) -> dict[str, di
             "q3_s": quartiles[2],
             "ratio": statistics.median(ratios),
             "samples": len(values),
+            "per_round_s": [round(v, 9) for v in values],
         }
     return out
