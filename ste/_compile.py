@@ -17,6 +17,7 @@ import tensorflow as tf
 from ._errors import CallError, InputError
 from ._gradients import check_gradients, input_spec
 from ._rules import Rule
+from ._vectorized import in_vectorized_map, stop_gradient_call
 
 __all__ = ["compile_op"]
 
@@ -66,6 +67,8 @@ def compile_op(
     custom = tf.custom_gradient(op)
 
     def call(*xs: tf.Tensor) -> Any:
+        if in_vectorized_map():  # TF drops custom gradients there: rebuild the op from ordinary ops, or raise
+            return stop_gradient_call(forward_fn, rule, bound, xs, label)
         try:
             return custom(*xs)
         except TypeError as error:

@@ -104,13 +104,15 @@ class UnknownSurrogateError(STEError, ValueError):
 class UnknownQuantizerError(STEError, ValueError):
     """No quantizer is known under the requested name (see ``ste.quantizers.names()``)."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class NotBuiltError(STEError, ValueError):
     """A Keras layer or model must be built (called on data, or given an ``Input``) before this operation."""
 
-    __init__ = Exception.__init__
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
 
 
 class ParameterError(STEError, ValueError):

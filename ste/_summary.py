@@ -131,8 +131,11 @@ def _macs(layer: Any) -> list[tuple[str, int]]:
     in_shape, out_shape = _io_shapes(layer)
     if in_shape is None or out_shape is None:
         return []
-    if isinstance(layer, keras.layers.Dense):
-        return [("kernel", math.prod(layer.kernel.shape))] if len(in_shape) == 2 else []
+    if isinstance(layer, keras.layers.Dense):  # applied to the last axis at every position of the others
+        leading = in_shape[1:-1]
+        if any(d is None for d in leading):
+            return []
+        return [("kernel", math.prod(d for d in leading if d is not None) * math.prod(layer.kernel.shape))]
     channels_last = getattr(layer, "data_format", "channels_last") == "channels_last"
     positions = _spatial(out_shape, channels_last)
     if positions is None:

@@ -69,6 +69,12 @@ def test_separable_convolution_counts_pointwise_macs_on_the_float_depthwise_outp
     assert row.kernel_bits == (1, 2)
 
 
+def test_dense_on_a_sequence_counts_every_position():
+    net = keras.Sequential([keras.Input((7, 5)), ste.layers.QuantDense(3, kernel_quantizer="ternary", name="d")])
+    (row,) = ste.summary(net, print_fn=None).layers
+    assert row.params == {2: 15, 32: 3} and row.macs == {32: 7 * 15}
+
+
 def test_unbuilt_model_raises():
     with pytest.raises(ste.NotBuiltError, match="not built"):
         ste.summary(keras.Sequential([keras.layers.Dense(2)]))

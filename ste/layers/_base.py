@@ -52,6 +52,8 @@ class QuantLayerMixin:
         for slot in self.slots:
             setattr(self, slot.quantizer, ste_quantizers.get(kernel_quantizers.get(slot.quantizer)))
             quantizer = getattr(self, slot.quantizer)
+            if isinstance(quantizer, ste_quantizers.LSQ):
+                quantizer.sharded = False  # a kernel is the same on every replica (its gradient scale uses its own N)
             if _precision(quantizer) == 1 and getattr(self, slot.constraint, None) is None:
                 warnings.warn(
                     f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "

@@ -4,6 +4,9 @@ A quantizer is a Keras 3 layer whose ``call`` applies one ``ste`` op (``ste.forw
 autocasts its input: a float16 input gives a float16 output, whatever the layer's dtype policy, so it can sit inside
 a mixed-precision layer and quantize that layer's (already cast) kernel.
 
+TensorFlow's CPU kernels treat subnormal inputs as zero (−1e-45 >= 0 is true there), so every comparison below
+does too: a subnormal negative input binarizes to +1 and counts as inside a range starting at 0.
+
 Names and spec strings (``"sign"``, ``"sign(surrogate='approx_sign')"``, ``"dorefa(bits=4, mode='activations')"``)
 are parsed with :func:`ste.registry.parse_spec` (``ast``, literals only, never ``eval``).
 """
@@ -118,10 +121,9 @@ def _unknown(name: str, spec: str) -> UnknownQuantizerError:
     known = names()
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    error: UnknownQuantizerError = UnknownQuantizerError(
+    return UnknownQuantizerError(
         f"no quantizer named {name!r} (in {spec!r}); {hint}known quantizers: {', '.join(known)}."
     )
-    return error
 
 
 def _from_spec(spec: str) -> Quantizer:
@@ -160,7 +162,13 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
     if isinstance(identifier, str):
         return _from_spec(identifier)
     if isinstance(identifier, Mapping):
-        quantizer = keras.saving.deserialize_keras_object(dict(identifier))
+        try:
+            quantizer = keras.saving.deserialize_keras_object(dict(identifier))
+        except (TypeError, ValueError) as error:
+            raise SpecError(
+                f"cannot build a quantizer from the config {identifier!r} ({error}). Expected the output of "
+                f"keras.saving.serialize_keras_object(quantizer), e.g. for ste.quantizers.Sign(); after `import ste`."
+            ) from None
         if not callable(quantizer):
             raise SpecError(f"the quantizer config {identifier!r} did not give a callable but {quantizer!r}.")
         return quantizer  # type: ignore[no-any-return]

@@ -40,7 +40,7 @@ def _mean_abs(x: tf.Tensor, axis: list[int] | None) -> tf.Tensor:
 
 
 def ternarize(x: tf.Tensor, *, threshold: float, ternary_weight_networks: bool) -> tf.Tensor:
-    """sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ, −1 where x <= −Δ, 0 in between (larq's formula)."""
+    """sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ > 0, −1 where x <= −Δ, 0 in between (larq's formula)."""
     if ternary_weight_networks:
         delta = 0.7 * _mean_abs(x, None)
     else:
@@ -108,7 +108,8 @@ class Heaviside(_SurrogateQuantizer):
 class Ternary(_SurrogateQuantizer):
     """Ternarization to −1/0/+1 (Li et al. 2016, Ternary Weight Networks; larq's ``ste_tern``).
 
-    Forward sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ, −1 where x <= −Δ, 0 where abs(x) < Δ. Δ is
+    Forward sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ, −1 where x <= −Δ, 0 where abs(x) < Δ (for Δ = 0 this
+    is sign(x), 0 at x = 0). Δ is
     ``threshold``, or 0.7·mean(abs(x)) over the whole tensor when ``ternary_weight_networks=True`` (Δ is not
     differentiated). Backward ``dy·d(x)`` with ``surrogate`` (default ``"straight_through"``). No rounding.
     Spec name ``"ternary"``.

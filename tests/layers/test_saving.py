@@ -76,19 +76,34 @@ def test_keras_file_round_trip_without_custom_objects(trained):
     assert any(np.any(g != 0) for g in g1[1:])
 
 
-def test_keras_file_loads_in_a_fresh_process_after_importing_ste(trained):
+def test_fresh_process_exported_gradients_without_ste_then_keras_file_after_importing_ste(trained):
+    """The SavedModel's gradients come from the file (ste is not imported yet); the .keras file then loads."""
     model, x, path = trained
     file = str(path / "fresh.keras")
+    export_dir = str(path / "fresh_export")
     model.save(file)
+    model.export(export_dir, verbose=False)
     np.save(path / "x.npy", x)
     script = (
-        "import numpy as np, keras, ste\n"
+        "import sys, numpy as np, tensorflow as tf\n"
+        f"x = tf.constant(np.load({str(path / 'x.npy')!r}))\n"
+        f"served = tf.saved_model.load({export_dir!r})\n"
+        "with tf.GradientTape() as tape:\n"
+        "    tape.watch(x)\n"
+        "    loss = tf.reduce_sum(served.serve(x) * tf.range(1.0, 4.0))\n"
+        f"np.save({str(path / 'grad.npy')!r}, tape.gradient(loss, x).numpy())\n"
+        "assert 'ste' not in sys.modules\n"
+        "import keras, ste\n"
         f"m = keras.models.load_model({file!r})\n"
-        f"np.save({str(path / 'y.npy')!r}, m(np.load({str(path / 'x.npy')!r}), training=False).numpy())\n"
+        f"np.save({str(path / 'y.npy')!r}, m(x, training=False).numpy())\n"
     )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.getcwd()}
     subprocess.run([sys.executable, "-c", script], check=True, env=env, capture_output=True, timeout=120)
-    np.testing.assert_array_equal(np.load(path / "y.npy"), model(x, training=False).numpy())
+    expected_y, expected_grads = outputs_and_gradients(model, x)
+    np.testing.assert_array_equal(np.load(path / "y.npy"), expected_y)
+    grad = np.load(path / "grad.npy")
+    assert np.any(grad != 0)  # every quantizer on the path is piecewise constant: no custom gradient, no signal
+    np.testing.assert_allclose(grad, expected_grads[0], rtol=1e-5, atol=1e-6)
 
 
 def test_saved_model_export_keeps_custom_gradients_and_converts_to_tflite(trained):
@@ -107,6 +122,9 @@ def test_saved_model_export_keeps_custom_gradients_and_converts_to_tflite(traine
     # every quantizer on the path is piecewise constant: without the custom gradients this would be all zeros
     assert np.any(grad.numpy() != 0)
     np.testing.assert_allclose(grad.numpy(), expected_grads[0], rtol=1e-5, atol=1e-6)
+    graph = reloaded.signatures["serving_default"].graph.as_graph_def()
+    op_types = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    assert "ReadVariableOp" in op_types and "AssignVariableOp" not in op_types  # LSQ only reads its step here
 
     converter = tf.lite.TFLiteConverter.from_saved_model(export_dir)
     interpreter = tf.lite.Interpreter(model_content=converter.convert())

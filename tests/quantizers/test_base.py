@@ -90,6 +90,8 @@ def test_wrong_arguments_and_types_raise_ste_errors():
         q.get("dorefa(bits=40)")
     with pytest.raises(ste.SpecError, match="as a quantizer"):
         q.get(3)
+    with pytest.raises(ste.SpecError, match="config"):
+        q.get({"class_name": "NoSuchQuantizer", "config": {}})
 
 
 @pytest.mark.parametrize("spec", ALL_SPECS)

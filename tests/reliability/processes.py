@@ -1,0 +1,157 @@
+"""Subprocess jobs for test_processes.py, started once per session by tests/reliability/conftest.py.
+
+All subprocesses (two MultiWorkerMirroredStrategy workers, two seeded training runs, one export loader) start
+together, as soon as the first reliability test runs, so that their TensorFlow start-ups overlap with each other
+and with the in-process tests; the tests in test_processes.py (which conftest moves to the end) wait for them.
+Every process has a time limit and is killed at the end of the session, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+
+from . import models
+from .references import tf_sign
+
+WORKER = Path(__file__).with_name("_worker.py")
+ROOT = Path(__file__).resolve().parents[2]  # the repository: subprocesses import this checkout's ste
+TIMEOUT = 150.0
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    env.update({"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", **extra})
+    return env
+
+
+class _Jobs:
+    """Subprocesses with output in log files (never a pipe that could fill up) and a deadline counted from start."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}
+        self.deadlines: dict[str, float] = {}
+
+    def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.logs[name] = cwd / f"{name}.log"
+        with open(self.logs[name], "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, str(WORKER), *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.deadlines[name] = time.monotonic() + TIMEOUT
+
+    def wait(self, name: str) -> None:
+        proc = self.procs[name]
+        try:
+            proc.wait(timeout=max(1.0, self.deadlines[name] - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"subprocess {name} did not finish within {TIMEOUT} s of its start")
+        output = self.logs[name].read_text(errors="replace")
+        assert proc.returncode == 0, f"subprocess {name} failed:\n{output[-4000:]}"
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+# -- the exported artefacts (built here, with ste; loaded in a process without it) -----------------------------
+
+sigmoid_sign = ste.forward(tf_sign).backward("sigmoid_surrogate(beta=2.0)")
+
+
+@ste.forward
+def rounded_scale(a: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+    return tf.round(a * w)
+
+
+@rounded_scale.backward
+def rounded_scale(dy: tf.Tensor, a: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return dy * w, tf.reduce_sum(dy * a, axis=0)
+
+
+class Scaler(tf.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = tf.Variable([0.5, -1.5, 2.0, 0.25], name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        return rounded_scale(sigmoid_sign(x), self.w) + sigmoid_sign(x * 0.5)
+
+
+def _forward_and_gradients(fn: Any, x: np.ndarray, dy: np.ndarray, variables: list[Any]) -> list[np.ndarray]:
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = fn(xt)
+    grads = tape.gradient(y, [xt, *variables], output_gradients=tf.constant(dy))
+    return [y.numpy(), *(g.numpy() for g in grads)]
+
+
+def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Jobs, Path, dict[str, Any]]]:
+    """Start every subprocess; yields (jobs, their directory, the values the loaded exports must reproduce)."""
+    tmp = tmp_path_factory.mktemp("processes")
+    jobs = _Jobs()
+    try:
+        # multi-worker training: two workers on 127.0.0.1, started first (they take longest)
+        cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+        for index in range(2):
+            config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+            jobs.start(f"worker{index}", ["multiworker", str(tmp / f"worker{index}.json")], _env(TF_CONFIG=config), tmp)
+        # two seeded runs with op determinism (in subprocesses: the setting is global and cannot be undone)
+        for run in range(2):
+            jobs.start(f"determinism{run}", ["determinism", str(tmp / f"determinism{run}.json"), "7"], _env(), tmp)
+
+        # exports, made here with ste
+        rng = np.random.default_rng(0)
+        expected: dict[str, Any] = {}
+        model = models.make_model(3)
+        keras_x = rng.normal(size=(5, 8)).astype(np.float32)
+        keras_dy = rng.normal(size=(5, 3)).astype(np.float32)
+        model(keras_x)
+        model.export(str(tmp / "keras_export"), verbose=False)
+        expected["keras"] = _forward_and_gradients(model, keras_x, keras_dy, [])
+        scaler = Scaler()
+        tf.saved_model.save(scaler, str(tmp / "module_export"))
+        module_x = np.array([[0.3, -0.2, 1.7, -3.0], [0.0, 0.9, -0.6, 2.2]], np.float32)
+        module_dy = np.array([[1.0, -0.5, 0.25, 2.0], [0.5, 1.0, -1.0, 1.5]], np.float32)
+        expected["module"] = _forward_and_gradients(scaler, module_x, module_dy, [scaler.w])
+        np.savez(tmp / "inputs.npz", keras_x=keras_x, keras_dy=keras_dy, module_x=module_x, module_dy=module_dy)
+        loader_args = ["load", str(tmp / "keras_export"), str(tmp / "module_export"), str(tmp / "inputs.npz")]
+        jobs.start("loader", [*loader_args, str(tmp / "loaded.npz")], _env(PYTHONPATH=""), tmp)
+        yield jobs, tmp, expected
+    finally:
+        jobs.kill_all()

@@ -1,0 +1,190 @@
+"""Independent numpy references for the reliability tests: surrogate derivatives d(x) and forward functions.
+
+Every formula is written from the tables in the issues (the surrogate library and REFERENCE.md), in float64 numpy,
+in a form that does not overflow for any finite float64 input (so it also serves as the reference at the extremes).
+Nothing here calls ``ste``.
+
+``REFERENCES`` maps a registry name to (parameter sets to test, derivative function). Parameter values are dyadic
+(exactly representable in float16 and bfloat16) so that thresholds such as ``abs(x) <= clip`` compare the same
+numbers in TensorFlow (in the input's dtype) and here (in float64).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+Array = np.ndarray
+Derivative = Callable[..., Array]
+
+
+def _sech2_over(u: Array) -> Array:
+    """1/(1 + cosh(u)) = 2e^{-|u|} / (1 + e^{-|u|})², without overflow."""
+    e = np.exp(-np.abs(u))
+    return 2.0 * e / (1.0 + e) ** 2
+
+
+def _identity(x: Array) -> Array:
+    return np.ones_like(x)
+
+
+def _straight_through(x: Array, clip: float | None = 1.0) -> Array:
+    if clip is None:
+        return np.ones_like(x)
+    return (np.abs(x) <= clip).astype(np.float64)
+
+
+def _zero(x: Array) -> Array:
+    return np.zeros_like(x)
+
+
+def _sigmoid_surrogate(x: Array, beta: float = 1.0) -> Array:
+    e = np.exp(-np.abs(beta * x))  # s(1 - s) = e^{-|z|} / (1 + e^{-|z|})²
+    return beta * e / (1.0 + e) ** 2
+
+
+def _approx_sign(x: Array) -> Array:
+    return np.where(np.abs(x) <= 1.0, 2.0 - 2.0 * np.abs(x), 0.0)
+
+
+def _swish_sign(x: Array, beta: float = 5.0) -> Array:
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = beta * x
+        value = beta * (2.0 - u * np.tanh(u / 2.0)) * _sech2_over(u)
+    return np.where(np.abs(u) > 1e3, 0.0, value)  # the true value underflows long before |u| = 1000
+
+
+def _fast_sigmoid(x: Array, slope: float = 25.0) -> Array:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + slope * np.abs(x)) ** 2
+
+
+def _atan(x: Array, alpha: float = 2.0) -> Array:
+    with np.errstate(over="ignore"):
+        return (alpha / 2.0) / (1.0 + (math.pi * alpha * x / 2.0) ** 2)
+
+
+def _triangle(x: Array, width: float = 1.0) -> Array:
+    return np.maximum(0.0, 1.0 - np.abs(x) / width)
+
+
+def _gaussian(x: Array, sigma: float = 0.5) -> Array:
+    with np.errstate(over="ignore"):
+        return np.exp(-(x**2) / (2.0 * sigma**2)) / (sigma * math.sqrt(2.0 * math.pi))
+
+
+def _tanh_surrogate(x: Array, beta: float = 1.0) -> Array:
+    e = np.exp(-2.0 * np.abs(beta * x))  # 1 - tanh²(u) = 4e^{-2|u|} / (1 + e^{-2|u|})²
+    return beta * 4.0 * e / (1.0 + e) ** 2
+
+
+def _piecewise_exp(x: Array, alpha: float = 1.0) -> Array:
+    return (alpha / 2.0) * np.exp(-alpha * np.abs(x))
+
+
+def _erf_surrogate(x: Array, alpha: float = 2.0) -> Array:
+    with np.errstate(over="ignore"):
+        return (alpha / math.sqrt(math.pi)) * np.exp(-(alpha**2) * x**2)
+
+
+def _soft_sign(x: Array, alpha: float = 2.0) -> Array:
+    with np.errstate(over="ignore"):
+        return alpha / (2.0 * (1.0 + alpha * np.abs(x)) ** 2)
+
+
+def _piecewise_quadratic(x: Array, alpha: float = 1.0) -> Array:
+    return np.maximum(0.0, alpha - alpha**2 * np.abs(x))
+
+
+def _boxcar(x: Array, width: float = 1.0) -> Array:
+    return (np.abs(x) < width / 2.0).astype(np.float64) / width
+
+
+#: name -> (parameter sets, d(x, **params)). The first parameter set is always the entry's defaults ({}).
+REFERENCES: dict[str, tuple[list[dict[str, Any]], Derivative]] = {
+    "identity": ([{}], _identity),
+    "straight_through": ([{}, {"clip": 0.5}, {"clip": None}], _straight_through),
+    "zero": ([{}], _zero),
+    "sigmoid_surrogate": ([{}, {"beta": 4.0}], _sigmoid_surrogate),
+    "approx_sign": ([{}], _approx_sign),
+    "swish_sign": ([{}, {"beta": 2.0}], _swish_sign),
+    "fast_sigmoid": ([{}, {"slope": 4.0}], _fast_sigmoid),
+    "atan": ([{}, {"alpha": 0.5}], _atan),
+    "triangle": ([{}, {"width": 2.0}], _triangle),
+    "gaussian": ([{}, {"sigma": 0.25}], _gaussian),
+    "tanh_surrogate": ([{}, {"beta": 4.0}], _tanh_surrogate),
+    "piecewise_exp": ([{}, {"alpha": 4.0}], _piecewise_exp),
+    "erf_surrogate": ([{}, {"alpha": 0.5}], _erf_surrogate),
+    "soft_sign": ([{}, {"alpha": 0.5}], _soft_sign),
+    "piecewise_quadratic": ([{}, {"alpha": 2.0}], _piecewise_quadratic),
+    "boxcar": ([{}, {"width": 0.5}], _boxcar),
+}
+
+
+def builtin_names() -> list[str]:
+    """Registry names defined by the ``ste`` package itself (entries registered by tests are left out)."""
+    import ste
+
+    return [name for name in ste.registry.names() if ste.registry.lookup(name).__module__.startswith("ste.")]
+
+
+def entry_cases() -> list[tuple[str, dict[str, Any]]]:
+    """Every (built-in name, parameter set) pair to test; a built-in without a reference here is an error."""
+    cases = []
+    for name in builtin_names():
+        if name not in REFERENCES:
+            raise AssertionError(
+                f"registry entry {name!r} has no independent numpy reference in tests/reliability/references.py; "
+                f"add its formula there."
+            )
+        cases.extend((name, params) for params in REFERENCES[name][0])
+    return cases
+
+
+def reference_derivative(name: str, x: Array, params: dict[str, Any]) -> Array:
+    with np.errstate(over="ignore"):  # beta·x may overflow to ±inf near float64's max; every formula maps that to 0
+        return REFERENCES[name][1](np.asarray(x, np.float64), **params)
+
+
+# -- forward functions (TensorFlow) and their numpy references -------------------------------------------------
+
+
+def tf_sign(x: tf.Tensor) -> tf.Tensor:
+    """sign with sign(0) = +1 (the ste convention)."""
+    return tf.where(x >= 0, tf.ones_like(x), -tf.ones_like(x))
+
+
+def tf_heaviside(x: tf.Tensor) -> tf.Tensor:
+    return tf.cast(x > 0, x.dtype)
+
+
+FORWARDS: dict[str, tuple[Callable[[tf.Tensor], tf.Tensor], Callable[[Array], Array]]] = {
+    "sign": (tf_sign, lambda x: np.where(x >= 0, 1.0, -1.0)),
+    "heaviside": (tf_heaviside, lambda x: (x > 0).astype(np.float64)),
+    "round": (tf.round, np.round),  # both round half to even
+    "identity": (tf.identity, lambda x: x),
+    "relu": (tf.nn.relu, lambda x: np.maximum(x, 0.0)),
+}
+
+DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
+
+
+def eps(dtype: tf.DType) -> float:
+    return {tf.float16: 2.0**-10, tf.bfloat16: 2.0**-7, tf.float32: 2.0**-23, tf.float64: 2.0**-52}[dtype]
+
+
+def as_f64(t: Any) -> Array:
+    """A tensor (any float dtype, bfloat16 included) as a float64 numpy array."""
+    if isinstance(t, (tf.Tensor, tf.Variable)):
+        t = tf.cast(t, tf.float64).numpy()
+    return np.asarray(t, np.float64)
+
+
+def peak(name: str, params: dict[str, Any]) -> float:
+    """max |d| over a fine grid (for absolute tolerances)."""
+    grid = np.linspace(-4.0, 4.0, 8001)
+    return float(np.max(np.abs(reference_derivative(name, grid, params)))) or 1.0
