@@ -64,6 +64,22 @@ class QuantLayerMixin:
                     stacklevel=3,
                 )
 
+    def build(self, input_shape: Any) -> None:
+        """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
+        super().build(input_shape)  # type: ignore[misc]
+        self._build_quantizers(input_shape)
+
+    @property
+    def quantized_kernel(self) -> tf.Tensor:
+        """``kernel_quantizer(kernel)`` (the kernel itself without a quantizer); layers with several kernels
+        (``QuantSeparableConv2D``) have ``quantized_kernels`` instead."""
+        kernels = self.quantized_kernels
+        if "kernel" not in kernels:
+            raise AttributeError(
+                f"{type(self).__name__} has kernels {sorted(kernels)}, not one 'kernel'; read quantized_kernels."
+            )
+        return kernels["kernel"]
+
     def _build_quantizers(self, input_shape: Any) -> None:
         if isinstance(self.input_quantizer, keras.layers.Layer) and not self.input_quantizer.built:
             self.input_quantizer.build(input_shape)
