@@ -48,9 +48,14 @@ def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor,
     input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
     pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
     with tf.control_dependencies([assert_op]):
-        # A data dependency on the Pack (a free reshape to its checked shape): a control dependency alone is
-        # dropped when XLA folds a constant gradient.
-        return tf.reshape(grad, tf.shape(pack)[2:])
+        # A data dependency on the Pack (a free reshape; adding zero times its shape): a control dependency alone is
+        # dropped when XLA folds a constant gradient. The target is the input's shape, so that the gradient's static
+        # shape is the input's: graph shape inference cannot unify the input's unknown dimensions with the wrong
+        # gradient's across the training step before the check has run.
+        target = x_dynamic + 0 * tf.shape(pack, out_type=x_dynamic.dtype)[2:]
+        checked = tf.reshape(grad, target)
+    checked.set_shape(spec.shape)
+    return checked
 
 
 def normalize_gradient_structure(result: Any, n_inputs: int, op: str) -> list[Any]:
@@ -108,6 +113,6 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf
             checked.append(grad)
             continue
         x_dynamic = spec.dynamic_shape if spec.dynamic_shape is not None else tf.constant(xshape.as_list(), tf.int32)
-        message = f"ste: {where} does not have the input's shape (checked at run time)"
+        message = f"ste: {where} does not have the shape of its input (checked at run time)"
         checked.append(_runtime_shape_check(grad, spec, x_dynamic, message))
     return checked

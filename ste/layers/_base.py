@@ -52,6 +52,8 @@ class QuantLayerMixin:
         for slot in self.slots:
             setattr(self, slot.quantizer, ste_quantizers.get(kernel_quantizers.get(slot.quantizer)))
             quantizer = getattr(self, slot.quantizer)
+            if isinstance(quantizer, ste_quantizers.LSQ):
+                quantizer.sharded = False  # a kernel is the same on every replica (its gradient scale uses its own N)
             if _precision(quantizer) == 1 and getattr(self, slot.constraint, None) is None:
                 warnings.warn(
                     f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
@@ -61,6 +63,22 @@ class QuantLayerMixin:
                     UserWarning,
                     stacklevel=3,
                 )
+
+    def build(self, input_shape: Any) -> None:
+        """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
+        super().build(input_shape)  # type: ignore[misc]
+        self._build_quantizers(input_shape)
+
+    @property
+    def quantized_kernel(self) -> tf.Tensor:
+        """``kernel_quantizer(kernel)`` (the kernel itself without a quantizer); layers with several kernels
+        (``QuantSeparableConv2D``) have ``quantized_kernels`` instead."""
+        kernels = self.quantized_kernels
+        if "kernel" not in kernels:
+            raise AttributeError(
+                f"{type(self).__name__} has kernels {sorted(kernels)}, not one 'kernel'; read quantized_kernels."
+            )
+        return kernels["kernel"]
 
     def _build_quantizers(self, input_shape: Any) -> None:
         if isinstance(self.input_quantizer, keras.layers.Layer) and not self.input_quantizer.built:

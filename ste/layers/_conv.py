@@ -27,15 +27,6 @@ class _QuantConv(QuantLayerMixin):
         super().__init__(*args, **kwargs)
         self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
 
-    def build(self, input_shape: Any) -> None:
-        super().build(input_shape)  # type: ignore[misc]
-        self._build_quantizers(input_shape)
-
-    @property
-    def quantized_kernel(self) -> tf.Tensor:
-        """``kernel_quantizer(kernel)`` (the kernel itself without a quantizer)."""
-        return self.quantized_kernels["kernel"]
-
     def call(self, inputs: Any) -> Any:
         outputs = self.convolution_op(self.quantize_inputs(inputs), self.quantize_kernel(_KERNEL))  # type: ignore[attr-defined]
         return self._bias_and_activation(outputs, self.filters, self.rank)
@@ -98,15 +89,6 @@ class QuantDepthwiseConv2D(QuantLayerMixin, keras.layers.DepthwiseConv2D):  # ty
         super().__init__(*args, **kwargs)
         self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
 
-    def build(self, input_shape: Any) -> None:
-        super().build(input_shape)
-        self._build_quantizers(input_shape)
-
-    @property
-    def quantized_kernel(self) -> tf.Tensor:
-        """``kernel_quantizer(kernel)`` (the kernel itself without a quantizer)."""
-        return self.quantized_kernels["kernel"]
-
     def call(self, inputs: Any) -> Any:
         channels = self._get_input_channel(inputs.shape) * self.depth_multiplier
         outputs = keras.ops.depthwise_conv(
@@ -146,10 +128,6 @@ class QuantSeparableConv2D(QuantLayerMixin, keras.layers.SeparableConv2D):  # ty
         self._set_quantizers(
             input_quantizer, {"depthwise_quantizer": depthwise_quantizer, "pointwise_quantizer": pointwise_quantizer}
         )
-
-    def build(self, input_shape: Any) -> None:
-        super().build(input_shape)
-        self._build_quantizers(input_shape)
 
     @property
     def quantized_depthwise_kernel(self) -> tf.Tensor:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from ._base import KernelSlot, QuantLayerMixin
 
@@ -30,15 +29,6 @@ class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
         self._resolve_constraints(kwargs)
         super().__init__(units, *args, **kwargs)
         self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
-
-    def build(self, input_shape: Any) -> None:
-        super().build(input_shape)
-        self._build_quantizers(input_shape)
-
-    @property
-    def quantized_kernel(self) -> tf.Tensor:
-        """``kernel_quantizer(kernel)`` (the kernel itself without a quantizer)."""
-        return self.quantized_kernels["kernel"]
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = keras.ops.matmul(self.quantize_inputs(inputs), self.quantize_kernel(self.slots[0]))

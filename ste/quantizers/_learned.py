@@ -33,14 +33,20 @@ def _sum_to(value: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 # -- LSQ -------------------------------------------------------------------------------------------------------
 
 
-def lsq(x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tf.Tensor:
-    """round(clip(x/s, −Q_N, Q_P))·s (round half to even)."""
+def lsq(x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1) -> tf.Tensor:
+    """round(clip(x/s, −Q_N, Q_P))·s (round half to even); ``replicas`` only concerns the gradient."""
     s = tf.cast(step, x.dtype)
     return tf.round(tf.clip_by_value(x / s, tf.constant(-q_n, x.dtype), tf.constant(q_p, x.dtype))) * s
 
 
-def lsq_vjp(dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """d/dx = 1[−Q_N < x/s < Q_P]; d/ds = Σ dy·(round(x/s) − x/s inside, −Q_N below, Q_P above)/√(N·Q_P)."""
+def lsq_vjp(
+    dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """d/dx = 1[−Q_N < x/s < Q_P]; d/ds = Σ dy·(round(x/s) − x/s inside, −Q_N below, Q_P above)/√(N·Q_P).
+
+    N = size(x)·``replicas``: x is one of ``replicas`` equal shards of the global batch whose step gradients the
+    distribution strategy sums, so the scale is the one a single device computes for the whole batch.
+    """
     s = tf.cast(step, x.dtype)
     v = x / s
     below = v <= -q_n
@@ -50,13 +56,19 @@ def lsq_vjp(dy: tf.Tensor, x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int)
     wide = _wide(x.dtype)
     vw = tf.cast(v, wide)
     ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
-    n = tf.cast(tf.size(x), wide)
+    n = tf.cast(tf.size(x), wide) * replicas
     scale = tf.math.rsqrt(n * q_p)
     ds = _sum_to(tf.cast(dy, wide) * ds_each * scale, step)
     return dx, ds
 
 
 lsq_op = forward(lsq).backward(lsq_vjp)
+
+
+def _replicas_in_sync() -> int:
+    """Replicas that each run this call on their own shard (1 outside a strategy's replica context)."""
+    context = tf.distribute.get_replica_context()
+    return 1 if context is None else int(context.num_replicas_in_sync)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -71,13 +83,32 @@ class LSQ(Quantizer):
     s is initialised to 2·mean(abs(x))/√Q_P (at least 1e-8, so that an all-zero input does not give s = 0) by the
     first eager call or the first call traced with ``training=True`` (as ``fit`` does); graphs traced without
     ``training=True`` (``predict``, ``model.export``) only read s. s is not constrained afterwards. Spec name ``"lsq"``.
+
+    Distribution strategies (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``; in a replica context with
+    ``num_replicas_in_sync`` = R > 1, as in ``fit`` or ``strategy.run``): LSQ gives what one device gives for the
+    global batch. With ``sharded=True`` (the default: x is an activation, each replica sees its shard of the global
+    batch) the initial s is 2·mean(abs(x))/√Q_P over the whole global batch (the sum, in float64, and the count are
+    all-reduced across replicas; in every training step, since a graph cannot skip the exchange once s is
+    initialised) and N in the gradient scale is the replica's element count × R. That is the global count when the
+    global batch splits evenly; a shard of an unevenly split (last, partial) batch gets a scale off by
+    √(global count / (R × its count)), as Keras's own per-replica loss averaging is off there.
+    ``sharded=False`` declares that every replica quantizes the same tensor (a replicated weight): nothing is
+    exchanged and N = size(x). The quantized layers of ``ste.layers`` set it for their kernel quantizers; set it
+    yourself when you apply LSQ to a weight in your own layer (with ``sharded=True`` the step gradient of a
+    replicated tensor under R replicas is √R too small).
     """
 
-    def __init__(self, bits: int = 4, signed: bool = True, **kwargs: Any) -> None:
+    def __init__(self, bits: int = 4, signed: bool = True, sharded: bool = True, **kwargs: Any) -> None:
         if not isinstance(signed, bool):
             raise ParameterError(f"LSQ: signed must be True or False; received {signed!r}.")
+        if not isinstance(sharded, bool):
+            raise ParameterError(
+                f"LSQ: sharded must be True (x is a per-replica shard of a batch, e.g. an activation) or False (x is "
+                f"the same on every replica, e.g. a weight); received {sharded!r}."
+            )
         self.bits = check_bits("LSQ", bits, low=2 if signed else 1)
         self.signed = signed
+        self.sharded = sharded
         self.q_n = 2 ** (self.bits - 1) if signed else 0
         self.q_p = 2 ** (self.bits - 1) - 1 if signed else 2**self.bits - 1
         self.precision = self.bits
@@ -94,9 +125,16 @@ class LSQ(Quantizer):
         self.built = True
 
     def initial_step(self, x: tf.Tensor) -> tf.Tensor:
-        """2·mean(abs(x))/√Q_P (at least 1e-8), as float32."""
-        mean = tf.reduce_mean(tf.abs(tf.cast(x, tf.float32)))
-        return tf.maximum(2.0 * mean / math.sqrt(self.q_p), 1e-8)
+        """2·mean(abs(x))/√Q_P (at least 1e-8), as float32; the mean is over the global batch when sharded.
+
+        Summed in float64, so that the float32 result does not depend on how the batch is split among replicas.
+        """
+        total = tf.reduce_sum(tf.abs(tf.cast(x, tf.float64)))
+        count = tf.cast(tf.size(x), tf.float64)
+        if self.sharded and _replicas_in_sync() > 1:
+            context = tf.distribute.get_replica_context()
+            total, count = context.all_reduce(tf.distribute.ReduceOp.SUM, [total, count])
+        return tf.cast(tf.maximum(2.0 * (total / count) / math.sqrt(self.q_p), 1e-8), tf.float32)
 
     def _initialize(self, x: tf.Tensor, training: Any) -> None:
         if tf.executing_eagerly():
@@ -106,8 +144,9 @@ class LSQ(Quantizer):
             return
         if not training:  # inference graphs (model.export, predict) stay free of variable writes
             return
-        # In a graph: assign unconditionally (the step keeps its value once initialised). An assign inside tf.cond
-        # would break under MirroredStrategy, whose replica-context assign merges across replicas.
+        # In a graph: assign unconditionally (the step keeps its value once initialised). An assign (or the
+        # all-reduce of initial_step) inside tf.cond would break under MirroredStrategy, whose replica-context
+        # assign and all-reduce are merge_calls.
         step = tf.convert_to_tensor(self.step)
         done = tf.convert_to_tensor(self.initialized) > 0
         self.step.assign(tf.where(done, step, tf.cast(self.initial_step(x), step.dtype)))
@@ -116,10 +155,13 @@ class LSQ(Quantizer):
     def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
         x = as_tensor(inputs)
         self._initialize(x, training)
-        return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p)
+        replicas = _replicas_in_sync() if self.sharded else 1
+        if replicas == 1:  # the op exactly as on one device (same hyperparameters, same compiled function)
+            return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p)
+        return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p, replicas=replicas)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "bits": self.bits, "signed": self.signed}
+        return {**super().get_config(), "bits": self.bits, "signed": self.signed, "sharded": self.sharded}
 
 
 # -- PACT ------------------------------------------------------------------------------------------------------

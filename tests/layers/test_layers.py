@@ -147,3 +147,11 @@ def test_layer_config_round_trip():
     assert restored.kernel_constraint.clip_value == 0.5
     with pytest.raises(ste.ParameterError, match="not both"):
         QuantDepthwiseConv2D(3, kernel_quantizer="sign", depthwise_quantizer="sign")
+
+
+def test_separable_layer_has_no_single_quantized_kernel() -> None:
+    layer = QuantSeparableConv2D(2, 3, depthwise_quantizer="sign", pointwise_quantizer="sign")
+    layer(np.zeros((1, 5, 5, 3), np.float32))
+    assert set(layer.quantized_kernels) == {"depthwise_kernel", "pointwise_kernel"}
+    with pytest.raises(AttributeError, match="quantized_kernels"):
+        _ = layer.quantized_kernel

@@ -189,3 +189,79 @@ def test_learned_quantizers_train_under_mirrored_strategy():
     first = model.layers[0]
     assert first.kernel_quantizer.initialized.numpy() == 1.0 and first.kernel_quantizer.step.numpy() != 1.0
     assert first.input_quantizer.alpha.numpy() != 1.0
+
+
+def _two_replicas() -> tf.distribute.Strategy:
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    # ReductionToOneDevice: no collective ops (their keys could clash with another strategy in this process)
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def _replica_step_and_gradient(quantizer: LSQ, strategy: tf.distribute.Strategy, shards, dys) -> tuple[float, float]:
+    """Initialise in one training step, then the step gradient summed over replicas (as the optimizers do)."""
+    x = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(shards[ctx.replica_id_in_sync_group])
+    )
+    dy = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(dys[ctx.replica_id_in_sync_group])
+    )
+
+    def gradient(xr: tf.Tensor, dyr: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            y = quantizer(xr, training=True)
+        return tape.gradient(y, quantizer.step, output_gradients=dyr)
+
+    @tf.function
+    def run() -> tf.Tensor:
+        return strategy.reduce("SUM", strategy.run(gradient, args=(x, dy)), axis=None)
+
+    run()  # the first training step initialises the step (from the global batch)
+    step = float(quantizer.step.numpy())
+    return step, float(run())
+
+
+def test_lsq_under_two_replicas_uses_the_global_batch():
+    # each replica gets its half of a global batch: the initial step and the summed step gradient are those of
+    # the whole batch on one device (numpy, N = global size); with the per-replica N the gradient is sqrt(2) larger
+    strategy = _two_replicas()
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(8, 3)).astype(np.float32) * np.array([[1.0], [3.0]] * 4, np.float32)
+    dy = rng.normal(size=x.shape).astype(np.float32)
+    with strategy.scope():
+        q = LSQ(bits=3)
+        q.build(())
+    step, ds = _replica_step_and_gradient(q, strategy, [x[:4], x[4:]], [dy[:4], dy[4:]])
+    s = np.float32(2 * np.mean(np.abs(x.astype(np.float64))) / np.sqrt(3))
+    assert step == s  # the same float32 as one device: summed in float64, whatever the split
+    _, _, eds = np_lsq(x.astype(np.float64), float(s), 4, 3, dy.astype(np.float64))
+    np.testing.assert_allclose(ds, eds, rtol=1e-5)
+    local = 2 * np.mean(np.abs(x[:4])) / np.sqrt(3)
+    assert abs(step - local) > 1e-3 * step  # the halves differ: the check above can tell a per-replica step
+
+
+def test_lsq_of_a_replicated_weight_is_not_rescaled():
+    # sharded=False (set by ste.layers for kernel quantizers): every replica quantizes the same tensor and the
+    # strategy sums the replicas' partial gradients, so N is the tensor's own size and nothing is exchanged
+    strategy = _two_replicas()
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(5, 2)).astype(np.float32)
+    dy = rng.normal(size=w.shape).astype(np.float32)
+    with strategy.scope():
+        q = LSQ(bits=4, sharded=False)
+        q.build(())
+    step, ds = _replica_step_and_gradient(q, strategy, [w, w], [0.25 * dy, 0.75 * dy])
+    s = np.float32(2 * np.mean(np.abs(w.astype(np.float64))) / np.sqrt(7))
+    assert step == s
+    _, _, eds = np_lsq(w.astype(np.float64), float(s), 8, 7, dy.astype(np.float64))
+    np.testing.assert_allclose(ds, eds, rtol=1e-5)
+
+
+def test_quantized_layers_mark_their_lsq_kernel_quantizers_as_replicated():
+    layer = ste.layers.QuantDense(3, input_quantizer="lsq(bits=4)", kernel_quantizer="lsq(bits=4)")
+    assert layer.input_quantizer.sharded and not layer.kernel_quantizer.sharded
+    restored = LSQ.from_config(layer.kernel_quantizer.get_config())
+    assert restored.sharded is False
+    with pytest.raises(ste.ParameterError, match="sharded"):
+        LSQ(sharded="no")

@@ -58,12 +58,28 @@ def multiworker(out: str) -> None:
         return strategy.reduce("SUM", strategy.run(replica, args=batch), axis=None)
 
     losses = [float(step(batch)) for _ in range(2) for batch in distributed]
+
+    # The same steps on one device (outside the strategy): the same global batches, the same mean loss.
+    single = models.make_model(0)
+    single_optimizer = keras.optimizers.SGD(0.05)
+
+    @tf.function
+    def single_step(xb: tf.Tensor, yb: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(loss_fn(yb, single(xb, training=True)))
+        grads = tape.gradient(loss, single.trainable_variables)
+        single_optimizer.apply_gradients(zip(grads, single.trainable_variables))
+
+    for _ in range(2):
+        for xb, yb in dataset:
+            single_step(xb, yb)
     with open(out, "w") as f:
         json.dump(
             {
                 "hex": _hex_weights(model),
                 "initial": initial,
                 "final": {v.path: v.numpy().tolist() for v in model.weights},
+                "one_device": {v.path: w.numpy().tolist() for v, w in zip(model.weights, single.weights, strict=True)},
                 "losses": losses,
                 "task": json.loads(os.environ["TF_CONFIG"])["task"]["index"],
             },

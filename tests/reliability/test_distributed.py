@@ -53,13 +53,6 @@ def test_mirrored_fit_matches_one_device() -> None:
 
 
 @pytest.mark.skipif(not models.HAS_QUANTIZERS, reason="needs ste.quantizers.LSQ")
-@pytest.mark.xfail(
-    strict=True,
-    reason="ste.quantizers.LSQ under MirroredStrategy differs from one device in two ways: (1) its step is "
-    "initialised inside the replica from that replica's half of the first batch (aggregation='only_first_replica'); "
-    "(2) the gradient scale 1/sqrt(N·Q_P) uses the per-replica N, sqrt(2) larger than on one device. Fix in LSQ: "
-    "all-reduce mean(abs(x)) before the initial assign, and use the global N (replica N × num_replicas_in_sync).",
-)
 @pytest.mark.parametrize("initialize_first", [True, False], ids=["initialized-first", "initialized-in-fit"])
 def test_lsq_under_mirrored_matches_one_device(initialize_first: bool) -> None:
     mirrored = _fit(_mirrored(), lsq=True, initialize_first=initialize_first)

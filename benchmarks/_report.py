@@ -1,0 +1,267 @@
+"""Turning the JSON results into Markdown tables, with the targets of issue 6 checked against them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["markdown", "targets"]
+
+ELEMENTWISE_LIMIT = 1.05
+EAGER_LIMIT = 1.3
+TRAINING_LIMIT = 1.05
+MEMORY_LIMIT = 1.10
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f}"
+
+
+def _cell(entry: dict[str, Any], unit: Any) -> str:
+    return f"{unit(entry['median_s'])} ({entry['ratio']:.2f}×)"
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _load(results: dict[str, Any]) -> str:
+    during = results.get("load_average_1min_during_run") or {}
+    if not during:
+        return "not sampled"
+    return f"min {during['min']:.2f} / median {during['median']:.2f} / max {during['max']:.2f} (every 5 s)"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target: what was measured and whether it is met."""
+    rows: list[dict[str, Any]] = []
+    if "elementwise" in results:
+        for jit in (False, True):
+            cells = [cell for cell in results["elementwise"]["cells"] if cell["jit_compile"] is jit]
+            ratios = [cell["results"]["ste"]["ratio"] for cell in cells]
+            twins = [cell["results"]["custom_gradient_copy"]["ratio"] for cell in cells]
+            worst = max(cells, key=lambda cell: cell["results"]["ste"]["ratio"])
+            same = sum(bool(cell["ste_graph_same_as_custom_gradient"]) for cell in cells)
+            same_hlo = sum(bool(cell["ste_hlo_same_as_custom_gradient"]) for cell in cells)
+            identical = f"same graph in {same}/{len(cells)} cells" + (
+                f", same optimized HLO in {same_hlo}/{len(cells)}" if jit else ""
+            )
+            mean = _geomean(ratios)
+            rows.append(
+                {
+                    "target": f"tf.function{'(jit_compile=True)' if jit else ''} forward+backward "
+                    f"≤ {ELEMENTWISE_LIMIT}×",
+                    "measured": f"geometric mean over {len(cells)} cells {mean:.2f}×; worst cell "
+                    f"{worst['results']['ste']['ratio']:.2f}× ({worst['dtype']} {worst['rule']}); A/A copy of the "
+                    f"baseline: {_geomean(twins):.2f}×, worst {max(twins):.2f}×; {identical}",
+                    "met": mean <= ELEMENTWISE_LIMIT,
+                }
+            )
+    if "latency" in results:
+        for call in ("forward", "forward_backward"):
+            ratio = results["latency"][call]["results"]["ste"]["ratio"]
+            rows.append(
+                {
+                    "target": f"eager latency ({call.replace('_', '+')}) ≤ {EAGER_LIMIT}×",
+                    "measured": f"{ratio:.2f}×",
+                    "met": ratio <= EAGER_LIMIT,
+                }
+            )
+    if "tracing" in results:
+        retrace = results["tracing"]["retracing"]
+        worst_traces = max(entry["tracing_count"] for entry in retrace.values())
+        calls = next(iter(retrace.values()))["calls"]
+        cached = results["tracing"]["inner_calls"]["compiled_ops_cached"]
+        rows.append(
+            {
+                "target": "one trace for repeated same-shape calls",
+                "measured": f"{worst_traces} trace(s) in {calls} calls; {cached} compiled op(s) for "
+                f"{results['tracing']['inner_calls']['calls_in_one_trace']} calls in one trace",
+                "met": worst_traces == 1 and cached == 1,
+            }
+        )
+    if "training" in results:
+        ratio = results["training"]["results"]["ste"]["ratio"]
+        rows.append(
+            {
+                "target": f"training step ≤ {TRAINING_LIMIT}×",
+                "measured": f"{ratio:.2f}×",
+                "met": ratio <= TRAINING_LIMIT,
+            }
+        )
+    if "memory" in results:
+        ratios = results["memory"]["target_ratio"]
+        rows.append(
+            {
+                "target": "identity-chain peak memory within 10 % of a tf.identity chain",
+                "measured": ", ".join(
+                    f"{mode} {ratio:.2f}×" if ratio is not None else f"{mode} n/a" for mode, ratio in ratios.items()
+                ),
+                "met": all(r is not None and abs(r - 1.0) <= MEMORY_LIMIT - 1.0 for r in ratios.values()),
+            }
+        )
+    return rows
+
+
+def _identical(cell: dict[str, Any]) -> str:
+    graph = "same graph" if cell["ste_graph_same_as_custom_gradient"] else "graph differs"
+    if cell["ste_hlo_same_as_custom_gradient"] is None:
+        return f"{graph} ({cell['graph_ops']} ops)"
+    return f"{graph}, {'same' if cell['ste_hlo_same_as_custom_gradient'] else 'different'} HLO"
+
+
+def _elementwise(section: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### 1. Elementwise sign forward + backward ({section['size']:,} values, "
+        f"ms per call, ratio to custom_gradient)",
+        "",
+        "| dtype | jit_compile | backward | custom_gradient | ste | stop-gradient exact | stop-gradient naive "
+        "| custom_gradient copy (A/A) | ste = custom_gradient |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in section["cells"]:
+        r = cell["results"]
+        lines.append(
+            f"| {cell['dtype']} | {cell['jit_compile']} | {cell['rule']} | {_ms(r['custom_gradient']['median_s'])} | "
+            f"{_cell(r['ste'], _ms)} | {_cell(r['stop_gradient_exact'], _ms)} | "
+            f"{_cell(r['stop_gradient_naive'], _ms)} | {_cell(r['custom_gradient_copy'], _ms)} | "
+            f"{_identical(cell)} |"
+        )
+    rules = sorted({cell["ste_rule"] for cell in section["cells"]})
+    lines += [
+        "",
+        f"{section['rounds']} alternating rounds × {section['inner']} calls; ratio = median over rounds of the "
+        f"per-round ratio. The A/A column is a second, independently built copy of the baseline: its distance from "
+        f"1.00× is the measurement noise. Last column: whether the traced graph of the ste step equals the "
+        f"hand-written one up to node names and, under jit_compile, whether XLA's optimized HLO is the same. "
+        f"ste rules: {'; '.join(rules)}. {section['larq']}",
+        "",
+    ]
+    return lines
+
+
+def _latency(section: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### 2. Eager call latency ({section['size']:,} float32 values, {section['rule']}, µs per call)",
+        "",
+        "| call | custom_gradient | ste | tf.sign (no custom gradient) |",
+        "|---|---|---|---|",
+    ]
+    for call in ("forward", "forward_backward"):
+        r = section[call]["results"]
+        lines.append(
+            f"| {call.replace('_', ' + ')} | {_us(r['custom_gradient']['median_s'])} | {_cell(r['ste'], _us)} | "
+            f"{_cell(r['tf.sign (no custom gradient)'], _us)} |"
+        )
+    lines += ["", f"{section['rounds']} alternating rounds × {section['inner']} calls.", ""]
+    return lines
+
+
+def _tracing(section: dict[str, Any]) -> list[str]:
+    lines = [
+        f"### 3. Tracing ({section['rule']}, {section['size']:,} float32 values)",
+        "",
+        "| op | calls of one tf.function | traces | first call (trace + run), ms |",
+        "|---|---|---|---|",
+    ]
+    for name, entry in section["retracing"].items():
+        first = section["first_call"].get(name)
+        first_text = f"{_ms(first['median_s'])} ({first['ratio']:.2f}×)" if first else "–"
+        lines.append(f"| {name} | {entry['calls']} | {entry['tracing_count']} | {first_text} |")
+    inner = section["inner_calls"]
+    lines += [
+        "",
+        f"Calling one ste op {inner['calls_in_one_trace']} times inside a single trace (same shapes and keywords) "
+        f"built {inner['compiled_ops_cached']} compiled custom-gradient op(s). First call: median of "
+        f"{next(iter(section['first_call'].values()))['samples']} fresh op + fresh tf.function pairs, alternating.",
+        "",
+    ]
+    return lines
+
+
+def _training(section: dict[str, Any]) -> list[str]:
+    r = section["results"]
+    return [
+        f"### 4. Training step, binarized conv net (batch {section['batch']}, 32×32×3, width {section['width']})",
+        "",
+        "| network | ms per step | ratio |",
+        "|---|---|---|",
+        f"| hand-written tf.custom_gradient quantizers | {_ms(r['custom_gradient']['median_s'])} | 1.00× |",
+        f"| ste | {_ms(r['ste']['median_s'])} | {r['ste']['ratio']:.2f}× |",
+        f"| hand-written, second copy (A/A) | {_ms(r['custom_gradient_copy']['median_s'])} | "
+        f"{r['custom_gradient_copy']['ratio']:.2f}× |",
+        "",
+        f"ste network: {section['ste_network']}. Traced step: {section['graph_ops']['ste']} ops with ste, "
+        f"{section['graph_ops']['custom_gradient']} hand-written; op types that differ in count: "
+        f"{section['graph_op_difference'] or 'none'}. {section['rounds']} alternating rounds × {section['inner']} "
+        f"steps.",
+        "",
+    ]
+
+
+def _memory(section: dict[str, Any]) -> list[str]:
+    fresh = any("rss_growth_fresh_process" in e for row in section["chains"].values() for e in row.values())
+    header = "| chain | eager | tf.function |"
+    rule = "|---|---|---|"
+    if fresh:
+        header += " RSS growth, fresh process: eager | tf.function |"
+        rule += "---|---|"
+    lines = [
+        f"### 5. Peak memory, forward + backward through {section['length']} ops on {section['size']:,} "
+        f"{section['dtype']} values (multiples of the input's size)",
+        "",
+        header,
+        rule,
+    ]
+    for name, row in section["chains"].items():
+        line = f"| {name} | {row['eager']['allocator_peak']:.2f} | {row['function']['allocator_peak']:.2f} |"
+        if fresh:
+            line += "".join(f" {row[m].get('rss_growth_fresh_process', float('nan')):.2f} |" for m in row)
+        lines.append(line)
+    lines += [
+        "",
+        "Eager and tf.function columns: TensorFlow CPU allocator peak (get_memory_info after reset_memory_stats).",
+        "",
+    ]
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole report as Markdown."""
+    m = results["machine"]
+    lines = [
+        f"## Results ({results['mode']} run, {results['date_utc']})",
+        "",
+        f"Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, {m['memory']} RAM; {m['platform']}; Python "
+        f"{m['python']}, TensorFlow {m['tensorflow']}, Keras {m['keras']}, NumPy {m['numpy']}; ste {m['ste']} "
+        f"(commit {m['git_commit']}). Load average (1/5/15 min) at start {results['load_average_start']}, at end "
+        f"{results.get('load_average_end')}; 1-minute load during the run {_load(results)}; total "
+        f"{results.get('seconds')} s.",
+        "",
+        f"Reproduce: `{results['command']}`",
+        "",
+        "### Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {row['target']} | {row['measured']} | {_yes(row['met'])} |" for row in targets(results)]
+    lines.append("")
+    for name, render in (
+        ("elementwise", _elementwise),
+        ("latency", _latency),
+        ("tracing", _tracing),
+        ("training", _training),
+        ("memory", _memory),
+    ):
+        if name in results:
+            lines += render(results[name])
+    return "\n".join(lines)

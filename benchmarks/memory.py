@@ -1,0 +1,174 @@
+"""Item 5: peak memory of the backward pass through a chain of 50 ops on one large tensor.
+
+A rule that does not use its input (``identity``, ``zero``) must not keep the forward's input alive. Each chain is
+run forward and backward (``tape.gradient``) in eager mode and inside ``tf.function``. Chains:
+
+* ``tf.identity`` (the reference of the target) and ``ste.forward(tf.identity)`` with the ``identity`` and ``zero``
+  rules, and the hand-written ``tf.custom_gradient`` equivalent. Identity forwards share one buffer, so these show
+  what the backward pass adds.
+* An allocating forward, ``sign``, whose every output is a new tensor: with ``ste``'s ``identity`` rule, with a
+  hand-written ``tf.custom_gradient`` identity rule, with TensorFlow's own gradient of its ops, and with
+  ``straight_through`` (which needs its input, so keeps one tensor per op: the upper bound).
+
+Measure: the TensorFlow CPU allocator's peak (``tf.config.experimental.get_memory_info("CPU:0")["peak"]`` after
+``reset_memory_stats``; supported on CPU in TF 2.21): exact for tensors, blind to Python objects and XLA scratch.
+Reported as a multiple of the input tensor's size. In a full run every chain also runs in a fresh process (per chain
+and mode) that reports, besides the allocator's peak, the growth of its resident set across the
+measured call: the peak resident set (Linux ``VmHWM``, reset through ``/proc/self/clear_refs`` right before the
+call) minus the resident set before it, with glibc's mmap threshold fixed at 128 KiB so that freed tensors leave
+the resident set. (``ru_maxrss`` is no use here: a child process inherits its parent's high-water mark.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+import ste
+
+from ._variants import sign
+
+__all__ = ["CHAINS", "run"]
+
+Op = Callable[[tf.Tensor], tf.Tensor]
+
+
+def _custom_identity(forward: Op) -> Op:
+    @tf.custom_gradient
+    def op(x: tf.Tensor) -> Any:
+        return forward(x), lambda dy: dy
+
+    return op
+
+
+def _tf_sign(x: tf.Tensor) -> tf.Tensor:
+    return sign(x)
+
+
+CHAINS: dict[str, Callable[[], Op]] = {
+    "tf.identity": lambda: tf.identity,
+    "ste identity(tf.identity), rule identity": lambda: ste.forward(tf.identity).backward("identity"),
+    "ste identity(tf.identity), rule zero": lambda: ste.forward(tf.identity).backward("zero"),
+    "custom_gradient tf.identity, grad dy": lambda: _custom_identity(tf.identity),
+    "sign, TensorFlow's gradient": lambda: _tf_sign,
+    "ste sign, rule identity": lambda: ste.forward(sign).backward("identity"),
+    "custom_gradient sign, grad dy": lambda: _custom_identity(sign),
+    "ste sign, rule straight_through (keeps inputs)": lambda: ste.forward(sign).backward("straight_through"),
+}
+REFERENCE = "tf.identity"
+TARGET = "ste identity(tf.identity), rule identity"
+
+
+def _chain_fn(op: Op, length: int, mode: str) -> Callable[[tf.Tensor], tf.Tensor]:
+    def chain(x: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = x
+            for _ in range(length):
+                y = op(y)
+        return tape.gradient(y, x)
+
+    if mode == "function":
+        return tf.function(chain, autograph=False)
+    return chain
+
+
+def _measure(name: str, mode: str, size: int, length: int) -> dict[str, float]:
+    """Allocator peak and ru_maxrss growth of one forward+backward, in multiples of the input's size."""
+    x = tf.random.stateless_normal([size], seed=(8, 6))
+    nbytes = size * x.dtype.size
+    fn = _chain_fn(CHAINS[name](), length, mode)
+    if mode == "function":
+        fn.get_concrete_function(x)  # type: ignore[attr-defined]
+    rss_before = _reset_peak_rss()
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    grad = fn(x)
+    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    rss_peak = _peak_rss()
+    del grad
+    result = {"allocator_peak": peak / nbytes}
+    if rss_before is not None and rss_peak is not None:
+        result["rss_growth"] = (rss_peak - rss_before) / nbytes
+    return result
+
+
+def _status(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> int | None:
+    """Reset the peak resident set (Linux >= 4.0) and return the current one; None where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return None
+    return _status("VmRSS")
+
+
+def _peak_rss() -> int | None:
+    return _status("VmHWM")
+
+
+def _child(name: str, mode: str, size: int, length: int) -> dict[str, float]:
+    """One chain in one mode, measured in a fresh process."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", TF_CPP_MIN_LOG_LEVEL="3")
+    code = (
+        "import json, sys; from benchmarks.memory import _measure; n, m, s, k = sys.argv[1], sys.argv[2], "
+        "int(sys.argv[3]), int(sys.argv[4]); print('RESULT ' + json.dumps(_measure(n, m, s, k)))"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    done = subprocess.run(
+        [sys.executable, "-c", code, name, mode, str(size), str(length)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        check=True,
+        timeout=600,
+    )
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    result: dict[str, float] = json.loads(line[len("RESULT ") :])
+    return result
+
+
+def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    for name in CHAINS:
+        rows[name] = {}
+        for mode in ("eager", "function"):
+            child = _child(name, mode, size, length) if subprocesses else None
+            entry: dict[str, Any] = {"allocator_peak": _measure(name, mode, size, length)["allocator_peak"]}
+            if child is not None:
+                entry["allocator_peak_fresh_process"] = child["allocator_peak"]
+                if "rss_growth" in child:
+                    entry["rss_growth_fresh_process"] = child["rss_growth"]
+            rows[name][mode] = entry
+    ratios: dict[str, float | None] = {}
+    for mode in ("eager", "function"):
+        reference = rows[REFERENCE][mode]["allocator_peak"]
+        ratios[mode] = rows[TARGET][mode]["allocator_peak"] / reference if reference else None
+    return {
+        "size": size,
+        "length": length,
+        "dtype": "float32",
+        "unit": "multiples of the input tensor's size",
+        "reference": REFERENCE,
+        "target_chain": TARGET,
+        "target_ratio": ratios,
+        "chains": rows,
+    }

@@ -1,0 +1,187 @@
+"""Run the benchmark suite and write the results as Markdown and JSON.
+
+    python -m benchmarks.run                  # full sizes (several minutes on 2 cores)
+    python -m benchmarks.run --smoke          # tiny sizes, seconds: checks that the suite runs (CI)
+    python -m benchmarks.run --update-docs    # also copy the table into docs/performance.md
+
+Results go to ``benchmarks/results/`` (git-ignored): ``latest.json`` / ``latest.md`` and a time-stamped copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import ste
+
+from . import elementwise, latency, memory, tracing, training
+from ._report import markdown
+from ._timing import LoadSampler, load_average
+
+__all__ = ["FULL", "SMOKE", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = "python -m benchmarks.run"
+
+FULL: dict[str, dict[str, Any]] = {
+    "elementwise": {"size": 2**22, "rounds": 20, "inner": 3, "dtypes": elementwise.DTYPES},
+    "latency": {"size": 1000, "rounds": 24, "inner": 100},
+    "tracing": {"calls": 1000, "size": 1000, "repeats": 7},
+    "training": {"batch": 64, "width": 32, "rounds": 20, "inner": 3},
+    "memory": {"size": 2**22, "length": 50, "subprocesses": True},
+}
+SMOKE: dict[str, dict[str, Any]] = {
+    "elementwise": {
+        "size": 1024,
+        "rounds": 2,
+        "inner": 1,
+        "dtypes": ("float32",),
+        "warmup": 1,
+    },
+    "latency": {"size": 1000, "rounds": 2, "inner": 3, "warmup": 1},
+    "tracing": {"calls": 10, "size": 16, "repeats": 1},
+    "training": {"batch": 2, "width": 4, "rounds": 2, "inner": 1, "warmup": 1},
+    "memory": {"size": 2**16, "length": 5, "subprocesses": False},
+}
+SECTIONS = tuple(FULL)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_total() -> str:
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemTotal:"):
+                    return f"{int(line.split()[1]) / 2**20:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _git_commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip()
+
+
+def machine() -> dict[str, Any]:
+    """What the results were measured on."""
+    return {
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "memory": _memory_total(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": np.__version__,
+        "ste": ste.__version__,
+        "git_commit": _git_commit(),
+    }
+
+
+def run(smoke: bool, sections: Sequence[str] = SECTIONS) -> dict[str, Any]:
+    """Run the chosen sections; returns the JSON-ready results."""
+    config = SMOKE if smoke else FULL
+    started = time.time()
+    results: dict[str, Any] = {
+        "mode": "smoke" if smoke else "full",
+        "command": COMMAND + (" --smoke" if smoke else ""),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "load_average_start": load_average(),
+        "config": {
+            name: {k: list(v) if isinstance(v, tuple) else v for k, v in config[name].items()} for name in sections
+        },
+    }
+    runners = {
+        "elementwise": elementwise.run,
+        "latency": latency.run,
+        "tracing": tracing.run,
+        "training": training.run,
+        "memory": memory.run,
+    }
+    with LoadSampler() as sampler:
+        for name in sections:
+            section_start = time.time()
+            results[name] = runners[name](**config[name])
+            results[name]["seconds"] = round(time.time() - section_start, 1)
+            print(f"benchmarks: {name} done in {results[name]['seconds']} s", file=sys.stderr, flush=True)
+    results["load_average_1min_during_run"] = sampler.summary()
+    results["load_average_end"] = load_average()
+    results["seconds"] = round(time.time() - started, 1)
+    return results
+
+
+def write(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """Write ``latest.json``/``latest.md`` and time-stamped copies into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    text = json.dumps(results, indent=2, sort_keys=False)
+    table = markdown(results)
+    for stem in ("latest", f"{results['mode']}-{stamp}"):
+        (out / f"{stem}.json").write_text(text + "\n")
+        (out / f"{stem}.md").write_text(table)
+    return out / "latest.json", out / "latest.md"
+
+
+START, END = "<!-- benchmark-results:start -->", "<!-- benchmark-results:end -->"
+
+
+def update_docs(table: str, path: Path) -> None:
+    """Replace the generated part of ``docs/performance.md`` (between the two markers) with ``table``."""
+    text = path.read_text()
+    head, sep, rest = text.partition(START)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise SystemExit(f"{path} lacks the markers {START} / {END}")
+    path.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds (seconds; for CI)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output directory")
+    parser.add_argument("--update-docs", action="store_true", help="copy the table into docs/performance.md")
+    args = parser.parse_args(argv)
+    results = run(args.smoke, args.only)
+    json_path, md_path = write(results, args.out)
+    print(md_path.read_text())
+    print(f"written: {json_path} and {md_path}", file=sys.stderr)
+    if args.update_docs:
+        update_docs(md_path.read_text(), ROOT / "docs" / "performance.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""The benchmark suite runs in smoke mode and writes a well-formed report (no timing is asserted: issue 6)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import run as bench  # noqa: E402
+from benchmarks._variants import RULES, VARIANTS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench")
+    assert bench.main(["--smoke", "--out", str(out)]) == 0
+    results = json.loads((out / "latest.json").read_text())
+    table = (out / "latest.md").read_text()
+    stamped = sorted(p.name for p in out.iterdir())
+    assert any(name.startswith("smoke-") and name.endswith(".json") for name in stamped), stamped
+    return results, table
+
+
+def _positive(value: float) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, Any], str]) -> None:
+    results, _ = report
+    assert results["mode"] == "smoke"
+    assert results["command"] == "python -m benchmarks.run --smoke"
+    assert set(bench.SECTIONS) <= set(results)
+    assert results["machine"]["tensorflow"]
+    cells = results["elementwise"]["cells"]
+    assert {(c["rule"], c["jit_compile"]) for c in cells} == {(r, j) for r in RULES for j in (False, True)}
+    for cell in cells:
+        assert set(cell["results"]) == set(VARIANTS)
+        assert cell["results"]["custom_gradient"]["ratio"] == 1.0
+        for entry in cell["results"].values():
+            assert _positive(entry["median_s"]) and _positive(entry["ratio"])
+            assert entry["samples"] == results["config"]["elementwise"]["rounds"]
+    for call in ("forward", "forward_backward"):
+        assert set(results["latency"][call]["results"]) == {"custom_gradient", "ste", "tf.sign (no custom gradient)"}
+    assert _positive(results["training"]["results"]["ste"]["median_s"])
+
+
+def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], str]) -> None:
+    results, _ = report
+    calls = results["config"]["tracing"]["calls"]
+    for entry in results["tracing"]["retracing"].values():
+        assert entry["calls"] == calls
+        assert isinstance(entry["tracing_count"], int) and entry["tracing_count"] >= 1
+    chains = results["memory"]["chains"]
+    assert "tf.identity" in chains
+    for row in chains.values():
+        assert set(row) == {"eager", "function"}
+        for entry in row.values():
+            assert entry["allocator_peak"] >= 0
+
+
+def test_markdown_has_targets_and_one_row_per_cell(report: tuple[dict[str, Any], str]) -> None:
+    results, table = report
+    assert "Reproduce: `python -m benchmarks.run --smoke`" in table
+    assert "| target | measured | met |" in table
+    rows = [line for line in table.splitlines() if line.startswith("| float32 |")]
+    assert len(rows) == len(results["elementwise"]["cells"])
+    for line in table.splitlines():
+        if line.startswith("|"):
+            assert line.endswith("|"), line
+    for heading in ("### 1.", "### 2.", "### 3.", "### 4.", "### 5."):
+        assert heading in table
+
+
+def test_update_docs_replaces_only_the_marked_block(tmp_path: Path) -> None:
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# Performance\n\nprose\n\n{bench.START}\nold table\n{bench.END}\n\nmore prose\n")
+    bench.update_docs("| new | table |\n", doc)
+    text = doc.read_text()
+    assert "old table" not in text
+    assert text.startswith("# Performance\n\nprose\n\n")
+    assert text.endswith(f"{bench.END}\n\nmore prose\n")
+    assert "| new | table |" in text
