@@ -54,42 +54,35 @@ def _weight_clip(w: Any) -> Any:
     return keras.ops.clip(w, -1.0, 1.0)
 
 
-class _QConv2D(keras.layers.Conv2D):  # type: ignore[misc]
-    """Conv2D with quantized inputs and kernel (the quantizer is given as a callable)."""
+class _Quantized:
+    """Quantized inputs and kernel for a Keras Conv2D/Dense subclass (the quantizer is given as a callable)."""
 
     def __init__(self, *args: Any, input_q: Quantizer | None, kernel_q: Quantizer, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.input_q = input_q
         self.kernel_q = kernel_q
 
-    def call(self, inputs: Any) -> Any:
+    def _quantized(self, inputs: Any) -> tuple[Any, Any]:
         if self.input_q is not None:
             inputs = self.input_q(inputs)
-        return self.convolution_op(inputs, self.kernel_q(tf.convert_to_tensor(self.kernel)))
+        return inputs, self.kernel_q(tf.convert_to_tensor(self.kernel))  # type: ignore[attr-defined]
 
 
-class _QDense(keras.layers.Dense):  # type: ignore[misc]
-    def __init__(self, *args: Any, input_q: Quantizer | None, kernel_q: Quantizer, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.input_q = input_q
-        self.kernel_q = kernel_q
-
+class _QConv2D(_Quantized, keras.layers.Conv2D):  # type: ignore[misc]
     def call(self, inputs: Any) -> Any:
-        if self.input_q is not None:
-            inputs = self.input_q(inputs)
-        return keras.ops.matmul(inputs, self.kernel_q(tf.convert_to_tensor(self.kernel)))
+        return self.convolution_op(*self._quantized(inputs))
 
 
-def _ste_layers_available() -> bool:
-    layers = getattr(ste, "layers", None)
-    return layers is not None and hasattr(layers, "QuantConv2D") and hasattr(layers, "QuantDense")
+class _QDense(_Quantized, keras.layers.Dense):  # type: ignore[misc]
+    def call(self, inputs: Any) -> Any:
+        return keras.ops.matmul(*self._quantized(inputs))
 
 
 def _build(kind: str, width: int) -> keras.Model:
     keras.utils.set_random_seed(6)
     common: dict[str, Any] = {"padding": "same", "use_bias": False}
     if kind == "ste_layers":
-        layers = ste.layers  # type: ignore[attr-defined]
+        layers = ste.layers
 
         def conv(filters: int, first: bool) -> Any:
             return layers.QuantConv2D(
@@ -110,9 +103,7 @@ def _build(kind: str, width: int) -> keras.Model:
                 use_bias=False,
             )
     else:
-        quantizer: Quantizer = (
-            ste.forward(binary_sign).backward("straight_through") if kind == "ste_ops" else _clipped_ste
-        )
+        quantizer: Quantizer = _clipped_ste
 
         def conv(filters: int, first: bool) -> Any:
             return _QConv2D(
@@ -164,12 +155,11 @@ def _op_counts(step: Any, x: tf.Tensor, y: tf.Tensor) -> Counter[str]:
 
 
 def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dict[str, Any]:
-    ste_kind = "ste_layers" if _ste_layers_available() else "ste_ops"
     x = tf.random.stateless_uniform([batch, 32, 32, 3], seed=(5, 6), minval=-1.0, maxval=1.0)
     y = tf.random.stateless_uniform([batch], seed=(7, 6), maxval=10, dtype=tf.int32)
     steps = {
         "custom_gradient": _train_step(_build("custom_gradient", width)),
-        "ste": _train_step(_build(ste_kind, width)),
+        "ste": _train_step(_build("ste_layers", width)),
         "custom_gradient_copy": _train_step(_build("custom_gradient", width)),  # A/A: the noise level
     }
     counts = {name: _op_counts(steps[name], x, y) for name in ("custom_gradient", "ste")}
@@ -183,12 +173,7 @@ def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dic
     return {
         "batch": batch,
         "width": width,
-        "ste_network": (
-            "ste.layers.QuantConv2D / QuantDense"
-            if ste_kind == "ste_layers"
-            else "Keras Conv2D/Dense subclasses with ste.forward(sign).backward('straight_through') quantizers "
-            "(ste.layers not available on this branch)"
-        ),
+        "ste_network": "ste.layers.QuantConv2D / QuantDense",
         "graph_ops": {name: sum(found.values()) for name, found in counts.items()},
         "graph_op_difference": difference,
         "load_before": load_before,
