@@ -1,0 +1,30 @@
+"""``lq.utils``: ``register_keras_custom_object`` and ``set_precision`` for user-written quantizers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import keras
+
+__all__ = ["register_keras_custom_object", "set_precision"]
+
+T = TypeVar("T")
+
+
+def register_keras_custom_object(obj: T) -> T:
+    """Make ``obj`` (a class or function) known to Keras by its ``__name__``, as larq does, so a string such as
+    ``kernel_quantizer="my_quantizer"`` or ``Activation("my_activation")`` finds it and a saved model loads.
+    (``keras.saving.register_keras_serializable`` is Keras 3's own way and works too.)"""
+    keras.saving.get_custom_objects()[getattr(obj, "__name__")] = obj
+    return obj
+
+
+def set_precision(precision: int = 32) -> Callable[[T], T]:
+    """Declare a quantizer function's output bit width (``function.precision``), which :func:`ste.summary` reads."""
+
+    def decorator(function: T) -> T:
+        setattr(function, "precision", precision)
+        return function
+
+    return decorator
