@@ -6,6 +6,7 @@
 """
 
 from . import constraints, layers, quantizers, registry, testing
+from . import larq  # after the modules it re-exports
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -54,6 +55,7 @@ __all__ = [
     "constraints",
     "export_quantized_weights",
     "forward",
+    "larq",
     "layers",
     "plot",
     "quantizers",
