@@ -11,7 +11,9 @@ Run it in the larq venv to print ``larq.models.summary``'s figures for every mod
 
     TF_USE_LEGACY_KERAS=1 /work/venvs/larq/bin/python examples/larq_zoo.py --larq > tests/data/larq_zoo_summary.json
 
-and with ``ste`` (``python examples/larq_zoo.py``) to print ``ste.summary``'s deployment figures next to larq-zoo's
+``--larq-reference tests/data/larq_outputs.npz`` saves two small nets' random weights, inputs and larq's outputs
+(the weights move with ``get_weights`` → ``set_weights``, as trained larq weights do); and run it with ``ste``
+(``python examples/larq_zoo.py``) to print ``ste.summary``'s deployment figures next to larq-zoo's
 published ones.
 """
 
@@ -360,6 +362,84 @@ def meliusnet22(lq: Any, keras: Any) -> Model:
     return keras.Model(inputs, _top(keras, x), name="meliusnet22")
 
 
+def birealnet_block_net(lq: Any, keras: Any) -> Model:
+    """A small Bi-Real Net (two blocks on 16×16 inputs), for comparing outputs with larq itself."""
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, (3, 3), padding="same", use_bias=False)(inputs)
+    x = keras.layers.BatchNormalization(momentum=0.8)(x)
+    for filters in (8, 16):
+        shortcut = x
+        if x.shape[-1] != filters:
+            shortcut = keras.layers.AvgPool2D(2, strides=2, padding="same")(shortcut)
+            shortcut = keras.layers.Conv2D(filters, (1, 1), use_bias=False)(shortcut)
+            shortcut = keras.layers.BatchNormalization(momentum=0.8)(shortcut)
+        x = lq.layers.QuantConv2D(
+            filters,
+            (3, 3),
+            strides=1 if filters == x.shape[-1] else 2,
+            padding="same",
+            input_quantizer="approx_sign",
+            kernel_quantizer="magnitude_aware_sign",
+            kernel_constraint="weight_clip",
+            use_bias=False,
+        )(x)
+        x = keras.layers.BatchNormalization(momentum=0.8)(x)
+        x = keras.layers.add([x, shortcut])
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x), name="birealnet_block_net")
+
+
+def quicknet_block_net(lq: Any, keras: Any) -> Model:
+    """A small QuickNet (stem and two residual blocks padded with +1), for comparing outputs with larq itself."""
+    binary = dict(
+        input_quantizer=lq.quantizers.SteSign(clip_value=1.25),
+        kernel_quantizer=lq.quantizers.SteSign(clip_value=1.25),
+        kernel_constraint=lq.constraints.WeightClip(clip_value=1.25),
+    )
+    inputs = keras.Input((16, 16, 3))
+    x = lq.layers.QuantConv2D(8, (3, 3), padding="same", strides=2, use_bias=False)(inputs)
+    x = keras.layers.BatchNormalization()(x)
+    x = lq.layers.QuantDepthwiseConv2D((3, 3), padding="same", use_bias=False)(keras.layers.Activation("relu")(x))
+    x = keras.layers.BatchNormalization(scale=False, center=False)(x)
+    for _ in range(2):
+        residual = x
+        x = lq.layers.QuantConv2D(
+            8, (3, 3), activation="relu", padding="same", pad_values=1.0, use_bias=False, **binary
+        )(x)
+        x = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+        x = keras.layers.Add()([x, residual])
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Activation("relu")(x))
+    return keras.Model(inputs, lq.layers.QuantDense(10)(x), name="quicknet_block_net")
+
+
+SMALL = {"birealnet_block_net": birealnet_block_net, "quicknet_block_net": quicknet_block_net}
+
+
+def larq_reference(path: str) -> None:
+    """Save, for each small net built with larq, random weights, an input batch and larq's output (``.npz``)."""
+    import larq as lq
+
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for name, build in SMALL.items():
+        tf.keras.backend.clear_session()
+        model = build(lq, tf.keras)
+        weights = [rng.normal(size=w.shape).astype("float32") for w in model.get_weights()]
+        for layer in model.layers:  # a batch norm's moving variance must be positive
+            if isinstance(layer, tf.keras.layers.BatchNormalization):
+                variance = layer.moving_variance
+                variance.assign(tf.abs(tf.random.normal(variance.shape, seed=1)) + 0.5)
+        names = [w.name for w in model.weights]
+        weights = [w.numpy() if "moving_variance" in n else v for w, n, v in zip(model.weights, names, weights)]
+        model.set_weights(weights)
+        x = rng.uniform(0.1, 1.0, size=(4, 16, 16, 3)).astype("float32") * rng.choice([-1, 1], size=(4, 16, 16, 3))
+        arrays[f"{name}/x"] = x
+        arrays[f"{name}/y"] = model(x, training=False).numpy()
+        for i, w in enumerate(model.get_weights()):
+            arrays[f"{name}/w{i:03d}"] = w
+    np.savez_compressed(path, **arrays)
+
+
 BUILDERS: dict[str, Callable[[Any, Any], Model]] = {
     "quicknet_small": lambda lq, keras: quicknet(lq, keras, "small"),
     "quicknet": quicknet,
@@ -392,6 +472,9 @@ def larq_figures(model: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
+    if "--larq-reference" in argv:
+        larq_reference(argv[argv.index("--larq-reference") + 1])
+        return
     names = [a for a in argv if not a.startswith("--")] or list(BUILDERS)
     if "--larq" in argv:
         import larq as lq

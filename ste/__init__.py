@@ -5,8 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import constraints, layers, quantizers, registry, testing
-from . import larq  # after the modules it re-exports
+from . import constraints, larq, layers, quantizers, registry, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,

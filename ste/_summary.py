@@ -342,9 +342,7 @@ def _check_built(model: Any, layers: list[tuple[str, Any]]) -> None:
         )
 
 
-def summary(
-    model: Any, print_fn: Callable[[str], Any] | None = print, *, include_macs: bool = True
-) -> ModelSummary:
+def summary(model: Any, print_fn: Callable[[str], Any] | None = print, *, include_macs: bool = True) -> ModelSummary:
     """Summarise the quantization of a built Keras model; prints the table with ``print_fn`` (``None``: silent).
 
     Per layer: output shape, input and kernel bit widths, parameters by bit width, memory at those bit widths,

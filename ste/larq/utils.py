@@ -16,7 +16,8 @@ def register_keras_custom_object(obj: T) -> T:
     """Make ``obj`` (a class or function) known to Keras by its ``__name__``, as larq does, so a string such as
     ``kernel_quantizer="my_quantizer"`` or ``Activation("my_activation")`` finds it and a saved model loads.
     (``keras.saving.register_keras_serializable`` is Keras 3's own way and works too.)"""
-    keras.saving.get_custom_objects()[getattr(obj, "__name__")] = obj
+    name: str = obj.__name__  # type: ignore[attr-defined]
+    keras.saving.get_custom_objects()[name] = obj
     return obj
 
 
@@ -24,7 +25,7 @@ def set_precision(precision: int = 32) -> Callable[[T], T]:
     """Declare a quantizer function's output bit width (``function.precision``), which :func:`ste.summary` reads."""
 
     def decorator(function: T) -> T:
-        setattr(function, "precision", precision)
+        function.precision = precision  # type: ignore[attr-defined]
         return function
 
     return decorator

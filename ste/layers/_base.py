@@ -36,8 +36,9 @@ def _precision(quantizer: Any) -> int | None:
 
 
 _LIBRARY_DIRS = tuple(
-    os.path.dirname(module.__file__ or "") + os.sep for module in (keras, tf)
-) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+    os.path.dirname(path) + os.sep
+    for path in (keras.__file__ or "", tf.__file__ or "", os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 def _user_stacklevel() -> int:
