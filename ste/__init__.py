@@ -26,7 +26,7 @@ from ._errors import (
 )
 from ._export import export_quantized_weights
 from ._plot import plot
-from ._summary import summary
+from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
 
 __all__ = [
@@ -36,8 +36,10 @@ __all__ = [
     "GradientDtypeError",
     "GradientShapeError",
     "InputError",
+    "LayerSummary",
     "MissingBackwardError",
     "MissingDependencyError",
+    "ModelSummary",
     "NotBuiltError",
     "ParameterError",
     "RegistrationError",
