@@ -495,8 +495,9 @@ def main(argv: list[str]) -> None:
         s = ste.summary(BUILDERS[name](lq_ste, keras), print_fn=None)
         params, size = PUBLISHED[name]
         print(
-            f"{name:18} ste: {s.total_params:>11,} stored values; deployment view {s.deployment_params_total:>11,} "
-            f"parameters, {s.deployment_memory_bytes / 2**20:.2f} MiB   larq-zoo: {params:>11,}, {size}"
+            f"{name:18} ste: every variable {s.total_params:>11,}, {s.memory_bytes / 2**20:5.2f} MiB; deployment view "
+            f"{s.deployment_params_total:>11,}, {s.deployment_memory_bytes / 2**20:5.2f} MiB   "
+            f"larq-zoo: {params:>11,}, {size}"
         )
 
 
