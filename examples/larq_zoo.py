@@ -63,6 +63,19 @@ def _top(keras: Any, x: Any, **dense_kwargs: Any) -> Any:
     return keras.layers.Activation("softmax", dtype="float32")(x)
 
 
+def _ste_sign_binary(lq: Any, clip: float) -> dict[str, Any]:
+    """The binary-layer arguments of QuickNet, BinaryResNetE, BinaryDenseNet and MeliusNet (clip 1.25 or 1.3)."""
+    return dict(
+        input_quantizer=lq.quantizers.SteSign(clip_value=clip),
+        kernel_quantizer=lq.quantizers.SteSign(clip_value=clip),
+        kernel_constraint=lq.constraints.WeightClip(clip_value=clip),
+    )
+
+
+def _bn(keras: Any, x: Any) -> Any:
+    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+
+
 def blurpool_initializer(shape: Any, dtype: Any = None) -> Any:
     """QuickNet's anti-aliasing filter (Zhang 2019), for a 3×3 depthwise kernel."""
     k = np.outer([1.0, 2.0, 1.0], [1.0, 2.0, 1.0])
@@ -74,11 +87,7 @@ def quicknet(lq: Any, keras: Any, variant: str = "") -> Model:
     """QuickNet, QuickNetSmall (``variant="small"``) or QuickNetLarge (``variant="large"``)."""
     blocks = (6, 8, 12, 6) if variant == "large" else (4, 4, 4, 4)
     filters = (32, 64, 256, 512) if variant == "small" else (64, 128, 256, 512)
-    binary = dict(
-        input_quantizer=lq.quantizers.SteSign(clip_value=1.25),
-        kernel_quantizer=lq.quantizers.SteSign(clip_value=1.25),
-        kernel_constraint=lq.constraints.WeightClip(clip_value=1.25),
-    )
+    binary = _ste_sign_binary(lq, 1.25)
     inputs = keras.Input(INPUT_SHAPE)
     # stem
     x = lq.layers.QuantConv2D(filters[0] // 4, (3, 3), padding="same", strides=2, use_bias=False)(inputs)
@@ -102,40 +111,42 @@ def quicknet(lq: Any, keras: Any, variant: str = "") -> Model:
                     use_bias=False,
                 )(x)
                 x = lq.layers.QuantConv2D(n_filters, (1, 1), use_bias=False)(x)
-                x = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+                x = _bn(keras, x)
             residual = x
             x = lq.layers.QuantConv2D(
                 int(x.shape[-1]), (3, 3), activation="relu", padding="same", use_bias=False, **binary
             )(x)
-            x = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+            x = _bn(keras, x)
             x = keras.layers.Add()([x, residual])
     x = keras.layers.Activation("relu")(x)
     name = "quicknet" + (f"_{variant}" if variant else "")
     return keras.Model(inputs, lq.layers.QuantDense(NUM_CLASSES)(_global_pool(keras, x)), name=name)
 
 
+def birealnet_block(lq: Any, keras: Any, x: Any, out_filters: int) -> Any:
+    """Bi-Real Net's block: a binary 3×3 convolution with a real-valued shortcut around it."""
+    in_filters = x.shape[-1]
+    shortcut = x
+    if in_filters != out_filters:
+        shortcut = keras.layers.AvgPool2D(2, strides=2, padding="same")(shortcut)
+        shortcut = keras.layers.Conv2D(out_filters, (1, 1), use_bias=False)(shortcut)
+        shortcut = keras.layers.BatchNormalization(momentum=0.8)(shortcut)
+    x = lq.layers.QuantConv2D(
+        out_filters,
+        (3, 3),
+        strides=1 if out_filters == in_filters else 2,
+        padding="same",
+        input_quantizer="approx_sign",
+        kernel_quantizer="magnitude_aware_sign",
+        kernel_constraint="weight_clip",
+        use_bias=False,
+    )(x)
+    x = keras.layers.BatchNormalization(momentum=0.8)(x)
+    return keras.layers.add([x, shortcut])
+
+
 def birealnet(lq: Any, keras: Any) -> Model:
     """Bi-Real Net 18 (Liu et al. 2018): ApproxSign inputs, magnitude-aware binary kernels."""
-
-    def block(x: Any, out_filters: int) -> Any:
-        in_filters = x.shape[-1]
-        shortcut = x
-        if in_filters != out_filters:
-            shortcut = keras.layers.AvgPool2D(2, strides=2, padding="same")(shortcut)
-            shortcut = keras.layers.Conv2D(out_filters, (1, 1), use_bias=False)(shortcut)
-            shortcut = keras.layers.BatchNormalization(momentum=0.8)(shortcut)
-        x = lq.layers.QuantConv2D(
-            out_filters,
-            (3, 3),
-            strides=1 if out_filters == in_filters else 2,
-            padding="same",
-            input_quantizer="approx_sign",
-            kernel_quantizer="magnitude_aware_sign",
-            kernel_constraint="weight_clip",
-            use_bias=False,
-        )(x)
-        x = keras.layers.BatchNormalization(momentum=0.8)(x)
-        return keras.layers.add([x, shortcut])
 
     inputs = keras.Input(INPUT_SHAPE)
     x = keras.layers.Conv2D(64, (7, 7), strides=2, padding="same", use_bias=False)(inputs)
@@ -143,20 +154,16 @@ def birealnet(lq: Any, keras: Any) -> Model:
     x = keras.layers.MaxPool2D((3, 3), strides=2, padding="same")(x)
     for filters in (64, 128, 256, 512):
         for _ in range(4):
-            x = block(x, filters)
+            x = birealnet_block(lq, keras, x, filters)
     return keras.Model(inputs, _top(keras, x), name="birealnet18")
 
 
 def binary_resnet_e18(lq: Any, keras: Any) -> Model:
     """BinaryResNetE18 (Bethge et al. 2019)."""
-    binary = dict(
-        input_quantizer=lq.quantizers.SteSign(clip_value=1.25),
-        kernel_quantizer=lq.quantizers.SteSign(clip_value=1.25),
-        kernel_constraint=lq.constraints.WeightClip(clip_value=1.25),
-    )
+    binary = _ste_sign_binary(lq, 1.25)
 
     def bn(x: Any) -> Any:
-        return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+        return _bn(keras, x)
 
     inputs = keras.Input(INPUT_SHAPE)
     x = keras.layers.Conv2D(64, kernel_size=7, strides=2, padding="same", use_bias=False)(inputs)
@@ -182,14 +189,10 @@ def binary_densenet(lq: Any, keras: Any, depth: int = 28) -> Model:
         37: ((3.3, 3.3, 4), (6, 8, 12, 6)),
         45: ((2.7, 3.3, 4), (6, 12, 14, 8)),
     }[depth]
-    binary = dict(
-        input_quantizer=lq.quantizers.SteSign(clip_value=1.3),
-        kernel_quantizer=lq.quantizers.SteSign(clip_value=1.3),
-        kernel_constraint=lq.constraints.WeightClip(clip_value=1.3),
-    )
+    binary = _ste_sign_binary(lq, 1.3)
 
     def bn(x: Any) -> Any:
-        return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+        return _bn(keras, x)
 
     inputs = keras.Input(INPUT_SHAPE)
     x = keras.layers.Conv2D(64, kernel_size=7, strides=2, padding="same", use_bias=False)(inputs)
@@ -319,14 +322,10 @@ def binary_alexnet(lq: Any, keras: Any) -> Model:
 
 def meliusnet22(lq: Any, keras: Any) -> Model:
     """MeliusNet22 (Bethge et al. 2020): dense blocks and improvement blocks of 64-channel binary convolutions."""
-    binary = dict(
-        input_quantizer=lq.quantizers.SteSign(1.3),
-        kernel_quantizer=lq.quantizers.SteSign(1.3),
-        kernel_constraint=lq.constraints.WeightClip(1.3),
-    )
+    binary = _ste_sign_binary(lq, 1.3)
 
     def bn(x: Any) -> Any:
-        return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+        return _bn(keras, x)
 
     def relu(x: Any) -> Any:
         return keras.layers.Activation("relu")(x)
@@ -368,34 +367,14 @@ def birealnet_block_net(lq: Any, keras: Any) -> Model:
     x = keras.layers.Conv2D(8, (3, 3), padding="same", use_bias=False)(inputs)
     x = keras.layers.BatchNormalization(momentum=0.8)(x)
     for filters in (8, 16):
-        shortcut = x
-        if x.shape[-1] != filters:
-            shortcut = keras.layers.AvgPool2D(2, strides=2, padding="same")(shortcut)
-            shortcut = keras.layers.Conv2D(filters, (1, 1), use_bias=False)(shortcut)
-            shortcut = keras.layers.BatchNormalization(momentum=0.8)(shortcut)
-        x = lq.layers.QuantConv2D(
-            filters,
-            (3, 3),
-            strides=1 if filters == x.shape[-1] else 2,
-            padding="same",
-            input_quantizer="approx_sign",
-            kernel_quantizer="magnitude_aware_sign",
-            kernel_constraint="weight_clip",
-            use_bias=False,
-        )(x)
-        x = keras.layers.BatchNormalization(momentum=0.8)(x)
-        x = keras.layers.add([x, shortcut])
+        x = birealnet_block(lq, keras, x, filters)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(10)(x), name="birealnet_block_net")
 
 
 def quicknet_block_net(lq: Any, keras: Any) -> Model:
     """A small QuickNet (stem and two residual blocks padded with +1), for comparing outputs with larq itself."""
-    binary = dict(
-        input_quantizer=lq.quantizers.SteSign(clip_value=1.25),
-        kernel_quantizer=lq.quantizers.SteSign(clip_value=1.25),
-        kernel_constraint=lq.constraints.WeightClip(clip_value=1.25),
-    )
+    binary = _ste_sign_binary(lq, 1.25)
     inputs = keras.Input((16, 16, 3))
     x = lq.layers.QuantConv2D(8, (3, 3), padding="same", strides=2, use_bias=False)(inputs)
     x = keras.layers.BatchNormalization()(x)
@@ -406,7 +385,7 @@ def quicknet_block_net(lq: Any, keras: Any) -> Model:
         x = lq.layers.QuantConv2D(
             8, (3, 3), activation="relu", padding="same", pad_values=1.0, use_bias=False, **binary
         )(x)
-        x = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
+        x = _bn(keras, x)
         x = keras.layers.Add()([x, residual])
     x = keras.layers.GlobalAveragePooling2D()(keras.layers.Activation("relu")(x))
     return keras.Model(inputs, lq.layers.QuantDense(10)(x), name="quicknet_block_net")

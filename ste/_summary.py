@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,13 @@ class LayerSummary:
         return sum(self.params.values()) * 4.0
 
 
+def _sum_by_bits(counts: Iterable[dict[int, int]]) -> dict[int, int]:
+    total: Counter[int] = Counter()
+    for count in counts:
+        total.update(count)
+    return dict(sorted(total.items()))
+
+
 @dataclass(frozen=True)
 class ModelSummary:
     """What :func:`summary` found; ``str()`` gives the table."""
@@ -69,18 +76,12 @@ class ModelSummary:
     @property
     def params(self) -> dict[int, int]:
         """Parameters by bit width, all layers."""
-        total: Counter[int] = Counter()
-        for layer in self.layers:
-            total.update(layer.params)
-        return dict(sorted(total.items()))
+        return _sum_by_bits(layer.params for layer in self.layers)
 
     @property
     def macs(self) -> dict[int, int]:
         """Multiply-accumulates per sample by bit width, all layers."""
-        total: Counter[int] = Counter()
-        for layer in self.layers:
-            total.update(layer.macs)
-        return dict(sorted(total.items()))
+        return _sum_by_bits(layer.macs for layer in self.layers)
 
     @property
     def total_params(self) -> int:
@@ -98,10 +99,7 @@ class ModelSummary:
     @property
     def deployment_params(self) -> dict[int, int]:
         """Parameters by bit width with batch normalization folded (``larq.models.summary``'s count)."""
-        total: Counter[int] = Counter()
-        for layer in self.layers:
-            total.update(layer.deployment_params)
-        return dict(sorted(total.items()))
+        return _sum_by_bits(layer.deployment_params for layer in self.layers)
 
     @property
     def deployment_params_total(self) -> int:
