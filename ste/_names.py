@@ -8,7 +8,9 @@
   (Greek mu) are one name (``ast.parse`` of a spec string normalises the same way);
 * registering a name that exists (a built-in included) needs ``replace=True``, else :class:`ste.RegistrationError`;
 * an unknown name raises the table's error class with did-you-mean suggestions;
-* :meth:`NameTable.unregister` removes a name.
+* :meth:`NameTable.unregister` removes a name;
+* an ``on_change`` callback hears of every change (the quantizer and constraint tables publish their names to
+  Keras's own lookups through it, see :mod:`ste._keras_lookup`).
 
 :func:`build` calls a constructor with a spec string's arguments and turns Python's argument errors and
 overflowing numbers into :class:`ste.ParameterError` naming the bad keyword.
@@ -39,10 +41,17 @@ def normalize_name(name: str) -> str:
 class NameTable(Generic[T]):
     """A thread-safe name → entry table; ``kind`` ("surrogate", "quantizer", ...) appears in every message."""
 
-    def __init__(self, kind: str, unknown_error: type[STEError], hint: str = "") -> None:
+    def __init__(
+        self,
+        kind: str,
+        unknown_error: type[STEError],
+        hint: str = "",
+        on_change: Callable[[str, T | None], None] | None = None,
+    ) -> None:
         self.kind = kind
         self._unknown_error = unknown_error
         self._hint = hint
+        self._on_change = on_change  # told (name, entry) on register and (name, None) on unregister, under the lock
         self._lock = threading.RLock()
         self._entries: dict[str, T] = {}
 
@@ -74,6 +83,8 @@ class NameTable(Generic[T]):
                     f"Fix: pass replace=True to overwrite it, or choose another name."
                 )
             self._entries[normal] = entry
+            if self._on_change is not None:
+                self._on_change(normal, entry)
         return normal
 
     def unregister(self, name: str) -> T:
@@ -82,7 +93,10 @@ class NameTable(Generic[T]):
         with self._lock:
             if normal not in self._entries:
                 raise self.unknown(name)
-            return self._entries.pop(normal)
+            entry = self._entries.pop(normal)
+            if self._on_change is not None:
+                self._on_change(normal, None)
+            return entry
 
     def lookup(self, name: str, context: str = "") -> T:
         """The entry registered under ``name``; unknown names raise the table's error with suggestions."""
