@@ -135,7 +135,7 @@ class NameTable(Generic[T]):
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         where = f" (in {context!r})" if context else ""
         error: STEError = self._unknown_error(
-            f"no {self.kind} named {name!r}{where}; {hint}known {self.kind}s: {', '.join(known)}.{self._hint}"
+            f"no {self.kind} named {name!r}{where}; {hint}known names: {', '.join(known)}.{self._hint}"
         )
         return error
 
