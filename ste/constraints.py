@@ -36,6 +36,8 @@ _TABLE: NameTable[type[keras.constraints.Constraint]] = NameTable(
 class WeightClip(keras.constraints.Constraint):  # type: ignore[misc]
     """Clip weights to [−clip_value, clip_value] (larq's ``WeightClip`` / ``"weight_clip"``)."""
 
+    clip_value: float
+
     def __init__(self, clip_value: float = 1.0) -> None:
         if isinstance(clip_value, bool) or not isinstance(clip_value, numbers.Real) or not _positive(clip_value):
             shown = repr(clip_value) if len(repr(clip_value)) <= 40 else repr(clip_value)[:37] + "..."
