@@ -65,7 +65,7 @@ class NameTable(Generic[T]):
         if not isinstance(name, str):
             raise RegistrationError(f"a {self.kind} name must be a string; received {type(name).__name__} {name!r}.")
         normal = normalize_name(name)
-        if not normal.isidentifier() or keyword.iskeyword(normal) or keyword.issoftkeyword(normal):
+        if not normal.isidentifier() or keyword.iskeyword(normal):
             raise RegistrationError(
                 f"cannot register the {self.kind} name {name!r}: a name must be a Python identifier and not a "
                 f"keyword, so that a spec string such as '{self.kind}_name(...)' can reach it. Fix: e.g. "

@@ -121,4 +121,9 @@ def get(identifier: Any) -> Any:
             return build(f"constraint {identifier!r}", cls, args, kwargs)
         if args or kwargs:
             raise _TABLE.unknown(name, identifier)
-    return keras.constraints.get(identifier)
+    try:
+        return keras.constraints.get(identifier)
+    except ValueError:
+        if isinstance(identifier, str):  # neither ste's nor Keras's: suggest ste's names
+            raise _TABLE.unknown(identifier) from None
+        raise
