@@ -112,8 +112,8 @@ def test_unregistered_subclass_fails_at_save_time(cls: type[ste.registry.Surroga
     assert entry.name == ""  # not the parent's name
     with pytest.raises(ste.STEError, match="not registered"):
         entry.get_config()
-    op = ste.forward(tf.sign).backward(entry)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=op)])
+    quantizer = ste.quantizers.Sign(surrogate=entry)
+    model = keras.Sequential([keras.Input((3,)), ste.layers.QuantDense(2, input_quantizer=quantizer)])
     with pytest.raises(ste.STEError, match="not registered"):
         model.to_json()
 
