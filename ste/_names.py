@@ -161,8 +161,7 @@ def build(owner: str, constructor: Callable[..., T], args: tuple[Any, ...], kwar
                 p.name for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
             ]
             raise ParameterError(
-                f"{owner}: cannot be built with {_arguments(args, kwargs)} ({error}); its parameters are "
-                f"{accepted}."
+                f"{owner}: cannot be built with {_arguments(args, kwargs)} ({error}); its parameters are {accepted}."
             ) from None
     try:
         return constructor(*args, **kwargs)

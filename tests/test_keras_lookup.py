@@ -59,9 +59,7 @@ def test_keras_activation_lookup_applies_the_quantizer(name: str) -> None:
 
 @pytest.mark.parametrize("name", ACTIVATION_NAMES)
 def test_dense_and_activation_layer_by_name_save_and_load_in_safe_mode(name: str, tmp_path: Any) -> None:
-    model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(3, activation=name), keras.layers.Activation(name)]
-    )
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation=name), keras.layers.Activation(name)])
     before = _values_and_gradients(model, X)
     path = os.path.join(tmp_path, "m.keras")
     model.save(path)

@@ -114,10 +114,11 @@ class Surrogate:
     Hyperparameters are declared on subclasses as annotated class attributes with defaults and are passed to the
     constructor by keyword (or positionally, in declaration order). They are Python numbers (or ``None`` where an
     entry documents it) or scalar tensors, and are read back as attributes (``surrogate.beta``) or through
-    :attr:`params`; type checkers see them as the constructor's typed parameters (``typing_extensions.dataclass_transform``).
-    Instances are immutable and compare equal by class and parameters (a scalar tensor by its value, a
-    ``tf.Variable`` by identity, since its value may change). They copy, deep-copy and pickle (a class defined at
-    module level by reference, one made by :func:`ste.registry.register` from a function by its registry name).
+    :attr:`params`; type checkers see them as the constructor's typed parameters
+    (``typing_extensions.dataclass_transform``). Instances are immutable and compare equal by class and parameters
+    (a scalar tensor by its value, a ``tf.Variable`` by identity, since its value may change). They copy, deep-copy
+    and pickle (a class defined at module level by reference, one made by :func:`ste.registry.register` from a
+    function by its registry name).
 
     Class attributes a subclass may set:
 

@@ -58,14 +58,16 @@ def test_weight_clip_refuses_non_finite_and_non_positive(clip: Any) -> None:
         ste.constraints.WeightClip.from_config({"clip_value": clip})
 
 
+def _renamed_keyword(constraint: Any, old: str, new: str) -> Any:
+    return json.loads(json.dumps(keras.constraints.serialize(constraint)).replace(old, new))
+
+
 @pytest.mark.parametrize(
     "make",
     [
         lambda: ste.constraints.get("weight_clip(foo=1)"),
         lambda: ste.constraints.WeightClip.from_config({"clip_value": 1.0, "foo": 1}),
-        lambda: keras.constraints.deserialize(
-            json.loads(json.dumps(keras.constraints.serialize(ste.constraints.WeightClip(0.5))).replace("clip_value", "foo"))
-        ),
+        lambda: keras.constraints.deserialize(_renamed_keyword(ste.constraints.WeightClip(0.5), "clip_value", "foo")),
     ],
     ids=["spec", "from_config", "keras_deserialize"],
 )
