@@ -17,6 +17,7 @@ way a dataclass does::
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import math
@@ -318,6 +319,12 @@ class Surrogate:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable; build a new one with get('{self.name}', ...)")
+
+    def __copy__(self) -> Surrogate:
+        return self  # immutable
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Surrogate:
+        return type(self)(**copy.deepcopy(dict(self._params), memo))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle, copy and deep-copy by class reference (or registry name) and parameters."""
