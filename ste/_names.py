@@ -31,6 +31,7 @@ from ._errors import ParameterError, RegistrationError, STEError
 __all__ = ["NameTable", "build", "normalize_name"]
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 def normalize_name(name: str) -> str:
@@ -86,6 +87,16 @@ class NameTable(Generic[T]):
             if self._on_change is not None:
                 self._on_change(normal, entry)
         return normal
+
+    def decorator(self, name: str, *, replace: bool = False) -> Callable[[E], E]:
+        """A decorator registering its argument under ``name`` (the name is checked at once) and returning it."""
+        self.check_name(name)
+
+        def decorate(entry: E) -> E:
+            self.register(name, entry, replace=replace)  # type: ignore[arg-type]  # E is T
+            return entry
+
+        return decorate
 
     def unregister(self, name: str) -> T:
         """Remove ``name`` and return its entry (unknown names raise the table's error, with suggestions)."""

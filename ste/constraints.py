@@ -87,13 +87,7 @@ def register(name: str, *, replace: bool = False) -> Callable[[C], C]:
 
     Names follow the rules of :func:`ste.registry.register` (identifiers, NFKC, ``replace=True``).
     """
-    _TABLE.check_name(name)
-
-    def decorate(cls: C) -> C:
-        _TABLE.register(name, cls, replace=replace)
-        return cls
-
-    return decorate
+    return _TABLE.decorator(name, replace=replace)
 
 
 def unregister(name: str) -> None:

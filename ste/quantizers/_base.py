@@ -115,13 +115,7 @@ def register(name: str, *, replace: bool = False) -> Callable[[Q], Q]:
     Names follow the rules of :func:`ste.registry.register`: an identifier that is not a keyword, NFKC-normalised;
     an existing name (a built-in included) needs ``replace=True``, else :class:`ste.RegistrationError`.
     """
-    _TABLE.check_name(name)
-
-    def decorate(cls: Q) -> Q:
-        _TABLE.register(name, cls, replace=replace)
-        return cls
-
-    return decorate
+    return _TABLE.decorator(name, replace=replace)
 
 
 def unregister(name: str) -> None:
