@@ -380,8 +380,11 @@ class Surrogate:
                     f"would be NaN or inf. Fix: choose {field} in that range, or compute in float64."
                 )
         points = _probe_points(dtype, [abs(v) for v in values.values() if v])
-        with tf.init_scope():
-            derivative = np.asarray(self.derivative(_as_tensor(points, dtype)))
+        try:
+            with tf.init_scope():  # eagerly, outside any graph being traced
+                derivative = np.asarray(self.derivative(_as_tensor(points, dtype)))
+        except (tf.errors.OpError, TypeError, ValueError, NotImplementedError):
+            return  # a derivative that cannot run on this probe fails (or not) in the op itself, as before
         bad = ~np.isfinite(derivative.astype(np.float64))
         if bad.any():
             index = int(np.argmax(bad))
