@@ -109,3 +109,19 @@ def test_issue_examples() -> None:
     for name, field in [("triangle", "width"), ("gaussian", "sigma"), ("boxcar", "width")]:
         with pytest.raises(ste.ParameterError, match=rf"{name}.*'{field}'.*float32"):
             _gradient(ste.forward(tf.sign).backward(name, **{field: 1e-300}), x)
+
+
+def test_user_registered_entries_are_checked_too() -> None:
+    def flat(x: tf.Tensor, k: float = 1.0) -> tf.Tensor:  # d(x) = k
+        return k * tf.ones_like(x)
+
+    ste.registry.register("flat_dtype_test", flat)
+    try:
+        x = tf.constant([0.0, 2.0], tf.float16)
+        with pytest.raises(ste.ParameterError, match=r"flat_dtype_test.*'k'.*float16"):
+            _gradient(ste.forward(tf.identity).backward("flat_dtype_test", k=1e5), x)  # 1e5 > float16's 65504
+        np.testing.assert_array_equal(
+            _gradient(ste.forward(tf.identity).backward("flat_dtype_test", k=6e4), x).numpy(), [np.float16(6e4)] * 2
+        )  # fits float16: accepted
+    finally:
+        ste.registry.unregister("flat_dtype_test")
