@@ -6,11 +6,9 @@ from typing import Any
 
 import keras
 
-from ..constraints import WeightClip, get
+from ..constraints import WeightClip, get, weight_clip
 
 __all__ = ["WeightClip", "deserialize", "get", "serialize", "weight_clip"]
-
-weight_clip = WeightClip  # larq's lower-case alias
 
 
 def serialize(constraint: Any) -> Any:
