@@ -220,7 +220,12 @@ def xnornet(lq: Any, keras: Any) -> Model:
         return alpha * lq.quantizers.SteSign()(x)
 
     binary = dict(
-        kernel_quantizer=xnor_weight_scale, input_quantizer="ste_sign", kernel_constraint="weight_clip", use_bias=False
+        # larq-zoo passes the name "xnor_weight_scale"; ste.larq resolves it, but larq 0.14 on tf-keras 2.21 calls
+        # the function it finds as if it were a class, so the function itself is passed here for both
+        kernel_quantizer=xnor_weight_scale,
+        input_quantizer="ste_sign",
+        kernel_constraint="weight_clip",
+        use_bias=False,
     )
 
     def bn(x: Any, epsilon: float = 1e-4) -> Any:
@@ -284,7 +289,7 @@ def dorefanet(lq: Any, keras: Any) -> Model:
     x = keras.layers.Flatten()(x)
     x = bn(lq.layers.QuantDense(4096, **binary)(x))
     x = bn(lq.layers.QuantDense(4096, **binary)(x))
-    x = keras.layers.Activation(clip_by_value_activation)(x)  # Keras 3 looks activation strings up in its own set only
+    x = keras.layers.Activation("clip_by_value_activation")(x)
     x = keras.layers.Dense(NUM_CLASSES, use_bias=True)(x)
     return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x), name="dorefanet")
 

@@ -136,3 +136,27 @@ def test_user_quantizer_with_set_precision_and_registration(tmp_path):
     restored = keras.models.load_model(tmp_path / "m.keras")
     x = RNG.normal(size=(2, 4)).astype("float32")
     np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)
+
+
+def test_registered_function_names_work_as_strings():
+    @lq.utils.set_precision(1)
+    @lq.utils.register_keras_custom_object
+    def larqsummary_unclipped_sign(x):
+        @tf.custom_gradient
+        def _sign(x):
+            return lq.math.sign(x), lambda dy: dy
+
+        return _sign(x)
+
+    @lq.utils.register_keras_custom_object
+    def larqsummary_clip01(x):
+        return tf.clip_by_value(x, 0, 1)
+
+    layer = lq.layers.QuantDense(2, kernel_quantizer="larqsummary_unclipped_sign", activation="larqsummary_clip01")
+    assert layer.kernel_quantizer is larqsummary_unclipped_sign
+    act = keras.layers.Activation("larqsummary_clip01")
+    np.testing.assert_array_equal(act(np.array([-1.0, 0.5, 2.0], "float32")), [0.0, 0.5, 1.0])
+    # ste's own names keep their meaning; Keras's too
+    assert isinstance(lq.quantizers.get("ste_sign"), ste.quantizers.SteSign)
+    assert lq.utils.register_keras_custom_object(larqsummary_clip01) is larqsummary_clip01  # idempotent
+    assert keras.activations.get("relu") is keras.activations.relu

@@ -7,6 +7,8 @@ from typing import TypeVar
 
 import keras
 
+from .._keras_lookup import publish_function
+
 __all__ = ["register_keras_custom_object", "set_precision"]
 
 T = TypeVar("T")
@@ -15,9 +17,11 @@ T = TypeVar("T")
 def register_keras_custom_object(obj: T) -> T:
     """Make ``obj`` (a class or function) known to Keras by its ``__name__``, as larq does, so a string such as
     ``kernel_quantizer="my_quantizer"`` or ``Activation("my_activation")`` finds it and a saved model loads.
-    (``keras.saving.register_keras_serializable`` is Keras 3's own way and works too.)"""
+    A name Keras already defines (``"relu"``) keeps its Keras meaning for activations."""
     name: str = obj.__name__  # type: ignore[attr-defined]
     keras.saving.get_custom_objects()[name] = obj
+    if callable(obj) and not isinstance(obj, type):
+        publish_function(name, obj)  # Keras 3 reads activation strings from its own table only
     return obj
 
 
