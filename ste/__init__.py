@@ -23,6 +23,7 @@ from ._errors import (
     STEError,
     UnknownQuantizerError,
     UnknownSurrogateError,
+    UnsupportedLayerError,
 )
 from ._export import export_quantized_weights
 from ._plot import plot
@@ -48,6 +49,7 @@ __all__ = [
     "SpecError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
     "__version__",
     "backward",
     "backward_like",

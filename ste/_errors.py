@@ -29,6 +29,7 @@ __all__ = [
     "SpecError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
 ]
 
 
@@ -136,6 +137,14 @@ class MissingDependencyError(STEError, ImportError, ValueError):
     An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
     ``TypeError`` or ``ValueError``.
     """
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class UnsupportedLayerError(STEError, AttributeError, ValueError):
+    """A layer larq has that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no
+    ``LocallyConnected`` layers). An ``AttributeError`` too, so ``hasattr(ste.layers, name)`` stays False."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -12,7 +12,7 @@ import tensorflow as tf
 import ste
 from ste.layers import QuantConv1D, QuantConv2D, QuantDense, QuantDepthwiseConv2D, QuantSeparableConv2D
 
-QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "pointwise_quantizer")
+QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "pointwise_quantizer", "pad_values")
 
 CASES = [
     (QuantDense, keras.layers.Dense, dict(units=5, activation="tanh", kernel_quantizer="sign"), (4, 7)),
