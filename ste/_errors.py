@@ -142,9 +142,9 @@ class MissingDependencyError(STEError, ImportError, ValueError):
         __init__ = Exception.__init__
 
 
-class UnsupportedLayerError(STEError, AttributeError, ValueError):
-    """A layer larq has that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no
-    ``LocallyConnected`` layers). An ``AttributeError`` too, so ``hasattr(ste.layers, name)`` stays False."""
+class UnsupportedLayerError(STEError, ValueError):
+    """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
+    layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -56,6 +56,19 @@ def _keras_parent(cls: type) -> type | None:
     return None
 
 
+class _ClassSignature:
+    """``__signature__`` of a layer class only: its instances keep their own (``call``'s) signature, which
+    ``tf.function(layer, input_signature=...)`` and Keras inspect."""
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        self.signature = signature
+
+    def __get__(self, instance: object, owner: type) -> inspect.Signature:
+        if instance is not None:
+            raise AttributeError("__signature__")
+        return self.signature
+
+
 class QuantLayerMixin:
     """Mixin for quantized Keras layers; see the module docstring.
 
@@ -82,7 +95,7 @@ class QuantLayerMixin:
             for name, (default, annotation) in cls.options().items()
         ]
         var_keyword = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
-        cls.__signature__ = inspect.Signature([*parameters, *options, var_keyword])  # type: ignore[attr-defined]
+        cls.__signature__ = _ClassSignature(inspect.Signature([*parameters, *options, var_keyword]))  # type: ignore[attr-defined]
 
     @classmethod
     def options(cls) -> dict[str, tuple[Any, str]]:
