@@ -6,7 +6,8 @@ What is counted:
   variable's dtype (32 for float32). Memory is ``count × bits / 8`` bytes; "float32 memory" is ``count × 4``.
   A magnitude-aware sign's per-channel scales are computed from the latent kernel and not counted.
 * Multiply-accumulates (MACs) per sample of Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose (input positions × kernel
-  size), DepthwiseConv2D and SeparableConv1D/2D layers (ste and Keras), at the bit width ``max(input bits, kernel bits)``; a float input counts as the compute dtype's bits.
+  size), DepthwiseConv2D and SeparableConv1D/2D layers (ste and Keras), at the bit width
+  ``max(input bits, kernel bits)``; a float input counts as the compute dtype's bits.
   In a separable convolution the pointwise step reads the depthwise step's float output. Other layers count 0.
 """
 

@@ -18,6 +18,12 @@ import tensorflow as tf
 
 import ste
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.deploy_size import flatbuffer_ops  # noqa: E402
+
 SIGN_QUANTIZERS = ["sign", "ste_sign", "approx_sign", "swish_sign", "sign(surrogate='sigmoid_surrogate(beta=4)')"]
 FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 
@@ -72,30 +78,11 @@ def lce_python() -> str | None:
     Make one with: ``python3 -m venv .venv-lce && .venv-lce/bin/pip install "numpy<2" tqdm flatbuffers
     && .venv-lce/bin/pip install --no-deps larq-compute-engine``.
     """
-    candidates = [os.environ.get("STE_LCE_PYTHON"), str(Path(__file__).resolve().parents[1] / ".venv-lce/bin/python")]
+    candidates = [os.environ.get("STE_LCE_PYTHON"), str(ROOT / ".venv-lce/bin/python")]
     for candidate in candidates:
         if candidate and shutil.which(candidate):
             return candidate
     return sys.executable if int(np.__version__.split(".")[0]) < 2 else None
-
-
-def flatbuffer_ops(flatbuffer: bytes) -> collections.Counter[str]:
-    """Operator names in a TFLite flatbuffer (builtin names such as CONV_2D, custom codes such as LceBconv2d)."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    builtin = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    model = schema.Model.GetRootAsModel(flatbuffer, 0)
-    names = []
-    for i in range(model.OperatorCodesLength()):
-        code = model.OperatorCodes(i)
-        number = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-        names.append(code.CustomCode().decode() if number == schema.BuiltinOperator.CUSTOM else builtin[number])
-    ops: collections.Counter[str] = collections.Counter()
-    for s in range(model.SubgraphsLength()):
-        subgraph = model.Subgraphs(s)
-        for o in range(subgraph.OperatorsLength()):
-            ops[names[subgraph.Operators(o).OpcodeIndex()]] += 1
-    return ops
 
 
 def binarized_net() -> keras.Model:

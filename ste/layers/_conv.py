@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, ClassVar
 
 import keras
 import tensorflow as tf
@@ -57,7 +57,7 @@ class _QuantConv(QuantLayerMixin):
     strides: tuple[int, ...]
     dilation_rate: tuple[int, ...]
     pad_values: float
-    slots = (_KERNEL,)
+    slots: ClassVar[tuple[KernelSlot, ...]] = (_KERNEL,)
     pads_input = True  # False for transposed convolutions, whose "same" crops the output instead
 
     @classmethod
@@ -147,7 +147,7 @@ class _QuantConvTranspose(_QuantConv):
 class _QuantSeparableConv(_QuantConv):
     """``keras.ops.separable_conv`` with ``depthwise_quantizer`` and ``pointwise_quantizer``."""
 
-    slots = _SEPARABLE
+    slots: ClassVar[tuple[KernelSlot, ...]] = _SEPARABLE
 
     @property
     def quantized_depthwise_kernel(self) -> tf.Tensor:
@@ -173,20 +173,20 @@ class _QuantSeparableConv(_QuantConv):
 
 @keras.saving.register_keras_serializable(package="ste")
 class QuantConv1D(_QuantConv, keras.layers.Conv1D):  # type: ignore[misc]
-    """``keras.layers.Conv1D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values`` (see :class:`QuantDense`
-    and the module docstring)."""
+    """``keras.layers.Conv1D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``
+    (see :class:`QuantDense` and the module docstring)."""
 
 
 @keras.saving.register_keras_serializable(package="ste")
 class QuantConv2D(_QuantConv, keras.layers.Conv2D):  # type: ignore[misc]
-    """``keras.layers.Conv2D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values`` (see :class:`QuantDense`
-    and the module docstring)."""
+    """``keras.layers.Conv2D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``
+    (see :class:`QuantDense` and the module docstring)."""
 
 
 @keras.saving.register_keras_serializable(package="ste")
 class QuantConv3D(_QuantConv, keras.layers.Conv3D):  # type: ignore[misc]
-    """``keras.layers.Conv3D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values`` (see :class:`QuantDense`
-    and the module docstring)."""
+    """``keras.layers.Conv3D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``
+    (see :class:`QuantDense` and the module docstring)."""
 
 
 @keras.saving.register_keras_serializable(package="ste")

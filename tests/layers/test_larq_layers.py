@@ -130,7 +130,9 @@ def test_reference_padding_is_keras_same(cls, kwargs, shape):
 
 
 def test_pad_values_with_a_size_known_only_at_run_time():
-    layer = QuantConv2D(3, 3, strides=2, padding="same", pad_values=1.0, input_quantizer="sign", kernel_quantizer="sign")
+    layer = QuantConv2D(
+        3, 3, strides=2, padding="same", pad_values=1.0, input_quantizer="sign", kernel_quantizer="sign"
+    )
     run = tf.function(layer, input_signature=[tf.TensorSpec((None, None, None, 2), tf.float32)])
     x = np.random.default_rng(3).normal(size=(2, 7, 6, 2)).astype(np.float32)
     y = run(x)
@@ -168,6 +170,7 @@ def test_pad_values_errors_at_construction(cls, kwargs, match):
 
 # -------------------------------------------------------------------------------------- saving, export and summaries
 
+
 def new_layers_model() -> keras.Model:
     keras.utils.set_random_seed(5)
     inputs = keras.Input((4, 4, 4, 2))
@@ -189,9 +192,9 @@ def new_layers_model() -> keras.Model:
         name="s1",
     )(h)
     h = keras.layers.Reshape((16, 8, 3))(h)
-    outputs = QuantConv2DTranspose(2, 3, padding="same", input_quantizer="ste_sign", kernel_quantizer="sign", name="t2")(
-        h
-    )
+    outputs = QuantConv2DTranspose(
+        2, 3, padding="same", input_quantizer="ste_sign", kernel_quantizer="sign", name="t2"
+    )(h)
     return keras.Model(inputs, outputs)
 
 
