@@ -40,7 +40,7 @@ def binarized_net() -> keras.Model:
     return keras.Model(inputs, outputs)
 
 
-def flatbuffer_ops(flatbuffer: bytes) -> dict[str, int]:
+def flatbuffer_ops(flatbuffer: bytes) -> collections.Counter[str]:
     """Operators in a TFLite flatbuffer by name (builtins such as ``CONV_2D``, custom ops such as ``LceBconv2d``)."""
     from tensorflow.lite.python import schema_py_generated as schema
 
@@ -56,7 +56,7 @@ def flatbuffer_ops(flatbuffer: bytes) -> dict[str, int]:
         subgraph = model.Subgraphs(s)
         for o in range(subgraph.OperatorsLength()):
             counts[names[subgraph.Operators(o).OpcodeIndex()]] += 1
-    return dict(sorted(counts.items()))
+    return counts
 
 
 def main() -> None:
@@ -75,7 +75,7 @@ def main() -> None:
     print("| flatbuffer | size | operators |")
     print("| --- | --- | --- |")
     for name, flatbuffer in (("TFLite (float)", float_tflite), ("LCE", lce_tflite)):
-        listed = ", ".join(f"{op} ×{n}" for op, n in flatbuffer_ops(flatbuffer).items())
+        listed = ", ".join(f"{op} ×{n}" for op, n in sorted(flatbuffer_ops(flatbuffer).items()))
         print(f"| {name} | {len(flatbuffer) / 1024:.1f} KiB | {listed} |")
 
 
