@@ -120,6 +120,7 @@ def test_binarized_net_converts_to_bitpacked_lce_ops_and_matches_keras(tmp_path)
     assert b"LceQuantize" in flatbuffer and b"LceBconv2d" in flatbuffer
     assert ops["LceBconv2d"] == 2 and ops["LceQuantize"] >= 1  # both binary convolutions, pad_values=1.0 included
     assert ops["CONV_2D"] == 0  # no float convolution is left for them
+    assert ops["PAD"] + ops["PADV2"] == 0  # pad_values=1.0 is fused into LceBconv2d (same-one padding)
     assert ops["DEPTHWISE_CONV_2D"] == 1 and ops["FULLY_CONNECTED"] == 1  # what stays float
 
     python = lce_python()

@@ -8,6 +8,8 @@ which kernel attribute, and which constraint argument clips it. The kernel is qu
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 import warnings
 from typing import Any, ClassVar, NamedTuple
 
@@ -27,6 +29,15 @@ class KernelSlot(NamedTuple):
     quantizer: str  # constructor argument and attribute holding the quantizer, e.g. "kernel_quantizer"
     kernel: str  # attribute holding the latent (float) kernel, e.g. "kernel"
     constraint: str  # constructor argument and attribute holding its constraint, e.g. "kernel_constraint"
+
+
+def _outside_ste() -> int:
+    """The ``stacklevel`` of the first caller outside the ``ste`` package (a warning then shows the user's line)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _precision(quantizer: Any) -> int | None:
@@ -156,7 +167,7 @@ class QuantLayerMixin:
                     f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
                     f"(ste.constraints.WeightClip(1.0)).",
                     UserWarning,
-                    stacklevel=4,
+                    stacklevel=_outside_ste(),
                 )
 
     def get_config(self) -> dict[str, Any]:
