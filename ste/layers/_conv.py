@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import keras
@@ -58,6 +59,7 @@ class _QuantConv(QuantLayerMixin):
     dilation_rate: tuple[int, ...]
     pad_values: float
     slots: ClassVar[tuple[KernelSlot, ...]] = (_KERNEL,)
+    op: ClassVar[Callable[..., Any]] = staticmethod(keras.ops.conv)  # what the Keras parent's call computes
     pads_input = True  # False for transposed convolutions, whose "same" crops the output instead
 
     @classmethod
@@ -115,15 +117,20 @@ class _QuantConv(QuantLayerMixin):
         return outputs if activation is None else activation(outputs)
 
     def _convolve(self, x: Any, kernels: list[tf.Tensor], padding: str) -> Any:
-        """The parent's convolution op (``keras.ops.conv`` here) on the prepared input and quantized kernels."""
-        return keras.ops.conv(
+        """The parent's convolution op (``op``) on the prepared input and the quantized kernels."""
+        return type(self).op(
             x,
-            kernels[0],
-            strides=list(self.strides),
+            *kernels,
+            strides=self.strides,
             padding=padding,
             dilation_rate=self.dilation_rate,
             data_format=self.data_format,
+            **self._op_arguments(),
         )
+
+    def _op_arguments(self) -> dict[str, Any]:
+        """Arguments of ``op`` beyond those every convolution op takes."""
+        return {}
 
 
 class _QuantConvTranspose(_QuantConv):
@@ -131,23 +138,17 @@ class _QuantConvTranspose(_QuantConv):
 
     pads_input = False
     output_padding: Any
+    op = staticmethod(keras.ops.conv_transpose)
 
-    def _convolve(self, x: Any, kernels: list[tf.Tensor], padding: str) -> Any:
-        return keras.ops.conv_transpose(
-            x,
-            kernels[0],
-            strides=list(self.strides),
-            padding=padding,
-            output_padding=self.output_padding,
-            dilation_rate=self.dilation_rate,
-            data_format=self.data_format,
-        )
+    def _op_arguments(self) -> dict[str, Any]:
+        return {"output_padding": self.output_padding}
 
 
 class _QuantSeparableConv(_QuantConv):
     """``keras.ops.separable_conv`` with ``depthwise_quantizer`` and ``pointwise_quantizer``."""
 
     slots: ClassVar[tuple[KernelSlot, ...]] = _SEPARABLE
+    op = staticmethod(keras.ops.separable_conv)
 
     @property
     def quantized_depthwise_kernel(self) -> tf.Tensor:
@@ -158,17 +159,6 @@ class _QuantSeparableConv(_QuantConv):
     def quantized_pointwise_kernel(self) -> tf.Tensor:
         """``pointwise_quantizer(pointwise_kernel)``."""
         return self.quantized_kernels["pointwise_kernel"]
-
-    def _convolve(self, x: Any, kernels: list[tf.Tensor], padding: str) -> Any:
-        return keras.ops.separable_conv(
-            x,
-            kernels[0],
-            kernels[1],
-            strides=self.strides,
-            padding=padding,
-            dilation_rate=self.dilation_rate,
-            data_format=self.data_format,
-        )
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -215,16 +205,7 @@ class QuantDepthwiseConv2D(_QuantConv, keras.layers.DepthwiseConv2D):  # type: i
 
     slots = (KernelSlot("kernel_quantizer", "kernel", "depthwise_constraint"),)
     quantizer_aliases = {"depthwise_quantizer": "kernel_quantizer"}  # noqa: RUF012
-
-    def _convolve(self, x: Any, kernels: list[tf.Tensor], padding: str) -> Any:
-        return keras.ops.depthwise_conv(
-            x,
-            kernels[0],
-            strides=self.strides,
-            padding=padding,
-            dilation_rate=self.dilation_rate,
-            data_format=self.data_format,
-        )
+    op = staticmethod(keras.ops.depthwise_conv)
 
 
 @keras.saving.register_keras_serializable(package="ste")
