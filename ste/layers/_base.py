@@ -96,6 +96,9 @@ class QuantLayerMixin:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         parent = _keras_parent(cls)
+        if "__init__" in cls.__dict__:  # a subclass with its own __init__: inspect reads that one
+            cls.__signature__ = None  # type: ignore[attr-defined]
+            return
         if parent is None:
             return
         parameters = [

@@ -249,6 +249,21 @@ def test_signature_lists_the_parent_parameters_and_the_quantizer_options(cls):
     assert list(own)[-1] == "kwargs" and own["kwargs"].kind is inspect.Parameter.VAR_KEYWORD
 
 
+def test_a_subclass_keeps_its_own_init_signature_and_instances_their_call_signature():
+    class Scaled(QuantConv2D):
+        def __init__(self, filters, scale=2.0, **kwargs):
+            super().__init__(filters, 3, **kwargs)
+            self.scale = scale
+
+    assert list(inspect.signature(Scaled).parameters) == ["filters", "scale", "kwargs"]
+    layer = QuantConv2D(2, 3)
+    assert list(inspect.signature(layer).parameters) == list(inspect.signature(keras.layers.Conv2D(2, 3)).parameters)
+    clone = keras.models.clone_model(
+        keras.Sequential([keras.Input((5, 5, 1)), QuantConv2D(2, 3, padding="same", pad_values=1.0)])
+    )
+    assert clone.layers[0].pad_values == 1.0
+
+
 def test_positional_arguments_bind_as_in_the_parent():
     layer = QuantConv2D(4, 3, 2, "same", input_quantizer="sign", kernel_quantizer="sign")
     assert (layer.filters, layer.kernel_size, layer.strides, layer.padding) == (4, (3, 3), (2, 2), "same")
