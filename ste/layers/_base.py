@@ -11,7 +11,7 @@ import inspect
 import os
 import sys
 import warnings
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import keras
 import tensorflow as tf
@@ -117,12 +117,14 @@ class QuantLayerMixin:
         names = ["input_quantizer", *(slot.quantizer for slot in cls.slots), *cls.quantizer_aliases]
         return {name: (None, "QuantizerLike") for name in names}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
-        self._refuse_larq_keywords(kwargs)
-        self._resolve_constraints(kwargs)
-        super().__init__(*args, **kwargs)
-        self._apply_options(options)
+    if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
+            self._refuse_larq_keywords(kwargs)
+            self._resolve_constraints(kwargs)
+            super().__init__(*args, **kwargs)
+            self._apply_options(options)
 
     @classmethod
     def _refuse_larq_keywords(cls, kwargs: dict[str, Any]) -> None:
