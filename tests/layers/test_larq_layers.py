@@ -142,7 +142,21 @@ def test_pad_values_with_a_size_known_only_at_run_time():
     np.testing.assert_allclose(y.numpy(), parent(padded(sign(x), layer, 1.0)).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_pad_values_zero_is_keras_same_padding_and_causal_pads_with_zeros():
+def test_pad_values_channels_first():
+    x = np.random.default_rng(5).normal(size=(2, 3, 7, 6)).astype(np.float32)
+    layer = QuantConv2D(
+        4, 3, strides=2, padding="same", pad_values=1.0, data_format="channels_first", input_quantizer="sign"
+    )
+    y = layer(x)
+    channels_last = np.transpose(sign(x), (0, 2, 3, 1))
+    parent = keras.layers.Conv2D(4, 3, strides=2)
+    parent.build(padded(channels_last, layer, 1.0).shape)
+    parent.set_weights([layer.kernel.numpy(), layer.bias.numpy()])
+    expected = np.transpose(parent(padded(channels_last, layer, 1.0)).numpy(), (0, 3, 1, 2))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_pad_values_zero_is_keras_same_padding():
     x = np.random.default_rng(4).normal(size=(2, 6, 6, 2)).astype(np.float32)
     layer = QuantConv2D(3, 3, padding="same", pad_values=0.0, input_quantizer="sign", kernel_quantizer="sign")
     parent = keras.layers.Conv2D(3, 3, padding="same")
