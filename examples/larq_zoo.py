@@ -83,6 +83,16 @@ def blurpool_initializer(shape: Any, dtype: Any = None) -> Any:
     return tf.constant(np.reshape(k, shape), dtype=dtype or "float32")
 
 
+def quicknet_residual_block(lq: Any, keras: Any, x: Any, binary: dict[str, Any]) -> Any:
+    """QuickNet's block: a binary 3×3 convolution, its input padded with +1 (``pad_values=1.0``), around a shortcut."""
+    residual = x
+    x = lq.layers.QuantConv2D(
+        int(x.shape[-1]), (3, 3), activation="relu", padding="same", pad_values=1.0, use_bias=False, **binary
+    )(x)
+    x = _bn(keras, x)
+    return keras.layers.Add()([x, residual])
+
+
 def quicknet(lq: Any, keras: Any, variant: str = "") -> Model:
     """QuickNet, QuickNetSmall (``variant="small"``) or QuickNetLarge (``variant="large"``)."""
     blocks = (6, 8, 12, 6) if variant == "large" else (4, 4, 4, 4)
@@ -112,12 +122,7 @@ def quicknet(lq: Any, keras: Any, variant: str = "") -> Model:
                 )(x)
                 x = lq.layers.QuantConv2D(n_filters, (1, 1), use_bias=False)(x)
                 x = _bn(keras, x)
-            residual = x
-            x = lq.layers.QuantConv2D(
-                int(x.shape[-1]), (3, 3), activation="relu", padding="same", use_bias=False, **binary
-            )(x)
-            x = _bn(keras, x)
-            x = keras.layers.Add()([x, residual])
+            x = quicknet_residual_block(lq, keras, x, binary)
     x = keras.layers.Activation("relu")(x)
     name = "quicknet" + (f"_{variant}" if variant else "")
     return keras.Model(inputs, lq.layers.QuantDense(NUM_CLASSES)(_global_pool(keras, x)), name=name)
@@ -386,12 +391,7 @@ def quicknet_block_net(lq: Any, keras: Any) -> Model:
     x = lq.layers.QuantDepthwiseConv2D((3, 3), padding="same", use_bias=False)(keras.layers.Activation("relu")(x))
     x = keras.layers.BatchNormalization(scale=False, center=False)(x)
     for _ in range(2):
-        residual = x
-        x = lq.layers.QuantConv2D(
-            8, (3, 3), activation="relu", padding="same", pad_values=1.0, use_bias=False, **binary
-        )(x)
-        x = _bn(keras, x)
-        x = keras.layers.Add()([x, residual])
+        x = quicknet_residual_block(lq, keras, x, binary)
     x = keras.layers.GlobalAveragePooling2D()(keras.layers.Activation("relu")(x))
     return keras.Model(inputs, lq.layers.QuantDense(10)(x), name="quicknet_block_net")
 

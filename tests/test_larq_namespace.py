@@ -57,6 +57,7 @@ def quicknet_ste():
             3,
             activation="relu",
             padding="same",
+            pad_values=1.0,
             use_bias=False,
             input_quantizer=sign,
             kernel_quantizer=sign,
@@ -67,7 +68,7 @@ def quicknet_ste():
     return keras.Model(inputs, ste.layers.QuantDense(10)(x))
 
 
-PAIRS = [("birealnet_block_net", birealnet_ste)]
+PAIRS = [("birealnet_block_net", birealnet_ste), ("quicknet_block_net", quicknet_ste)]
 
 
 @pytest.mark.parametrize("name, ste_style", PAIRS)
@@ -100,6 +101,9 @@ def test_larq_weights_give_larqs_outputs(name):
 
 def test_names_are_stes_objects():
     assert lq.layers.QuantConv2D is ste.layers.QuantConv2D and lq.layers.QuantDense is ste.layers.QuantDense
+    assert lq.layers.QuantConv3D is ste.layers.QuantConv3D and lq.layers.QuantConv2DTranspose is not None
+    with pytest.raises(ste.UnsupportedLayerError, match="Keras 3"):
+        lq.layers.QuantLocallyConnected2D  # noqa: B018
     assert lq.quantizers.SteSign is ste.quantizers.SteSign and lq.quantizers.DoReFaQuantizer is ste.quantizers.DoReFa
     assert lq.constraints.WeightClip is ste.constraints.WeightClip is lq.constraints.weight_clip
     assert lq.models.summary(ZOO.SMALL["birealnet_block_net"](lq, keras), print_fn=lambda _: None).total_params > 0
