@@ -338,7 +338,10 @@ LAYERS = {
     "QuantDense": (lambda: ste.layers.QuantDense(3, input_quantizer="ste_sign", kernel_quantizer="lsq"), (2, 6)),
     "QuantConv1D": (lambda: ste.layers.QuantConv1D(2, 3, kernel_quantizer="ste_tern"), (2, 6, 3)),
     "QuantConv2D": (lambda: ste.layers.QuantConv2D(2, 3, kernel_quantizer="pact"), (2, 5, 5, 2)),
-    "QuantDepthwiseConv2D": (lambda: ste.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="sign", depthwise_constraint="weight_clip"), (2, 5, 5, 2)),
+    "QuantDepthwiseConv2D": (
+        lambda: ste.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="sign", depthwise_constraint="weight_clip"),
+        (2, 5, 5, 2),
+    ),
     "QuantSeparableConv2D": (
         lambda: ste.layers.QuantSeparableConv2D(
             2, 3, depthwise_quantizer="sign", pointwise_quantizer="dorefa", depthwise_constraint="weight_clip"

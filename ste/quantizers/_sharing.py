@@ -29,7 +29,7 @@ def _describe(layer: Any) -> str:
 
 
 def claim(quantizer: Any, owner: Any, argument: str) -> None:
-    """Record that ``owner`` uses ``quantizer`` as its ``argument``; raise if another slot already owns its variables."""
+    """Record that ``owner`` uses ``quantizer`` as its ``argument``; raise if another slot owns its variables."""
     if not isinstance(quantizer, keras.layers.Layer) or not quantizer.weights:
         return
     with _LOCK:
