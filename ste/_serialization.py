@@ -91,7 +91,10 @@ def _resolve_public(path: str) -> Any:
 
 
 def _registered_name(fn: Any) -> str | None:
-    name = keras.saving.get_registered_name(fn)
+    try:
+        name = keras.saving.get_registered_name(fn)
+    except (AttributeError, TypeError):  # an object without __name__, or unhashable: not registered
+        return None
     return name if keras.saving.get_registered_object(name) is fn else None
 
 

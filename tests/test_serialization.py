@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -112,6 +115,30 @@ def test_op_in_dense_round_trips_through_keras_file_with_safe_mode(name, tmp_pat
     loaded = keras.models.load_model(path)  # safe_mode=True, no custom_objects
     assert isinstance(loaded.layers[-1].activation, ste.STEFunction)
     _check_dense(loaded, f, d)
+
+
+def test_keras_file_loads_in_a_fresh_process_after_import_ste(tmp_path):
+    """Nothing of this process (registrations, caches) helps: a new interpreter imports ste and loads the file."""
+    op = ste.forward(keras.activations.relu).backward("sigmoid_surrogate(beta=2.0)")
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Activation(op)(inputs))
+    model.save(tmp_path / "fresh.keras")
+    x = np.linspace(-3.0, 3.0, 8, dtype=np.float32).reshape(2, 4)
+    script = (
+        "import numpy as np, keras, tensorflow as tf, ste\n"
+        f"m = keras.models.load_model({str(tmp_path / 'fresh.keras')!r})\n"
+        f"x = tf.constant(np.array({x.tolist()!r}, dtype=np.float32))\n"
+        "with tf.GradientTape() as tape:\n"
+        "    tape.watch(x)\n"
+        "    y = m(x)\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, y.numpy())\n"
+        f"np.save({str(tmp_path / 'g.npy')!r}, tape.gradient(y, x).numpy())\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.getcwd()}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, capture_output=True, timeout=120)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.maximum(x, 0.0), rtol=1e-6)
+    sig = _sigmoid(2.0 * x)
+    np.testing.assert_allclose(np.load(tmp_path / "g.npy"), 2.0 * sig * (1.0 - sig), rtol=1e-5, atol=1e-7)
 
 
 def test_saved_config_names_functions_and_holds_no_code(tmp_path):
