@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import pickle
 import sys
 import threading
 import types
@@ -113,9 +114,13 @@ def _walk(module: Any, qualname: str) -> Any:
     return obj
 
 
+#: Packages whose functions a saved file may not name by module: the standard library (os.system, ...), and
+#: TensorFlow/Keras internals (their public functions are named by public path; private paths move between versions).
+_NOT_BY_MODULE = frozenset({"builtins", "tensorflow", "keras", "tf_keras"}) | frozenset(sys.stdlib_module_names)
+
+
 def _not_loadable_module(module_name: str) -> bool:
-    top = module_name.split(".")[0]
-    return top == "builtins" or top in sys.stdlib_module_names
+    return module_name.split(".")[0] in _NOT_BY_MODULE
 
 
 def _why_unnamed(fn: Any) -> str:
@@ -129,8 +134,6 @@ def _why_unnamed(fn: Any) -> str:
     if "<locals>" in qualname:
         outer = qualname.split(".<locals>")[0]
         return f"it is a local function or closure (defined inside {outer}())"
-    if _not_loadable_module(module_name):
-        return f"it comes from the standard library module {module_name!r}, which a saved file may not name"
     if _walk(sys.modules.get(module_name), qualname) is not fn:
         return f"{module_name}.{qualname} does not name it (it was redefined or renamed)"
     return ""
@@ -147,6 +150,12 @@ def function_config(fn: Any, role: str, op: Any) -> dict[str, Any]:
     if registered is not None:
         return {"registered": registered}
     why = _why_unnamed(fn)
+    if not why and _not_loadable_module(fn.__module__):
+        why = (
+            f"it is {fn.__module__}.{fn.__qualname__}, which is not among the public tensor functions of "
+            f"{', '.join(_PUBLIC_NAMESPACES)}; a saved file names no other standard-library or TensorFlow/Keras "
+            f"function. Wrap it in a function of your own"
+        )
     if why:
         raise SerializationError(
             f"ste op {op!r} cannot be saved: its {role} {callable_name(fn)} has no name that a saved model could "
@@ -265,16 +274,26 @@ def op_from_config(config: Any) -> Any:
     )
 
 
-def _check_picklable(fn: Any, role: str, op: Any) -> None:
-    """Pickle stores a function by module and qualified name: refuse those it could not find, saying why."""
-    if isinstance(fn, types.FunctionType):
-        why = _why_unnamed(fn) if _public_path(fn) is None else ""
-        if why and "standard library" not in why:
-            raise SerializationError(
-                f"ste op {op!r} cannot be pickled: its {role} {callable_name(fn)} cannot be pickled ({why}; pickle "
-                f"stores a function by its module and name). Fix: define it with a module-level `def` in an "
-                f"importable module."
-            )
+def _check_picklable(obj: Any, role: str, op: Any) -> None:
+    """Raise :class:`ste.SerializationError` saying why pickle would fail on ``obj`` (a part of ``op``).
+
+    Pickle stores a function by module and qualified name; any other object is tried (they are rare and small).
+    """
+    if isinstance(obj, types.FunctionType):
+        why = _why_unnamed(obj)
+        if why:
+            why += "; pickle stores a function by its module and name"
+    else:
+        try:
+            pickle.dumps(obj)
+            return
+        except Exception as error:  # noqa: BLE001 - pickle raises many types; the message says which
+            why = f"{type(error).__name__}: {error}"
+    if why:
+        raise SerializationError(
+            f"ste op {op!r} cannot be pickled: its {role} {callable_name(obj)} cannot be pickled ({why}). Fix: "
+            f"define it with a module-level `def` in an importable module."
+        )
 
 
 def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -284,6 +303,8 @@ def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
     if kind == "surrogate":  # its class (pickled by reference) and parameters: .backward(cls, **params)
         return rebuild_op, (op.forward_fn, kind, type(rule), dict(rule.params))
     _check_picklable(rule, "backward rule" if kind == "function" else "function g", op)
+    if params:
+        _check_picklable(params, "bound hyperparameters", op)
     return rebuild_op, (op.forward_fn, kind, rule, params)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import operator
 import os
 import pickle
 import subprocess
@@ -276,11 +277,32 @@ def test_unsaveable_op_fails_at_save_and_leaves_no_file(name, tmp_path):
         model.to_json()
 
 
+def test_standard_library_function_is_refused_at_save_but_pickles(tmp_path):
+    op = ste.forward(operator.neg).backward("identity")  # saved files name no os.system-like function
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=op)])
+    with pytest.raises(ste.SerializationError, match="operator.neg") as info:
+        model.save(tmp_path / "neg.keras")
+    assert "Wrap it in a function of your own" in str(info.value)
+    assert not (tmp_path / "neg.keras").exists()
+    x = tf.constant(X)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = pickle.loads(pickle.dumps(op))(x)
+    np.testing.assert_array_equal(y.numpy(), -X)
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), np.ones_like(X))
+
+
 def test_loading_needs_the_module_imported_under_safe_mode():
     config = {"forward": {"module": "ste_tests_not_imported_module", "qualname": "f"}, "rule": {"like": {}}}
     with pytest.raises(ste.SerializationError, match="is not imported"):
         ste.STEFunction.from_config(config)
-    for forbidden in ({"module": "os", "qualname": "system"}, {"public": "tf.py_function"}):
+    forbidden_names = (
+        {"module": "os", "qualname": "system"},
+        {"module": "tensorflow.python.ops.script_ops", "qualname": "eager_py_func"},
+        {"public": "tf.py_function"},
+        {"module": __name__, "qualname": "os.system"},  # re-exported names do not count
+    )
+    for forbidden in forbidden_names:
         with pytest.raises(ste.SerializationError):
             ste.STEFunction.from_config({"forward": forbidden, "rule": {"surrogate": {"name": "identity"}}})
 
