@@ -287,7 +287,7 @@ def _check_picklable(obj: Any, role: str, op: Any) -> None:
         try:
             pickle.dumps(obj)
             return
-        except Exception as error:  # noqa: BLE001 - pickle raises many types; the message says which
+        except Exception as error:  # pickle raises many types; the message says which
             why = f"{type(error).__name__}: {error}"
     if why:
         raise SerializationError(
@@ -329,7 +329,7 @@ def install_save_check() -> None:
                 keras.saving.serialize_keras_object(model)
         except STEError:
             raise
-        except Exception:
+        except Exception:  # Keras's own errors: raised as before, by the real save below
             pass
         return original(model, *args, **kwargs)
 
