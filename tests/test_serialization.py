@@ -454,3 +454,21 @@ def test_a_stateless_quantizer_can_be_shared_and_saves(tmp_path):
     sign_np = lambda w: np.where(w >= 0, 1.0, -1.0).astype(np.float32)  # noqa: E731
     expected = (x @ sign_np(a) + ba) @ sign_np(b) + bb
     np.testing.assert_allclose(loaded(x).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("name", ["module_function_spec_string", "registered_function_function_rule_with_params"])
+def test_rebuilt_op_computes_in_every_float_dtype(name, dtype):
+    op, f, d = OPS[name]
+    rebuilt = ste.STEFunction.from_config(json.loads(json.dumps(op.get_config())))
+    grid = np.linspace(-2.0, 2.0, 17)
+    x = tf.cast(tf.constant(grid), dtype)
+    exact = tf.cast(x, tf.float64).numpy()  # the grid as the dtype holds it
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = rebuilt(x)
+    grad = tape.gradient(y, x)
+    assert y.dtype == grad.dtype == tf.as_dtype(dtype)
+    tolerance = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-6, "float64": 1e-12}[dtype]
+    np.testing.assert_allclose(tf.cast(y, tf.float64).numpy(), f(exact), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(tf.cast(grad, tf.float64).numpy(), d(exact), rtol=4 * tolerance, atol=4 * tolerance)
