@@ -46,8 +46,19 @@ def cube(x):
     return x * x * x
 
 
+@ste.registry.register("ste_tests_triangle")
+def triangle_derivative(x, width=1.0):
+    """A user-registered surrogate: max(0, 1 − |x|/width)/width."""
+    return tf.nn.relu(1.0 - tf.abs(x) / width) / width
+
+
 # op, numpy forward, numpy derivative used by the backward pass
 OPS = {
+    "user_registered_surrogate": (
+        ste.forward(tf.sign).backward("ste_tests_triangle", width=2.0),
+        np.sign,
+        lambda x: np.maximum(0.0, 1.0 - np.abs(x) / 2.0) / 2.0,
+    ),
     "tf_function_registry_name": (
         ste.forward(tf.sigmoid).backward("identity"),
         _sigmoid,
@@ -335,6 +346,23 @@ def test_ops_copy_deepcopy_and_pickle(name):
             y = copied(x)
         np.testing.assert_allclose(y.numpy(), f(X), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(tape.gradient(y, x).numpy(), d(X), rtol=1e-5, atol=1e-6)
+
+
+class DoubledSigmoid(type(ste.registry.get("sigmoid_surrogate"))):
+    """An unregistered subclass with another derivative: pickled by its class, not by its parent's name."""
+
+    def derivative(self, x):
+        return 2.0 * super().derivative(x)
+
+
+def test_op_with_unregistered_surrogate_subclass_pickles_by_class():
+    op = ste.forward(tf.sign).backward(DoubledSigmoid(beta=1.0))
+    x = tf.constant(X)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = pickle.loads(pickle.dumps(op))(x)
+    np.testing.assert_array_equal(y.numpy(), np.sign(X))
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), 2.0 * _sigmoid(X) * (1.0 - _sigmoid(X)), rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(UNSAVEABLE))
