@@ -22,6 +22,7 @@ from ._errors import (
     SerializationError,
     SpecError,
     STEError,
+    UnknownConstraintError,
     UnknownQuantizerError,
     UnknownSurrogateError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "STEFunction",
     "SerializationError",
     "SpecError",
+    "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",
