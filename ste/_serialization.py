@@ -37,7 +37,7 @@ import tensorflow as tf
 from ._describe import callable_name
 from ._errors import SerializationError, STEError
 from ._rules import LikeRule
-from .registry import Surrogate, lookup
+from .registry import Surrogate
 
 __all__ = ["install_save_check", "op_config", "op_from_config", "op_reduce", "rebuild_op"]
 
@@ -296,22 +296,12 @@ def _check_picklable(obj: Any, role: str, op: Any) -> None:
         )
 
 
-def _surrogate_reference(surrogate: Surrogate) -> str | type[Surrogate]:
-    try:
-        registered = bool(surrogate.name) and lookup(surrogate.name) is type(surrogate)
-    except STEError:
-        registered = False
-    return surrogate.name if registered else type(surrogate)
-
-
 def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
     """``STEFunction.__reduce__``: rebuilt from its forward function, rule and bound hyperparameters."""
     kind, rule, params = _rule_parts(op)
     _check_picklable(op.forward_fn, "forward function", op)
-    if kind == "surrogate":  # .backward(name or class, **params): by name when registered (a function's class
-        # built by register() has no importable name), else by class (pickled by reference)
-        return rebuild_op, (op.forward_fn, kind, _surrogate_reference(rule), dict(rule.params))
-    _check_picklable(rule, "backward rule" if kind == "function" else "function g", op)
+    if kind != "surrogate":  # a Surrogate pickles itself (by class or registry name)
+        _check_picklable(rule, "backward rule" if kind == "function" else "function g", op)
     if params:
         _check_picklable(params, "bound hyperparameters", op)
     return rebuild_op, (op.forward_fn, kind, rule, params)

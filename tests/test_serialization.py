@@ -46,19 +46,8 @@ def cube(x):
     return x * x * x
 
 
-@ste.registry.register("ste_tests_triangle")
-def triangle_derivative(x, width=1.0):
-    """A user-registered surrogate: max(0, 1 − |x|/width)/width."""
-    return tf.nn.relu(1.0 - tf.abs(x) / width) / width
-
-
 # op, numpy forward, numpy derivative used by the backward pass
 OPS = {
-    "user_registered_surrogate": (
-        ste.forward(tf.sign).backward("ste_tests_triangle", width=2.0),
-        np.sign,
-        lambda x: np.maximum(0.0, 1.0 - np.abs(x) / 2.0) / 2.0,
-    ),
     "tf_function_registry_name": (
         ste.forward(tf.sigmoid).backward("identity"),
         _sigmoid,
@@ -348,6 +337,34 @@ def test_ops_copy_deepcopy_and_pickle(name):
         np.testing.assert_allclose(tape.gradient(y, x).numpy(), d(X), rtol=1e-5, atol=1e-6)
 
 
+def triangle_derivative(x, width=1.0):
+    """A user surrogate registered from a function: max(0, 1 − |x|/width)/width."""
+    return tf.nn.relu(1.0 - tf.abs(x) / width) / width
+
+
+@pytest.fixture
+def user_surrogate():
+    ste.registry.register("ste_tests_triangle", triangle_derivative)  # only inside the test: the gallery lists names
+    try:
+        yield
+    finally:
+        ste.registry.unregister("ste_tests_triangle")
+
+
+def test_op_with_user_registered_surrogate_saves_and_pickles(user_surrogate, tmp_path):
+    op = ste.forward(tf.sign).backward("ste_tests_triangle", width=2.0)
+    model = _dense_model(op)
+    model.save(tmp_path / "user.keras")
+    f, d = np.sign, lambda x: np.maximum(0.0, 1.0 - np.abs(x) / 2.0) / 2.0
+    _check_dense(keras.models.load_model(tmp_path / "user.keras"), f, d)
+    x = tf.constant(X)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = pickle.loads(pickle.dumps(op))(x)
+    np.testing.assert_array_equal(y.numpy(), np.sign(X))
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), d(X), rtol=1e-6)
+
+
 class DoubledSigmoid(type(ste.registry.get("sigmoid_surrogate"))):
     """An unregistered subclass with another derivative: pickled by its class, not by its parent's name."""
 
@@ -500,3 +517,11 @@ def test_rebuilt_op_computes_in_every_float_dtype(name, dtype):
     tolerance = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-6, "float64": 1e-12}[dtype]
     np.testing.assert_allclose(tf.cast(y, tf.float64).numpy(), f(exact), rtol=tolerance, atol=tolerance)
     np.testing.assert_allclose(tf.cast(grad, tf.float64).numpy(), d(exact), rtol=4 * tolerance, atol=4 * tolerance)
+
+
+def test_unregistered_surrogate_subclass_fails_at_save_and_leaves_no_file(tmp_path):
+    """Surrogate.get_config refuses it (a config naming the parent would reload the parent's derivative)."""
+    model = _dense_model(ste.forward(tf.sign).backward(DoubledSigmoid(beta=1.0)))
+    with pytest.raises(ste.STEError, match="DoubledSigmoid"):
+        model.save(tmp_path / "subclass.keras")
+    assert not (tmp_path / "subclass.keras").exists()
