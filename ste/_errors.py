@@ -31,6 +31,7 @@ __all__ = [
     "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
 ]
 
 
@@ -156,6 +157,14 @@ class SerializationError(STEError, TypeError):
     Raised when saving (``model.save``, ``get_config``, ``pickle``), never when loading: the message names the op,
     the part that has no importable name, and the fixes.
     """
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class UnsupportedLayerError(STEError, ValueError):
+    """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
+    layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
