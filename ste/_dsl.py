@@ -111,7 +111,10 @@ class Forward(Generic[P, R]):
         :class:`ste.registry.Surrogate`, or a VJP function ``rule(dy, *inputs, **hyperparams)``. ``params`` are
         bound to the rule (a surrogate's hyperparameters, or extra keywords for a function). Works as a decorator.
         """
-        return STEFunction(self.forward_fn, make_rule(rule, params))
+        made = STEFunction(self.forward_fn, make_rule(rule, params))
+        if callable(rule) and not isinstance(rule, (str, Mapping, Surrogate, type)):
+            object.__setattr__(self, "_attached", callable_name(rule))
+        return made
 
     def backward_like(self, g: Callable[..., Any], /) -> STEFunction[P, R]:
         """Use the gradient of ``g`` at the same inputs as the backward pass; returns a new :class:`STEFunction`."""
@@ -119,10 +122,20 @@ class Forward(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> NoReturn:
         name = callable_name(self.forward_fn)
+        attached: str | None = getattr(self, "_attached", None)
+        if attached is not None and attached != name:
+            # @op.backward on `def other_name(dy, x)` binds the finished op to `other_name`; `name` stays a Forward.
+            raise MissingBackwardError(
+                f"ste.forward({name}) has no backward rule: @{name}.backward was applied to the rule function "
+                f"'{attached}', so the finished op was bound to the name '{attached}' and '{name}' is still the "
+                f"forward without a rule. As with property.setter, a decorated rule replaces the name it is "
+                f"defined under. Fix: name the rule like the forward (@{name}.backward followed by "
+                f"def {name}(dy, x): ...), or call '{attached}' instead."
+            )
         raise MissingBackwardError(
             f"ste.forward({name}) has no backward rule yet, so it cannot be called. Fix: attach one, e.g. "
             f"ste.forward({name}).backward('straight_through'), .backward_like(tf.tanh), or decorate a rule "
-            f"def rule(dy, x): ... with @{name}.backward."
+            f"def {name}(dy, x): ... with @{name}.backward (under the same name, as with property.setter)."
         )
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -79,6 +79,12 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf
             checked.append(None)
             continue
         if isinstance(grad, tf.IndexedSlices):
+            if grad.dense_shape is None:
+                raise RuleError(
+                    f"{where} is a tf.IndexedSlices without dense_shape, so the dense gradient's shape is unknown. "
+                    f"Fix: build it as tf.IndexedSlices(values, indices, dense_shape=tf.shape(x)), or return a "
+                    f"dense tensor (e.g. tf.scatter_nd or tf.math.unsorted_segment_sum)."
+                )
             grad = tf.convert_to_tensor(grad)
         if not isinstance(grad, tf.Tensor):
             raise RuleError(
