@@ -25,7 +25,7 @@ import tensorflow as tf
 import ste
 
 from . import models
-from .references import tf_sign
+from tests.references import tf_sign
 
 WORKER = Path(__file__).with_name("_worker.py")
 ROOT = Path(__file__).resolve().parents[2]  # the repository: subprocesses import this checkout's ste

@@ -22,7 +22,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import ste
 
-from .references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
+from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
 
 CASES = entry_cases()
 DEFAULT_CASES = [(name, params) for name, params in CASES if not params]

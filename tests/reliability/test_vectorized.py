@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import ste
 
-from .references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative, tf_sign
+from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative, tf_sign
 
 DEFAULT_CASES = [(name, params) for name, params in entry_cases() if not params]
 X64 = np.array([[0.5, -2.0, 0.0, 1.0, -0.25], [0.3, 1.5, -0.2, -1.0, 3.0], [-0.7, 0.9, 2.5, -1e-3, 0.05]])
