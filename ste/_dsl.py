@@ -112,7 +112,7 @@ class Forward(Generic[P, R]):
         bound to the rule (a surrogate's hyperparameters, or extra keywords for a function). Works as a decorator.
         """
         made = STEFunction(self.forward_fn, make_rule(rule, params))
-        if callable(rule) and not isinstance(rule, (str, Mapping, Surrogate, type)):
+        if inspect.isfunction(rule):  # perhaps decorated: remember its name for the MissingBackwardError
             object.__setattr__(self, "_attached", callable_name(rule))
         return made
 

@@ -278,9 +278,9 @@ def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) ->
     """Refuse, at ``.backward(fn)``, a callable that cannot be a VJP ``rule(dy, *inputs)``."""
     name = callable_name(fn)
     hint = (
-        f"To use the derivative of a function g as the backward pass, write .backward_like(g), e.g. "
-        f"ste.forward(tf.sign).backward_like(tf.tanh); for a local derivative use a registry name, e.g. "
-        f".backward('tanh_surrogate')."
+        "To use the derivative of a function g as the backward pass, write .backward_like(g), e.g. "
+        "ste.forward(tf.sign).backward_like(tf.tanh); for a local derivative use a registry name, e.g. "
+        ".backward('tanh_surrogate')."
     )
     package = _defining_package(fn)
     if package in _VALUE_PACKAGES:
@@ -409,7 +409,7 @@ class LikeRule:
     def _call_g(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any], like: Any) -> list[tf.Tensor]:
         """``g(*xs)`` flattened, checked against the forward's flattened outputs ``like``."""
         reference = self.g(*xs, **_select(kwargs, self._accepted))
-        flat_ref = tf.nest.flatten(reference)
+        flat_ref: list[Any] = tf.nest.flatten(reference)
         flat_like = tf.nest.flatten(like)
         name = callable_name(self.g)
         if len(flat_ref) != len(flat_like):
@@ -420,7 +420,11 @@ class LikeRule:
         for index, (ref, out) in enumerate(zip(flat_ref, flat_like)):
             if not isinstance(ref, tf.Tensor):
                 raise RuleError(f"backward_like({name}): output {index} of g is a {type(ref).__name__}, not a tensor.")
-            if ref.shape.rank is not None and out.shape.rank is not None and not ref.shape.is_compatible_with(out.shape):
+            if (
+                ref.shape.rank is not None
+                and out.shape.rank is not None
+                and not ref.shape.is_compatible_with(out.shape)
+            ):
                 raise GradientShapeError(
                     f"backward_like({name}): output {index} of g has shape {ref.shape}; the forward's output has "
                     f"shape {out.shape}. g must map the inputs to outputs of the forward's shape."

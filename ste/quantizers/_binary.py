@@ -73,6 +73,7 @@ class _SurrogateQuantizer(Quantizer):
         super().__init__(**kwargs)
         self.surrogate: Surrogate = resolve_surrogate(type(self).__name__, surrogate)
         self.op: STEFunction[..., tf.Tensor] = self._make_op()
+        self.built = True  # no weights: Keras need not build it (it cannot for an input of unknown rank)
 
     def _make_op(self) -> STEFunction[..., tf.Tensor]:
         return forward(type(self).forward_fn).backward(self.surrogate)

@@ -1,4 +1,5 @@
-"""Every built-in (tests/references.py) against its independent numpy formula, in every float dtype, on a grid with 0, ±clip, large |x|."""
+"""Every built-in (tests/references.py) against its independent numpy formula, in every float dtype, on a grid
+with 0, ±clip and large |x|."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ extreme inputs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 

@@ -16,7 +16,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-
 from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
 
 CASES = entry_cases()

@@ -15,7 +15,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-
 from tests.references import tf_sign
 
 TOUCH = "__import__('os').system('touch pwned')"

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import ste
-
 from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
 
 CASES = entry_cases()

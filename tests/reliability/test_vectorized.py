@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-
 from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative, tf_sign
 
 DEFAULT_CASES = [(name, params) for name, params in entry_cases() if not params]
