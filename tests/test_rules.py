@@ -226,3 +226,18 @@ def test_check_gradient_uses_each_rules_reference() -> None:
         reference_derivative("sigmoid_surrogate", x, {"beta": 2.0}),
         rtol=1e-12,
     )
+
+
+def test_user_callables_stay_accepted_as_rules() -> None:
+    """Only library value functions and callables that cannot take (dy, x) are refused."""
+
+    @tf.function
+    def traced_rule(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        return 2.0 * dy
+
+    class Rule2:
+        def __call__(self, dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+            return 3.0 * dy
+
+    for rule, factor in ((traced_rule, 2.0), (Rule2(), 3.0)):
+        np.testing.assert_array_equal(_grad(ste.forward(tf.sign).backward(rule), X), np.full(4, factor, np.float32))
