@@ -4,6 +4,11 @@ Only tensors are passed positionally to the custom-gradient function; hyperparam
 they behave the same in eager mode, in ``tf.function`` and under XLA (TensorFlow turns positional Python numbers
 into tensors in graph mode and mishandles keyword arguments). The gradient closure keeps the forward's inputs alive
 only when the rule needs them (``identity`` and ``zero`` only need shapes).
+
+Where TensorFlow ignores custom gradients, forward-mode autodiff (``_forwardmode.py``) and ``tf.vectorized_map``
+(``_vectorized.py``), the rule rebuilds the op from ordinary differentiable ops instead (``Rule.rebuild``). The
+check costs one C call per eager call and nothing in a traced graph: without an accumulator or ``pfor`` the graph is
+exactly the ``tf.custom_gradient`` one.
 """
 
 from __future__ import annotations
