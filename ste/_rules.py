@@ -239,8 +239,7 @@ class SurrogateRule:
     ) -> Any:
         (x,) = xs  # check_call has already required exactly one input
         result = forward_fn(tf.stop_gradient(x), **kwargs)
-        self.check_outputs(xs, result, op)
-        _check_same_shape(result, x, "the input", op, situation)
+        self.check_outputs(xs, result, op)  # one output of the input's shape
         specs = [input_spec(x)]
         tangent, held = _zero_tangent(x)
         if self.surrogate.constant_derivative == 0:
