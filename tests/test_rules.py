@@ -104,6 +104,8 @@ def test_a_float_hyperparameter_given_positionally_gets_the_keyword_hint() -> No
     rule_op = ste.forward(lambda x, *rest: tf.round(x)).backward(lambda dy, x: dy)
     with pytest.raises(ste.RuleError, match="by keyword"):
         rule_op(X, 3.0)
+    with pytest.raises(ste.CallError, match="by keyword"):
+        tf.function(lambda x: op(x, 3.0))(tf.constant(X))
     np.testing.assert_allclose(op(X, bits=3.0).numpy(), np.round(X * 3.0) / 3.0)
 
 
@@ -124,14 +126,15 @@ def test_backward_decorator_on_a_rule_with_another_name_explains_the_naming() ->
     np.testing.assert_array_equal(_grad(binarize_grad, X), np.ones(4, np.float32))
 
 
-def test_indexed_slices_without_dense_shape_is_a_typed_error() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_indexed_slices_without_dense_shape_is_a_typed_error(mode: str) -> None:
     op = ste.forward(tf_sign).backward(lambda dy, x: tf.IndexedSlices(dy, tf.range(tf.shape(dy)[0])))
     with pytest.raises(ste.RuleError, match="dense_shape"):
-        _grad(op, X)
+        _grad(op, X, mode)
     with_shape = ste.forward(tf_sign).backward(
         lambda dy, x: tf.IndexedSlices(dy, tf.range(tf.shape(dy)[0]), dense_shape=tf.shape(x))
     )
-    np.testing.assert_array_equal(_grad(with_shape, X), np.ones(4, np.float32))
+    np.testing.assert_array_equal(_grad(with_shape, X, mode), np.ones(4, np.float32))
 
 
 @pytest.mark.parametrize("jit", [False, True])
