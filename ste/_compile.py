@@ -69,6 +69,12 @@ def compile_op(
 ) -> Callable[..., Any]:
     """A function of positional tensors computing ``forward_fn(*xs, **kwargs)`` with ``rule`` as its gradient."""
     bound = dict(kwargs)
+    shape_hint = (
+        "Registry surrogates need an elementwise forward (output shape = input shape); for another forward use a "
+        "rule rule(dy, *inputs) or .backward_like(g)."
+        if rule.elementwise
+        else ""
+    )
 
     def op(*xs: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
         result = forward_fn(*xs, **bound)
@@ -80,7 +86,7 @@ def compile_op(
 
         def grad(*upstream: tf.Tensor) -> list[tf.Tensor | None]:
             dy = tf.nest.pack_sequence_as(result, list(upstream)) if multiple else upstream[0]
-            return check_gradients(rule.gradients(dy, saved, specs, bound), specs, label)
+            return check_gradients(rule.gradients(dy, saved, specs, bound), specs, label, shape_hint)
 
         return result, grad
 

@@ -69,8 +69,11 @@ def normalize_gradient_structure(result: Any, n_inputs: int, op: str) -> list[An
     return grads
 
 
-def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf.Tensor | None]:
-    """Validate a rule's gradients against the inputs' specs; returns them, with run-time checks attached."""
+def check_gradients(result: Any, specs: Sequence[InputSpec], op: str, shape_hint: str = "") -> list[tf.Tensor | None]:
+    """Validate a rule's gradients against the inputs' specs; returns them, with run-time checks attached.
+
+    ``shape_hint`` replaces the advice of a shape mismatch (a registry rule's user wrote no rule to fix).
+    """
     grads = normalize_gradient_structure(result, len(specs), op)
     checked: list[tf.Tensor | None] = []
     for position, (grad, spec) in enumerate(zip(grads, specs)):
@@ -111,14 +114,17 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf
                 else ""
             )
             raise GradientShapeError(
-                f"{where} has shape {gshape}; expected {xshape}, exactly the input's shape.{note} Fix: return a "
-                f"gradient of the input's shape (tf.broadcast_to(g, tf.shape(x)), or tf.reduce_sum over "
-                f"broadcast axes)."
+                f"{where} has shape {gshape}; expected {xshape}, exactly the input's shape.{note} "
+                + (
+                    shape_hint
+                    or "Fix: return a gradient of the input's shape (tf.broadcast_to(g, tf.shape(x)), or "
+                    "tf.reduce_sum over broadcast axes)."
+                )
             )
         if gshape.is_fully_defined() and xshape.is_fully_defined():
             checked.append(grad)
             continue
         x_dynamic = spec.dynamic_shape if spec.dynamic_shape is not None else tf.constant(xshape.as_list(), tf.int32)
-        message = f"ste: {where} does not have the shape of its input (checked at run time)"
+        message = f"ste: {where} does not have the shape of its input (checked at run time). {shape_hint}".rstrip()
         checked.append(_runtime_shape_check(grad, spec, x_dynamic, message))
     return checked

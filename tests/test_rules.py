@@ -23,14 +23,15 @@ def _in_mode(fn: Any, mode: str) -> Any:
     return fn if mode == "eager" else tf.function(fn, jit_compile=mode == "jit_compile")
 
 
-def _grad(op: Any, x: Any, mode: str = "eager", **kwargs: Any) -> np.ndarray:
+def _grad(op: Any, x: Any, mode: str = "eager", **kwargs: Any) -> Any:
     def step(x: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = op(x, **kwargs)
         return tape.gradient(y, x)
 
-    return np.asarray(_in_mode(step, mode)(tf.constant(x)))
+    result = _in_mode(step, mode)(tf.convert_to_tensor(x))
+    return result if isinstance(x, tf.Tensor) else np.asarray(result)
 
 
 # -- item 1: a value function passed as a VJP rule ----------------------------------------------------------
@@ -91,6 +92,13 @@ def test_non_elementwise_forward_with_a_surrogate(mode: str) -> None:
     with pytest.raises(ste.RuleError, match=r"elementwise forward \(output shape = input shape\)") as info:
         _grad(op, X, mode)
     assert "backward_like" in str(info.value)
+
+
+def test_non_elementwise_forward_with_a_surrogate_and_unknown_shapes_says_so_at_run_time() -> None:
+    op = ste.forward(lambda x: tf.reduce_sum(x, axis=-1)).backward("identity")
+    step = tf.function(lambda x: _grad(op, x, "eager"), input_signature=[tf.TensorSpec(None, tf.float32)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"elementwise forward \(output shape = input shape\)"):
+        step(tf.constant([[1.0, 2.0]]))
 
 
 def test_a_float_hyperparameter_given_positionally_gets_the_keyword_hint() -> None:
