@@ -207,6 +207,7 @@ class SurrogateRule:
                 f"say which output each gradient comes from. {self._fix()}"
             )
         (x,) = xs
+        self.surrogate.check_dtype(x.dtype, op)  # hyperparameters that overflow this dtype: ParameterError
         out_shape, in_shape = result.shape, x.shape
         if out_shape.rank is not None and in_shape.rank is not None and not out_shape.is_compatible_with(in_shape):
             raise RuleError(
@@ -218,7 +219,6 @@ class SurrogateRule:
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
-        self.surrogate.check_dtype(specs[0].dtype)  # hyperparameters that overflow this dtype: ParameterError
         constant = self.surrogate.constant_derivative
         if constant is None:
             assert inputs is not None
