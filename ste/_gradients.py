@@ -46,7 +46,8 @@ def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor,
     # Zero-element views keep every dimension: Pack fails unless the two shapes are equal (XLA: at compile time).
     grad_view = tf.expand_dims(grad, 0)[:0]
     input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
-    pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
+    with tf.control_dependencies([assert_op]):  # the assert, with its message, runs first (graph mode)
+        pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
     with tf.control_dependencies([assert_op]):
         # A data dependency on the Pack (a free reshape; adding zero times its shape): a control dependency alone is
         # dropped when XLA folds a constant gradient. The target is the input's shape, so that the gradient's static
