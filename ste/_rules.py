@@ -5,7 +5,8 @@
 * :class:`LikeRule`: ``backward_like(g)``; the VJP of ``g`` at the same inputs.
 
 Nothing outside this module branches on these classes: the compiler (``_compile.py``), the ``tf.vectorized_map`` and
-forward-mode paths, ``ste.testing.check_gradient`` and ``STEFunction.__repr__`` go through :class:`Rule` only.
+forward-mode paths, ``ste.testing.check_gradient``, ``STEFunction.__repr__`` and saving an op go through
+:class:`Rule` only.
 
 Rebuilding an op from ordinary ops (:meth:`Rule.rebuild`) is for the places where TensorFlow ignores custom
 gradients (``tf.vectorized_map`` and forward-mode autodiff)::
@@ -41,6 +42,7 @@ __all__ = [
     "LikeRule",
     "Reference",
     "Rule",
+    "RuleParts",
     "Situation",
     "SurrogateRule",
     "accepted_keywords",
@@ -62,6 +64,14 @@ class Reference(NamedTuple):
     fn: Callable[..., Any]  # a function of the op's positional inputs; its autodiff gradient is the expected one
     what: str  # how the failure message names it
     in_float64: bool  # differentiate it in float64 (a surrogate's primitive: the most accurate reference)
+
+
+class RuleParts(NamedTuple):
+    """How a rule was attached, for saving an op: ``kind`` is "surrogate", "like" or "function"."""
+
+    kind: str
+    rule: Any  # the Surrogate, g, or the rule function
+    params: dict[str, Any]  # hyperparameters bound by .backward(fn, **params) (a function rule only)
 
 
 class Rule(Protocol):
@@ -113,6 +123,10 @@ class Rule(Protocol):
 
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
         """The differentiable function the rule's gradient should equal; None for a hand-written VJP."""
+        ...
+
+    def parts(self) -> RuleParts:
+        """What saving the op records: the kind, the public object and the hyperparameters bound to it."""
         ...
 
 
@@ -252,6 +266,9 @@ class SurrogateRule:
             term = _exact_zero(term)
         return tf.stop_gradient(result) + tf.cast(term, result.dtype)
 
+    def parts(self) -> RuleParts:
+        return RuleParts("surrogate", self.surrogate, {})
+
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
         if not self.surrogate.has_primitive:
             return None
@@ -374,6 +391,9 @@ class CallableRule:
             f"the result would be silently wrong. Fix: {situation.fix}"
         )
 
+    def parts(self) -> RuleParts:
+        return RuleParts("function", self.fn, dict(self.params))
+
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
         return None
 
@@ -461,6 +481,9 @@ class LikeRule:
             term = _exact_zero(ref - tf.stop_gradient(ref))
             outputs.append(tf.stop_gradient(out) + tf.cast(term, out.dtype))
         return tf.nest.pack_sequence_as(result, outputs)
+
+    def parts(self) -> RuleParts:
+        return RuleParts("like", self.g, {})
 
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
         g = self.g
