@@ -218,7 +218,14 @@ def test_no_module_outside_rules_branches_on_rule_classes() -> None:
         if path.name == "_rules.py":
             continue
         text = path.read_text()
-        patterns = (r"isinstance\(rule", r"SurrogateRule", r"CallableRule", r"\._accepted", r"rule\.(g|fn|surrogate)\b")
+        patterns = (
+            r"isinstance\((op\.)?_?rule\b",
+            r"SurrogateRule",
+            r"CallableRule",
+            r"LikeRule\)",
+            r"\._accepted",
+            r"rule\.(g|fn|surrogate|params)\b",
+        )
         for pattern in patterns:
             assert not re.search(pattern, text), f"{path.relative_to(root)} matches {pattern}"
 
