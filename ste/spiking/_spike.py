@@ -1,0 +1,79 @@
+"""The spike nonlinearity: S = Θ(x) (exactly 0 or 1, Θ(0) = 0) whose backward pass is a registry surrogate.
+
+Built with the DSL, ``ste.forward(heaviside).backward(...)``. With learned surrogate parameters the op takes them
+as extra positional inputs; their gradient is that of the surrogate's smooth primitive P(x; θ), the function the
+surrogate derivative comes from: ∂L/∂θ = Σ dy·∂P(x; θ)/∂θ (the forward Θ itself does not depend on θ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from .._dsl import forward
+from .._errors import ParameterError
+from ..registry import Surrogate, SurrogateLike, get
+
+__all__ = ["heaviside", "resolve_surrogate", "spike_op"]
+
+#: The default surrogate of every spiking layer (snnTorch's default: ``atan(alpha=2)``, peak 1 at 0).
+DEFAULT_SURROGATE = "atan(alpha=2.0)"
+
+
+def heaviside(x: tf.Tensor, *surrogate_params: tf.Tensor) -> tf.Tensor:
+    """Θ(x): 1 where x > 0, else 0 (so Θ(0) = 0, as snnTorch, Norse and larq), in ``x``'s dtype."""
+    return tf.cast(x > 0, x.dtype)
+
+
+def resolve_surrogate(surrogate: SurrogateLike, learned: bool | Sequence[str], layer: str) -> tuple[Surrogate, tuple[str, ...]]:
+    """The registry surrogate and the names of its parameters to learn (``True``: every numeric parameter)."""
+    resolved = get(surrogate)
+    numeric = tuple(k for k, v in resolved.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    if learned is True:
+        names = numeric
+    elif learned is False or learned is None:
+        names = ()
+    elif isinstance(learned, str):
+        names = (learned,)
+    else:
+        names = tuple(learned)
+    unknown = [n for n in names if n not in numeric]
+    if unknown:
+        raise ParameterError(
+            f"{layer}: learn_surrogate={learned!r} names {unknown}, which are not numeric parameters of the "
+            f"surrogate {resolved!r}; its parameters are {list(resolved.params)}. Fix: pass True or some of those names."
+        )
+    if names and not resolved.has_primitive:
+        raise ParameterError(
+            f"{layer}: learn_surrogate needs the surrogate's primitive P (the gradient of a parameter is that of P), "
+            f"and {resolved!r} has none. Fix: choose a surrogate with a primitive (e.g. 'atan') or learn_surrogate=False."
+        )
+    if learned is True and not names:
+        raise ParameterError(f"{layer}: learn_surrogate=True, but the surrogate {resolved!r} has no numeric parameter.")
+    return resolved, names
+
+
+def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """``op(x, *learned_values)``: Θ(x) forward; backward dy·d(x) and, per learned parameter θ, Σ dy·∂P/∂θ."""
+    if not learned:
+        return forward(heaviside).backward(surrogate)
+    cls = type(surrogate)
+    fixed = {k: v for k, v in surrogate.params.items() if k not in learned}
+
+    def rule(dy: tf.Tensor, x: tf.Tensor, *values: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        current = cls(**fixed, **dict(zip(learned, values)))
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(values)
+            relaxed = current.primitive(x)
+        grads = tape.gradient(
+            relaxed,
+            list(values),
+            output_gradients=tf.cast(dy, relaxed.dtype),
+            unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        )
+        return (current.vjp(dy, x), *(tf.cast(g, v.dtype) for g, v in zip(grads, values)))
+
+    rule.__name__ = f"{surrogate.name}_with_learned_{'_'.join(learned)}"
+    return forward(heaviside).backward(rule)
