@@ -16,6 +16,7 @@ Reset of the membrane by the previous step's spike ``S[t−1]`` (snnTorch's ``re
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -44,6 +45,10 @@ def checked_number(layer: str, name: str, value: Any, low: float | None, high: f
         bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else '∞'}]"
         raise ParameterError(f"{layer}: {name} must be in {bounds}; received {value!r}.")
     return value
+
+
+def _constant(value: float, shape: Any, dtype: Any = None) -> tf.Tensor:
+    return tf.fill(shape, tf.constant(value, dtype or "float32"))
 
 
 class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
@@ -124,7 +129,7 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
             self._learned[name] = self.add_weight(
                 name=name,
                 shape=(),
-                initializer=keras.initializers.Constant(value),
+                initializer=functools.partial(_constant, value),  # keras' Constant rounds through float32
                 constraint=constraint,
                 trainable=True,
             )
