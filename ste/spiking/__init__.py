@@ -11,6 +11,10 @@ from ._constraint import Interval
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
 from ._lif import LIF, LIFCell
+from ._encoders import delta_encode, latency_encode, rate_encode
+from ._loss import RateCrossEntropy, rate_cross_entropy
+from ._plot import plot_membrane, plot_raster
+from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
 from ._spike import heaviside
 
 __all__ = [
@@ -21,7 +25,19 @@ __all__ = [
     "Interval",
     "LIF",
     "LIFCell",
+    "RateCrossEntropy",
+    "Readout",
     "SpikingCell",
     "SpikingRNN",
+    "delta_encode",
     "heaviside",
+    "last_membrane",
+    "latency_encode",
+    "max_membrane",
+    "plot_membrane",
+    "plot_raster",
+    "rate_cross_entropy",
+    "rate_encode",
+    "spike_count",
+    "spike_rate",
 ]
