@@ -102,6 +102,7 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
         self.surrogate, self.learned_surrogate = resolve_surrogate(surrogate, learn_surrogate, label)
         self._spike: Callable[..., Any] = spike_op(self.surrogate, self.learned_surrogate)
         self._learned: dict[str, Any] = {}
+        self._read: dict[str, tf.Tensor] | None = None
         self._surrogate_live = False
         self._warned = False
 
@@ -137,6 +138,8 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
 
     def value(self, name: str, dtype: Any) -> tf.Tensor:
         """Parameter ``name`` (a learned variable or a fixed number) as a scalar of ``dtype``."""
+        if self._read is not None and name in self._read:
+            return tf.cast(self._read[name], dtype)
         if name in self._learned:
             return tf.cast(self._learned[name], dtype)
         return tf.constant(getattr(self, name), dtype)
@@ -198,11 +201,17 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
     # -- the zero-gradient guard -------------------------------------------------------------------------------
 
     def start_sequence(self) -> None:
-        """Called by the layer before a sequence (eager mode checks the surrogate's gradient over it)."""
+        """Called by the layer before a sequence: read the learned variables once, outside the time loop.
+
+        (A variable read inside the loop body breaks the gradient of a re-loaded SavedModel.) Eager mode also starts
+        checking the surrogate's gradient over the sequence.
+        """
         self._surrogate_live = False
+        self._read = {name: tf.identity(variable.value) for name, variable in self._learned.items()}
 
     def end_sequence(self, layer: str) -> None:
         """Warn once when the surrogate's derivative was 0 at every membrane value of an eager call."""
+        self._read = None
         if self._surrogate_live or self._warned or not tf.executing_eagerly() or self.emit != "spikes":
             return
         self._warned = True

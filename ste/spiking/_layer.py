@@ -63,6 +63,8 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         keys = _cell_keys(self.cell_class)
         cell_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in keys}
         cell_kwargs.update({key: kwargs[key] for key in _LAYER_KEYS if key in kwargs})
+        if kwargs.get("name"):
+            cell_kwargs["name"] = f"{kwargs['name']}_cell"
         cell = self.cell_class(*args, **cell_kwargs)
         super().__init__(
             cell,
@@ -93,8 +95,10 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
 
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
         self.cell.start_sequence()
-        result = super().call(sequences, initial_state=initial_state, mask=mask, training=training)
-        self.cell.end_sequence(f"{type(self).__name__} '{self.name}'")
+        try:
+            result = super().call(sequences, initial_state=initial_state, mask=mask, training=training)
+        finally:
+            self.cell.end_sequence(f"{type(self).__name__} '{self.name}'")
         return result
 
     def get_config(self) -> dict[str, Any]:

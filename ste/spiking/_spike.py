@@ -1,8 +1,9 @@
 """The spike nonlinearity: S = Θ(x) (exactly 0 or 1, Θ(0) = 0) whose backward pass is a registry surrogate.
 
-Built with the DSL, ``ste.forward(heaviside).backward(...)``. With learned surrogate parameters the op takes them
-as extra positional inputs; their gradient is that of the surrogate's smooth primitive P(x; θ), the function the
-surrogate derivative comes from: ∂L/∂θ = Σ dy·∂P(x; θ)/∂θ (the forward Θ itself does not depend on θ).
+The backward pass of ``Θ`` is the registry surrogate's ``dy·d(x)``, as for ``ste.forward(heaviside).backward(s)``.
+With learned surrogate parameters the op takes them as extra positional inputs; their gradient is that of the
+surrogate's smooth primitive P(x; θ), the function the surrogate derivative comes from:
+∂L/∂θ = Σ dy·∂P(x; θ)/∂θ (the forward Θ itself does not depend on θ).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._dsl import forward
 from .._errors import ParameterError
 from ..registry import Surrogate, SurrogateLike, get
 
@@ -56,24 +56,27 @@ def resolve_surrogate(surrogate: SurrogateLike, learned: bool | Sequence[str], l
 
 
 def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..., Any]:
-    """``op(x, *learned_values)``: Θ(x) forward; backward dy·d(x) and, per learned parameter θ, Σ dy·∂P/∂θ."""
-    if not learned:
-        return forward(heaviside).backward(surrogate)
+    """``op(x, *learned_values)``: Θ(x) forward; backward dy·d(x) and, per learned parameter θ, Σ dy·∂P/∂θ.
+
+    Written with stop-gradients rather than ``tf.custom_gradient`` (the form ``ste`` uses inside
+    ``tf.vectorized_map``), because a custom gradient inside a while loop is lost when a SavedModel is re-loaded::
+
+        S = stop_gradient(Θ(x)) + stop_gradient(d(x))·(x − stop_gradient(x)) + (P(x̄; θ) − stop_gradient(P(x̄; θ)))
+
+    with x̄ = stop_gradient(x). Both added terms are exactly 0 in the forward pass (a finite value minus itself), so
+    S is exactly 0 or 1; their gradients are dy·d(x) for x and dy·∂P/∂θ for θ. A non-finite x gets gradient 0.
+    """
     cls = type(surrogate)
     fixed = {k: v for k, v in surrogate.params.items() if k not in learned}
 
-    def rule(dy: tf.Tensor, x: tf.Tensor, *values: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        current = cls(**fixed, **dict(zip(learned, values)))
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(values)
-            relaxed = current.primitive(x)
-        grads = tape.gradient(
-            relaxed,
-            list(values),
-            output_gradients=tf.cast(dy, relaxed.dtype),
-            unconnected_gradients=tf.UnconnectedGradients.ZERO,
-        )
-        return (current.vjp(dy, x), *(tf.cast(g, v.dtype) for g, v in zip(grads, values)))
+    def op(x: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
+        current = cls(**fixed, **dict(zip(learned, values))) if learned else surrogate
+        frozen = tf.stop_gradient(x)
+        tangent = tf.where(tf.math.is_finite(frozen), x - frozen, tf.zeros_like(x))
+        spikes = tf.stop_gradient(heaviside(x)) + tf.stop_gradient(current.derivative(frozen)) * tangent
+        if learned:
+            relaxed = current.primitive(frozen)
+            spikes = spikes + (relaxed - tf.stop_gradient(relaxed))
+        return spikes
 
-    rule.__name__ = f"{surrogate.name}_with_learned_{'_'.join(learned)}"
-    return forward(heaviside).backward(rule)
+    return op
