@@ -92,8 +92,8 @@ def train_float(model: keras.Model, data: tuple[np.ndarray, ...], epochs: int, v
 
 def save_plots(model: keras.Model, sample: np.ndarray, label: int, directory: Path) -> list[Path]:
     """Hidden-layer spike raster and output membrane traces (the output LIF re-run with emit="membrane")."""
-    hidden = keras.Model(model.inputs, model.get_layer("lif_1").output)(sample)
-    currents = keras.Model(model.inputs, model.get_layer("dense_2").output)(sample)
+    hidden = keras.Model(model.inputs[0], model.get_layer("lif_1").output)(sample)
+    currents = keras.Model(model.inputs[0], model.get_layer("dense_2").output)(sample)
     out_layer = model.get_layer("lif_out")
     membrane = ste.spiking.LIF.from_config({**out_layer.get_config(), "emit": "membrane", "name": "probe"})(currents)
     spikes = out_layer(currents)
