@@ -127,3 +127,21 @@ def test_zero_surrogate_gradient_warns_once() -> None:
         layer(x)  # once per layer
         ste.spiking.LIF(beta=0.5)(x)  # atan is never 0
         ste.spiking.LIF(beta=0.5, surrogate="boxcar(width=2.0)")(x)
+
+
+def test_summary_counts_spiking_layers() -> None:
+    model = keras.Sequential(
+        [
+            keras.Input((STEPS, 8)),
+            keras.layers.Dense(6),
+            ste.spiking.LIF(learn_beta=True, name="lif"),
+            keras.layers.Dense(3),
+            keras.layers.RNN(ste.spiking.ALIFCell(units=3), return_sequences=True, name="rnn_alif"),
+            keras.layers.LSTM(2),
+        ]
+    )
+    lines: list[str] = []
+    result = ste.summary(model, print_fn=lines.append)
+    assert result.spiking_layers == 2 and result.neurons == 6 + 3
+    assert {row.name: row.neurons for row in result.layers}["lif"] == 6
+    assert "Spiking layers: 2, with 9 neurons in all" in lines[0]
