@@ -42,6 +42,10 @@ class ALIFCell(LIFCell):
         self.rho = checked_number("ALIFCell", "rho", rho, 0.0, 1.0)
         self.adaptation = checked_number("ALIFCell", "adaptation", adaptation, 0.0, None)
 
+    @property
+    def trainable_drop(self) -> bool:
+        return True
+
     def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         membrane, spikes, adapt = states[0], states[1], states[2]
         dtype = inputs.dtype

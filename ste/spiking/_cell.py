@@ -176,13 +176,27 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
         spikes: tf.Tensor = self._spike(x, *values)
         return spikes
 
+    @property
+    def trainable_drop(self) -> bool:
+        """Whether what a spike subtracts gets a gradient (a learned threshold; ALIF's adaptive threshold)."""
+        return self.learn_threshold
+
     def integrate(self, decayed: tf.Tensor, inputs: tf.Tensor, spikes: tf.Tensor, drop: tf.Tensor) -> tf.Tensor:
         """U[t] from ``decayed`` = β·U[t−1], the input current and the reset by ``spikes`` = S[t−1].
 
         ``drop`` is what a spike subtracts under ``reset="subtract"`` (ϑ, or the adaptive threshold of ALIF).
+        With a detached reset the backward pass needs the spikes only as a condition, so the reset is written with
+        ``tf.where`` on ``S[t−1] > 0``: the time loop keeps a boolean per neuron and step (1 byte, not a float).
         """
         if self.detach_reset:
             spikes = tf.stop_gradient(spikes)
+            if self.reset == "subtract":
+                if not self.trainable_drop:  # nothing to differentiate: the loop keeps no spikes at all
+                    return decayed + inputs - drop * spikes
+                return decayed + inputs - tf.where(spikes > 0, drop, tf.zeros_like(drop))
+            if self.reset == "zero":
+                return tf.where(spikes > 0, tf.zeros_like(decayed), decayed) + inputs
+            return decayed + inputs
         if self.reset == "subtract":
             return decayed + inputs - drop * spikes
         if self.reset == "zero":

@@ -64,7 +64,8 @@ def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..
         S = stop_gradient(Θ(x)) + stop_gradient(d(x))·(x − stop_gradient(x)) + (P(x̄; θ) − stop_gradient(P(x̄; θ)))
 
     with x̄ = stop_gradient(x). Both added terms are exactly 0 in the forward pass (a finite value minus itself), so
-    S is exactly 0 or 1; their gradients are dy·d(x) for x and dy·∂P/∂θ for θ. A non-finite x gets gradient 0.
+    S is exactly 0 or 1; their gradients are dy·d(x) for x and dy·∂P/∂θ for θ. At x = ±inf, where x − x is NaN,
+    the surrogate term is 0 wherever d(±inf) = 0 (every decaying or clipped entry), so S stays Θ(x) there too.
     """
     cls = type(surrogate)
     fixed = {k: v for k, v in surrogate.params.items() if k not in learned}
@@ -72,8 +73,9 @@ def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..
     def op(x: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
         current = cls(**fixed, **dict(zip(learned, values))) if learned else surrogate
         frozen = tf.stop_gradient(x)
-        tangent = tf.where(tf.math.is_finite(frozen), x - frozen, tf.zeros_like(x))
-        spikes = tf.stop_gradient(heaviside(x)) + tf.stop_gradient(current.derivative(frozen)) * tangent
+        # multiply_no_nan: 0 wherever d(x) = 0, so x = ±inf (d = 0 there, x − x = NaN) still gives S = Θ(x)
+        surrogate_term = tf.math.multiply_no_nan(x - frozen, tf.stop_gradient(current.derivative(frozen)))
+        spikes = tf.stop_gradient(heaviside(x)) + surrogate_term
         if learned:
             relaxed = current.primitive(frozen)
             spikes = spikes + (relaxed - tf.stop_gradient(relaxed))
