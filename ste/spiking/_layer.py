@@ -44,7 +44,8 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         return_state: also return the final states (``[U, S]``, ALIF ``[U, S, b]``).
         stateful: keep the states between batches (needs a fixed batch size; ``reset_state()`` clears them).
         zero_output_for_mask: a masked step outputs 0 (default True); the states are kept either way.
-        go_backwards, unroll: as in ``keras.layers.RNN``.
+        go_backwards: run over the time axis in reverse (as ``keras.layers.RNN``).
+        unroll: unroll the time loop (as ``keras.layers.RNN``; needs a fixed number of steps).
     """
 
     cell_class: ClassVar[type[SpikingCell]] = SpikingCell
