@@ -111,10 +111,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     if "spiking" in results:
         ratio = results["spiking"]["results"]["ste"]["ratio"]
+        twin = results["spiking"]["results"]["hand_written_copy"]["ratio"]
         rows.append(
             {
-                "target": f"BPTT through ste.spiking.LIF ≤ {SPIKING_LIMIT}× a hand-written tf.custom_gradient LIF loop",
-                "measured": f"{ratio:.2f}× (A/A copy {results['spiking']['results']['hand_written_copy']['ratio']:.2f}×)",
+                "target": f"BPTT through ste.spiking.LIF ≤ {SPIKING_LIMIT}× a hand-written custom_gradient LIF loop",
+                "measured": f"{ratio:.2f}× (A/A copy {twin:.2f}×)",
                 "met": ratio <= SPIKING_LIMIT,
             }
         )
@@ -135,7 +136,8 @@ def _spiking(section: dict[str, Any]) -> list[str]:
     r, m = section["results"], section["memory"]
     mib = {name: value / 2**20 for name, value in m["kept_bytes"].items()}
     return [
-        f"### 6. BPTT through LIF neurons ({section['steps']} steps × batch {section['batch']} × {section['units']} units)",
+        f"### 6. BPTT through LIF neurons ({section['steps']} steps × batch {section['batch']} × "
+        f"{section['units']} units)",
         "",
         "| implementation | ms per forward+backward | ratio |",
         "|---|---|---|",

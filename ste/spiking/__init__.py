@@ -8,10 +8,10 @@
 from ._alif import ALIF, ALIFCell
 from ._cell import SpikingCell
 from ._constraint import Interval
+from ._encoders import delta_encode, latency_encode, rate_encode
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
 from ._lif import LIF, LIFCell
-from ._encoders import delta_encode, latency_encode, rate_encode
 from ._loss import RateCrossEntropy, rate_cross_entropy
 from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
@@ -19,11 +19,11 @@ from ._spike import heaviside
 
 __all__ = [
     "ALIF",
-    "ALIFCell",
     "IF",
+    "LIF",
+    "ALIFCell",
     "IFCell",
     "Interval",
-    "LIF",
     "LIFCell",
     "RateCrossEntropy",
     "Readout",

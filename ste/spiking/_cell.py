@@ -36,15 +36,17 @@ RESETS = ("subtract", "zero", "none")
 EMITS = ("spikes", "membrane")
 
 
-def checked_number(layer: str, name: str, value: Any, low: float | None, high: float | None, low_open: bool = False) -> float:
+def checked_number(
+    layer: str, name: str, value: Any, low: float | None, high: float | None, low_open: bool = False
+) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ParameterError(f"{layer}: {name} must be a finite number; received {type(value).__name__} {value!r}.")
-    value = float(value)
-    too_low = low is not None and (value <= low if low_open else value < low)
-    if too_low or (high is not None and value > high):
+    number = float(value)
+    too_low = low is not None and (number <= low if low_open else number < low)
+    if too_low or (high is not None and number > high):
         bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else '∞'}]"
         raise ParameterError(f"{layer}: {name} must be in {bounds}; received {value!r}.")
-    return value
+    return number
 
 
 def _constant(value: float, shape: Any, dtype: Any = None) -> tf.Tensor:

@@ -57,9 +57,7 @@ def rate_encode(x: Any, steps: int, *, gain: float = 1.0, seed: int | None = Non
     return tf.cast(u < tf.cast(tf.expand_dims(p, 1), tf.float32), x.dtype)
 
 
-def latency_encode(
-    x: Any, steps: int, *, tau: float = 5.0, threshold: float = 0.01, linear: bool = False
-) -> tf.Tensor:
+def latency_encode(x: Any, steps: int, *, tau: float = 5.0, threshold: float = 0.01, linear: bool = False) -> tf.Tensor:
     """Latency coding: one spike per input at ``t = round(tau·ln(x / (x − threshold)))``, none where x ≤ threshold.
 
     The time an RC circuit driven by x takes to charge to ``threshold`` (snnTorch's ``spikegen.latency``), clipped
@@ -70,7 +68,9 @@ def latency_encode(
     """
     steps = _steps(steps, "latency_encode")
     if not tau > 0 or not threshold > 0:
-        raise ParameterError(f"latency_encode: tau and threshold must be > 0; received tau={tau!r}, threshold={threshold!r}.")
+        raise ParameterError(
+            f"latency_encode: tau and threshold must be > 0; received tau={tau!r}, threshold={threshold!r}."
+        )
     x = _floating(x, "latency_encode")
     fires = x > threshold
     if linear:

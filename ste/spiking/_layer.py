@@ -8,7 +8,6 @@ Two defaults differ from ``keras.layers.RNN``: ``return_sequences=True`` (a spik
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any, ClassVar
 
@@ -22,15 +21,21 @@ __all__ = ["SpikingRNN"]
 _LAYER_KEYS = ("dtype", "trainable")
 
 
-@functools.cache
+_KEYS: dict[type[SpikingCell], frozenset[str]] = {}
+
+
 def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
+    """The keyword arguments the cell class (and its spiking base classes) take."""
+    if cell_class in _KEYS:
+        return _KEYS[cell_class]
     keys: set[str] = set()
     for klass in cell_class.__mro__:
         if isinstance(klass, type) and issubclass(klass, SpikingCell):
             for name, parameter in inspect.signature(klass.__init__).parameters.items():
                 if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
                     keys.add(name)
-    return frozenset(keys)
+    _KEYS[cell_class] = frozenset(keys)
+    return _KEYS[cell_class]
 
 
 class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
@@ -112,4 +117,3 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> SpikingRNN:
         return cls(**config)
-

@@ -30,9 +30,7 @@ def rate_cross_entropy(y_true: Any, spikes: Any, *, sparse: bool = True, from_co
         if from_counts:
             return tf.nn.sparse_softmax_cross_entropy_with_logits(labels, tf.reduce_sum(logits, axis=1))
         steps = tf.shape(logits)[1]
-        per_step = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            tf.repeat(labels[:, None], steps, axis=1), logits
-        )
+        per_step = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.repeat(labels[:, None], steps, axis=1), logits)
     else:
         target = tf.cast(y_true, tf.float32)
         if from_counts:

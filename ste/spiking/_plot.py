@@ -32,6 +32,12 @@ def _trace(values: Any, sample: int, where: str) -> np.ndarray:
     return array
 
 
+def _integer_steps(axes: Any) -> None:
+    from matplotlib.ticker import MaxNLocator  # matplotlib is there: a figure was just made
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_raster(spikes: Any, *, sample: int = 0, title: str = "spike raster", ax: Any = None) -> Figure:
     """A raster of one sample's spikes: a dot at (time step, neuron) for every spike."""
     trace = _trace(spikes, sample, "plot_raster")
@@ -43,7 +49,7 @@ def plot_raster(spikes: Any, *, sample: int = 0, title: str = "spike raster", ax
     axes.set_xlim(-0.5, trace.shape[0] - 0.5)
     axes.set_ylim(-0.5, trace.shape[1] - 0.5)
     axes.set_xlabel("time step")
-    axes.xaxis.get_major_locator().set_params(integer=True)
+    _integer_steps(axes)
     axes.set_ylabel("neuron")
     axes.set_title(f"{title} ({int(trace.sum())} spikes)")
     return figure
@@ -74,7 +80,7 @@ def plot_membrane(
     if threshold is not None:
         axes.axhline(threshold, color="gray", linestyle="--", linewidth=1, label="threshold")
     axes.set_xlabel("time step")
-    axes.xaxis.get_major_locator().set_params(integer=True)
+    _integer_steps(axes)
     axes.set_ylabel("U[t]")
     axes.set_title(title)
     axes.legend(fontsize="x-small", ncol=2)

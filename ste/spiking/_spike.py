@@ -27,7 +27,9 @@ def heaviside(x: tf.Tensor, *surrogate_params: tf.Tensor) -> tf.Tensor:
     return tf.cast(x > 0, x.dtype)
 
 
-def resolve_surrogate(surrogate: SurrogateLike, learned: bool | Sequence[str], layer: str) -> tuple[Surrogate, tuple[str, ...]]:
+def resolve_surrogate(
+    surrogate: SurrogateLike, learned: bool | Sequence[str], layer: str
+) -> tuple[Surrogate, tuple[str, ...]]:
     """The registry surrogate and the names of its parameters to learn (``True``: every numeric parameter)."""
     resolved = get(surrogate)
     numeric = tuple(k for k, v in resolved.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -43,12 +45,14 @@ def resolve_surrogate(surrogate: SurrogateLike, learned: bool | Sequence[str], l
     if unknown:
         raise ParameterError(
             f"{layer}: learn_surrogate={learned!r} names {unknown}, which are not numeric parameters of the "
-            f"surrogate {resolved!r}; its parameters are {list(resolved.params)}. Fix: pass True or some of those names."
+            f"surrogate {resolved!r}; its parameters are {list(resolved.params)}. "
+            f"Fix: pass True or some of those names."
         )
     if names and not resolved.has_primitive:
         raise ParameterError(
             f"{layer}: learn_surrogate needs the surrogate's primitive P (the gradient of a parameter is that of P), "
-            f"and {resolved!r} has none. Fix: choose a surrogate with a primitive (e.g. 'atan') or learn_surrogate=False."
+            f"and {resolved!r} has none. "
+            f"Fix: choose a surrogate with a primitive (e.g. 'atan') or learn_surrogate=False."
         )
     if learned is True and not names:
         raise ParameterError(f"{layer}: learn_surrogate=True, but the surrogate {resolved!r} has no numeric parameter.")

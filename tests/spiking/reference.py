@@ -125,4 +125,9 @@ def backward(n: Neuron, current: np.ndarray, g_spikes: np.ndarray, h_membrane: n
             g_u[t - 1] += g_prev_u
             g_s[t - 1] += g_prev_s
             g_b[t - 1] += g_prev_b
-    return {"current": g_current, "beta": np.float64(g_beta), "threshold": np.float64(g_theta), "alpha": np.float64(g_a)}
+    return {
+        "current": g_current,
+        "beta": np.float64(g_beta),
+        "threshold": np.float64(g_theta),
+        "alpha": np.float64(g_a),
+    }

@@ -21,7 +21,9 @@ def _model(name: str = "snn") -> keras.Model:
             keras.layers.Dense(12, name="dense_in"),
             ste.spiking.LIF(beta=0.8, learn_beta=True, learn_threshold=True, learn_surrogate=True, name="lif"),
             keras.layers.Dense(CLASSES, name="dense_out"),
-            ste.spiking.ALIF(beta=0.9, reset="zero", detach_reset=False, surrogate="fast_sigmoid(slope=5)", name="alif"),
+            ste.spiking.ALIF(
+                beta=0.9, reset="zero", detach_reset=False, surrogate="fast_sigmoid(slope=5)", name="alif"
+            ),
         ],
         name=name,
     )

@@ -44,7 +44,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES])
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
+)
 def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
     current, g, h = _data(CASES.index((kind, reset, detach)))
     common = {"reset": reset, "detach_reset": detach, "learn_threshold": True, "learn_surrogate": True}

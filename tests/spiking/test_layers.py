@@ -90,6 +90,7 @@ def test_parameter_errors_are_ste_errors() -> None:
         ste.spiking.IF(beta=0.5)
     with pytest.raises(ste.UnknownSurrogateError):
         ste.spiking.LIF(surrogate="atn")
+
     class NoPrimitive(ste.registry.Surrogate):
         width: float = 1.0
 
