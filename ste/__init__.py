@@ -21,6 +21,7 @@ from ._errors import (
     RuleError,
     SpecError,
     STEError,
+    UnknownConstraintError,
     UnknownQuantizerError,
     UnknownSurrogateError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "STEError",
     "STEFunction",
     "SpecError",
+    "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",
