@@ -130,7 +130,7 @@ def run(
             "units": memory_units,
             "kept_bytes": kept,
             "float_tensor_bytes": 4 * batch * memory_steps * memory_units,
-            "total_ratio": kept["bool"] / kept["float"],
+            "total_ratio": kept["bool"] / kept["float"] if kept["float"] > 0 else None,
             "spike_ratio": (kept["bool"] - kept["none"]) / spike_cost_float if spike_cost_float > 0 else None,
         },
     }
