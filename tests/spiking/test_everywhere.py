@@ -118,7 +118,13 @@ def test_keras_save_and_load(tmp_path) -> None:
 
 
 def test_savedmodel_export_keeps_the_surrogate_gradient(tmp_path) -> None:
-    model = _model()
+    model = keras.Sequential(  # one spiking layer with every learned parameter keeps the export short
+        [
+            keras.Input((STEPS, FEATURES)),
+            keras.layers.Dense(CLASSES),
+            ste.spiking.LIF(reset="zero", learn_beta=True, learn_threshold=True, learn_surrogate=True),
+        ]
+    )
     x = tf.constant(_data(4)[0])
     path = str(tmp_path / "exported")
     model.export(path, verbose=False)
