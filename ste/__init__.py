@@ -19,6 +19,7 @@ from ._errors import (
     ParameterError,
     RegistrationError,
     RuleError,
+    SerializationError,
     SpecError,
     STEError,
     UnknownConstraintError,
@@ -28,8 +29,11 @@ from ._errors import (
 )
 from ._export import export_quantized_weights
 from ._plot import plot
+from ._serialization import install_save_check as _install_save_check
 from ._summary import summary
 from ._version import __version__
+
+_install_save_check()
 
 __all__ = [
     "CallError",
@@ -47,6 +51,7 @@ __all__ = [
     "RuleLike",
     "STEError",
     "STEFunction",
+    "SerializationError",
     "SpecError",
     "UnknownConstraintError",
     "UnknownQuantizerError",
