@@ -29,6 +29,7 @@ import keras
 from ._errors import NotBuiltError
 from ._export import walk_layers
 from .layers import QuantLayerMixin
+from .spiking import SpikingCell
 
 __all__ = ["LayerSummary", "ModelSummary", "summary"]
 
@@ -46,6 +47,7 @@ class LayerSummary:
     output_shape: Any = None  # tuple (None for the batch axis), a list of them, or None when unknown
     trainable_params: int = 0
     deployment_params: dict[int, int] = field(default_factory=dict)  # batch norm folded, as larq counts
+    neurons: int = 0  # spiking neurons (a layer whose cell is an ste.spiking.SpikingCell); 0 for other layers
 
     @property
     def non_trainable_params(self) -> int:
@@ -120,6 +122,16 @@ class ModelSummary:
     def float32_bytes(self) -> float:
         """Model size with every parameter in float32."""
         return sum(layer.float32_bytes for layer in self.layers)
+
+    @property
+    def spiking_layers(self) -> int:
+        """Number of spiking layers (``ste.spiking`` neurons, or ``keras.layers.RNN`` over a spiking cell)."""
+        return sum(1 for layer in self.layers if layer.neurons)
+
+    @property
+    def neurons(self) -> int:
+        """Spiking neurons in all spiking layers."""
+        return sum(layer.neurons for layer in self.layers)
 
     @property
     def compression_ratio(self) -> float:
@@ -246,6 +258,7 @@ def _layer_summary(path: str, layer: Any) -> LayerSummary:
         ]
     )
     shown_kernel_bits = tuple(sorted(set(kernel_bits.values())))
+    cell = getattr(layer, "cell", None)
     return LayerSummary(
         name=path,
         kind=type(layer).__name__,
@@ -256,6 +269,7 @@ def _layer_summary(path: str, layer: Any) -> LayerSummary:
         output_shape=_output_shape(layer),
         trainable_params=trainable,
         deployment_params=deployment,
+        neurons=int(cell.units or 0) if isinstance(cell, SpikingCell) else 0,
     )
 
 
@@ -325,6 +339,8 @@ def _render(summary: ModelSummary, include_macs: bool = True) -> str:
     if include_macs and macs:
         binary = summary.macs.get(1, 0) / macs
         out.append(f"MACs per sample: {macs:,}, of which {binary:.2%} binary (1-bit)")
+    if summary.spiking_layers:
+        out.append(f"Spiking layers: {summary.spiking_layers}, with {summary.neurons:,} neurons in all")
     return "\n".join(out)
 
 
