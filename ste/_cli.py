@@ -203,9 +203,11 @@ def _import_user_modules(modules: Sequence[str]) -> None:
     for module in modules:
         try:
             if module.endswith(".py"):
-                path = Path(module)
+                path = Path(module).resolve()
                 if not path.is_file():
                     raise FileNotFoundError(f"no file {module!r}")
+                if getattr(sys.modules.get(path.stem), "__file__", None) == str(path):
+                    continue  # imported already: a module runs once, as with `import`
                 spec = importlib.util.spec_from_file_location(path.stem, path)
                 assert spec is not None and spec.loader is not None
                 loaded = importlib.util.module_from_spec(spec)
@@ -323,7 +325,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    args = _parse(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parse(sys.argv[1:] if argv is None else argv)
+    except SystemExit as done:  # argparse: --help, --version (0) or a usage error (2), already printed
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
     from ._errors import STEError
 
     out, err = sys.stdout, sys.stderr
