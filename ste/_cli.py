@@ -7,7 +7,7 @@ first, so that the rules they register are listed, shown, plotted and checked.
 Answering ``--help``, ``--version`` and usage errors needs no TensorFlow: ``ste/__init__.py`` calls
 :func:`answer_without_tensorflow` before it imports anything heavy, which, only in the process ``python -m ste``
 while Python locates ``ste.__main__``, parses the arguments (argparse exits there on help and usage errors) and
-hides the TensorFlow's native start-up log lines before the commands that need it. This module imports nothing
+hides TensorFlow's native start-up log lines before the commands that need it. This module imports nothing
 heavy at module level.
 """
 
@@ -123,7 +123,9 @@ def _parser() -> _Parser:
         parents=[sub_import],
         help="check a surrogate's derivative against the autodiff of its primitive, and its finiteness",
     )
-    check.add_argument("spec", metavar="SPEC", help="a registry name or spec string, e.g. 'sigmoid_surrogate(beta=4)'")
+    check.add_argument(
+        "spec", metavar="SPEC", help="a registry name or spec string, e.g. 'sigmoid_surrogate(beta=4)', or a quantizer"
+    )
     check.add_argument("--range", nargs=2, type=_finite, default=(-4.0, 4.0), metavar=("LOW", "HIGH"))
     check.add_argument("--points", type=_points, default=1001, help="grid points (default 1001)")
     return parser
@@ -267,26 +269,28 @@ def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: T
     import numpy as np
 
     from ._gradcheck import check_finite, check_gradient
+    from ._targets import as_quantizer, quantizer_surrogate
     from .registry import get
 
-    surrogate = get(spec)
+    quantizer = as_quantizer(spec)
+    target = quantizer if quantizer is not None else get(spec)
+    surrogate = quantizer_surrogate(quantizer) if quantizer is not None else get(spec)
+    what = "gradient = d(x) of its surrogate" if quantizer is not None else "derivative = autodiff of the primitive"
     # A grid shifted off round numbers: kinks (|x| = clip, width/2, ...) have no derivative to compare with.
     grid = np.linspace(x_range[0], x_range[1], points) + 1.234567e-4
     failed = False
-    if surrogate.has_primitive:
+    if surrogate is not None and surrogate.has_primitive:
         try:
-            check_gradient(surrogate, grid)
-            print(f"ok    {surrogate!r}: derivative = autodiff of the primitive at {points} points (float64)", file=out)
+            check_gradient(target, grid)
+            print(f"ok    {target!r}: {what} at {points} points (float64)", file=out)
         except AssertionError as error:
             failed = True
             print(f"FAIL  {error}", file=err)
     else:
-        print(f"skip  {surrogate!r}: no primitive to compare the derivative with", file=out)
+        print(f"skip  {target!r}: no primitive to compare the derivative with", file=out)
     try:
-        check_finite(surrogate)
-        print(
-            f"ok    {surrogate!r}: finite at 0, ±1e-30, ±1e4 and ±max in float16, bfloat16, float32, float64", file=out
-        )
+        check_finite(target)
+        print(f"ok    {target!r}: finite at 0, ±1e-30, ±1e4 and ±max in float16, bfloat16, float32, float64", file=out)
     except AssertionError as error:
         failed = True
         print(f"FAIL  {error}", file=err)

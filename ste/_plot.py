@@ -70,14 +70,14 @@ def _nice(value: float) -> float:
     return next(step * scale for step in _NICE if step * scale >= value * (1 - 1e-12))
 
 
-def auto_range(derivative: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float]:
-    """An x range that shows a derivative's shape: its peak ± 4 half-widths at half-maximum, rounded.
+def auto_range(surrogate: Surrogate) -> tuple[float, float]:
+    """An x range that shows a surrogate's derivative: its peak ± 4 half-widths at half-maximum, rounded.
 
     The width is measured, not read from parameters, so it holds for every entry (``fast_sigmoid``'s spike, a
     sigmoid's long tails, a boxcar's plateau). A derivative that does not fall to half its peak on both sides
     (constant, ``zero``) gets (−3, 3).
     """
-    values = np.asarray(derivative(_PROBE), dtype=np.float64)
+    values = np.asarray(surrogate.derivative(tf.constant(_PROBE, tf.float64)).numpy(), dtype=np.float64)
     finite = np.isfinite(values)
     if not finite.any():
         return _DEFAULT_RANGE
@@ -250,8 +250,7 @@ def plot(
     tf_dtype = tf.as_dtype(dtype)
     target = _target(obj, dict(params))
     if x is None and isinstance(target, Surrogate):
-        surrogate = target
-        x = auto_range(lambda p: np.asarray(surrogate.derivative(tf.constant(p, tf.float64)).numpy()))
+        x = auto_range(target)
     grid = _grid(_DEFAULT_RANGE if x is None else x, points)
     xs = tf.constant(grid, dtype=tf_dtype)
     curves = _curves(target, xs, dict(params))

@@ -224,3 +224,11 @@ def test_plot_of_a_quantizer_name_and_default_range(tmp_path, capsys):
     path = tmp_path / "ste_sign.svg"
     assert main(["plot", "ste_sign", "-o", str(path), "--points", "51"]) == 0
     assert path.read_text().lstrip().startswith("<?xml") and "SteSign" in path.read_text()
+
+
+def test_check_takes_a_quantizer_name(capsys):
+    assert main(["check", "ste_sign(clip_value=2.0)", "--points", "101"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok ") == 2 and "SteSign(clip_value=2.0)" in out
+    assert main(["check", "dorefa(bits=2)", "--points", "51"]) == 0  # no surrogate: finiteness only
+    assert capsys.readouterr().out.startswith("skip")
