@@ -1,15 +1,16 @@
-"""Every Python code block of README.md and docs/ runs as written: in order, one fresh namespace per page.
+"""Every Python code block of README.md and docs/ runs as written: in order, one session per page.
 
-A page's blocks run like a reader's session (a later block may use an earlier block's names), so each page
-imports what it uses. A block whose first line is ``# raises ste.SomeError`` must raise that error. A block that
-cannot run here is marked, on the line right before its fence, with ``<!-- not run: REASON -->``; the marker is
-rare (see ``MAX_NOT_RUN``) and must give its reason. Blocks that include a file (``--8<--``) show the example
-scripts, which tests/test_recipes.py runs.
+A page's blocks run like a reader's session: a later block may use the functions and values an earlier block
+defined, but every block imports the modules it uses itself, so a block copied on its own has its imports. A block
+whose first line is ``# raises ste.SomeError`` must raise that error. A block that cannot run here is marked, on the
+line right before its fence, with ``<!-- not run: REASON -->``; the marker is rare (see ``MAX_NOT_RUN``) and must
+give its reason. Blocks that include a file (``--8<--``) show the example scripts, which tests/test_recipes.py runs.
 """
 
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -46,14 +47,17 @@ def test_page_code_runs(path, tmp_path, monkeypatch):
     for number, (block, not_run) in enumerate(_blocks(path)):
         if not_run is not None or "--8<--" in block:
             continue
+        # Each block runs in its own globals: the earlier blocks' names but not their modules (functions defined
+        # earlier keep theirs), so a block that uses a module it does not import fails.
+        scope = {name: value for name, value in namespace.items() if not isinstance(value, types.ModuleType)}
         expected = RAISES.match(block.lstrip())
         code = compile(block, f"{_name(path)}[block {number}]", "exec")
         if expected is None:
-            exec(code, namespace)
-            continue
-        error = getattr(ste, expected.group(1))
-        with pytest.raises(error):
-            exec(code, namespace)
+            exec(code, scope)
+        else:
+            with pytest.raises(getattr(ste, expected.group(1))):
+                exec(code, scope)
+        namespace.update(scope)
 
 
 def test_blocks_not_run_are_rare_and_say_why():
