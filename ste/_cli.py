@@ -5,10 +5,10 @@ suggestions), and a failed ``check`` exits with status 1. ``--import MODULE`` (r
 first, so that the rules they register are listed, shown, plotted and checked.
 
 Answering ``--help``, ``--version`` and usage errors needs no TensorFlow: ``ste/__init__.py`` calls
-:func:`answer_without_tensorflow` before it imports anything heavy, which, only in the process ``python -m ste``
-while Python locates ``ste.__main__``, parses the arguments (argparse exits there on help and usage errors) and
-hides TensorFlow's native start-up log lines before the commands that need it. This module imports nothing
-heavy at module level.
+:func:`answer_without_tensorflow` before it imports anything heavy. That function acts only in the process
+``python -m ste`` (or the ``ste`` console script), while Python imports ``ste`` to start it: it parses the arguments
+(argparse exits there on help and usage errors), then hides TensorFlow's native start-up log lines for the command.
+This module imports nothing heavy at module level.
 """
 
 from __future__ import annotations
@@ -145,21 +145,28 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def _located_as_main() -> bool:
-    """Whether this process is ``python -m ste ...`` and Python is importing ``ste`` to locate ``ste.__main__``.
+def _launched_as_command_line() -> bool:
+    """Whether this process is the command line and ``ste`` is being imported to start it.
 
-    While ``-m`` locates its module, ``sys.argv[0]`` is ``"-m"`` (documented for the ``-m`` option);
-    ``sys.orig_argv`` says which module was asked for.
+    ``python -m ste``: while ``-m`` locates its module, ``sys.argv[0]`` is ``"-m"`` (documented for the ``-m``
+    option) and ``sys.orig_argv`` says which module was asked for. The ``ste`` console script: the ``__main__``
+    module is the launcher that pip writes, which imports ``ste.__main__``.
     """
-    if sys.argv[:1] != ["-m"]:
+    if sys.argv[:1] == ["-m"]:
+        original: list[str] = list(getattr(sys, "orig_argv", []))
+        for index, item in enumerate(original[1:], start=1):
+            if item == "-m":
+                return original[index + 1 : index + 2] == ["ste"]
+            if item.startswith("-m"):
+                return item == "-mste"
         return False
-    original: list[str] = list(getattr(sys, "orig_argv", []))
-    for index, item in enumerate(original[1:], start=1):
-        if item == "-m":
-            return original[index + 1 : index + 2] == ["ste"]
-        if item.startswith("-m"):
-            return item == "-mste"
-    return False
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not isinstance(script, str) or Path(script).stem not in ("ste", "ste-script"):
+        return False
+    try:
+        return "from ste.__main__ import main" in Path(script).read_text(errors="replace")[:4096]
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -185,12 +192,12 @@ def _import_tensorflow_quietly() -> None:
 
 
 def answer_without_tensorflow() -> None:
-    """In ``python -m ste ...`` only: exit on ``--help``, ``--version`` and usage errors before TensorFlow loads.
+    """In ``python -m ste ...`` (or ``ste ...``) only: exit on help and usage errors before TensorFlow loads.
 
     Otherwise (a command will run), import TensorFlow with its native start-up log lines hidden. In any other
     process (``import ste``) this does nothing.
     """
-    if not _located_as_main() or "tensorflow" in sys.modules:
+    if not _launched_as_command_line() or "tensorflow" in sys.modules:
         return
     _parse(sys.argv[1:])  # argparse exits with status 0 (help, version) or 2 (usage error)
     _import_tensorflow_quietly()

@@ -122,6 +122,25 @@ def test_help_answers_without_importing_tensorflow():
     assert "ste" in modules and "tensorflow" not in modules and "keras" not in modules and "numpy" not in modules
 
 
+def test_console_script_answers_help_without_importing_tensorflow(tmp_path):
+    launcher = tmp_path / "ste"  # what pip writes for [project.scripts] ste = "ste.__main__:main"
+    launcher.write_text(
+        "import re\nimport sys\nfrom ste.__main__ import main\nif __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args, status in ((["--help"], 0), (["check", "atan", "--points", "0"], 2)):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", str(launcher), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+        assert done.returncode == status
+        assert "tensorflow" not in done.stderr  # -X importtime lists every imported module on stderr
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
