@@ -97,3 +97,17 @@ def test_readme_docs_command_installs_everything_the_build_imports():
     command = re.search(r"```bash\n(.+?)\n```", block, re.S).group(1)
     assert '.venv/bin/pip install -e ".[docs]"' in command and ".venv/bin/mkdocs build --strict" in command
     assert {"mkdocs-material", "mkdocstrings", "matplotlib"} <= _extra("docs")
+
+
+def test_gallery_is_readable(site):
+    """Thumbnails at least 240 px wide, each entry over its own width, plateaus as intervals."""
+    index = (site / "gallery" / "index.html").read_text()
+    widths = [int(w) for w in re.findall(r'<img alt="[^"]*" src="[^"]*\.png" width="(\d+)"', index)]
+    assert len(widths) == len(ste.registry.names()) and min(widths) >= 240
+    fast = (site / "gallery" / "fast_sigmoid" / "index.html").read_text()
+    # 1/(1+25|x|)² falls to half at |x| = (√2 − 1)/25 ≈ 0.0166: 4 half-widths is 0.066, rounded up to 0.08
+    assert "over x in [-0.08, 0.08]" in fast
+    assert "1 for x in [-0.5, 0.5]" in (site / "gallery" / "boxcar" / "index.html").read_text()
+    assert "0 everywhere" in (site / "gallery" / "zero" / "index.html").read_text()
+    png = (site / "gallery" / "fast_sigmoid.png").read_bytes()
+    assert int.from_bytes(png[16:20], "big") >= 2 * 240  # the image itself is wider than its thumbnail
