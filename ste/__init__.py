@@ -25,6 +25,7 @@ from ._errors import (
     RuleError,
     SpecError,
     STEError,
+    UnknownConstraintError,
     UnknownQuantizerError,
     UnknownSurrogateError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "STEError",
     "STEFunction",
     "SpecError",
+    "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",

@@ -27,6 +27,7 @@ __all__ = [
     "RuleError",
     "STEError",
     "SpecError",
+    "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
 ]
@@ -104,6 +105,13 @@ class UnknownSurrogateError(STEError, ValueError):
 
 class UnknownQuantizerError(STEError, ValueError):
     """No quantizer is known under the requested name (see ``ste.quantizers.names()``)."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class UnknownConstraintError(STEError, ValueError):
+    """No constraint is known under the requested name (see ``ste.constraints.names()``)."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

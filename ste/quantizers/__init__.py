@@ -13,7 +13,7 @@ Native quantizers (spec names in brackets): :class:`Sign` (``sign``), :class:`He
 ``dorefa_quantizer`` (:class:`DoReFa` with ``k_bit=``), :data:`DoReFaQuantizer`.
 """
 
-from ._base import Quantizer, QuantizerLike, get, names, register, serialize
+from ._base import Quantizer, QuantizerLike, get, lookup, names, register, serialize, unregister
 from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
 from ._larq import ApproxSign, DoReFaQuantizer, SteHeaviside, SteSign, SteTern, SwishSign
 from ._learned import LSQ, PACT
@@ -37,7 +37,9 @@ __all__ = [
     "Ternary",
     "Uniform",
     "get",
+    "lookup",
     "names",
     "register",
     "serialize",
+    "unregister",
 ]
