@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import math
 import os
-import re
 import sys
 import textwrap
 from collections.abc import Iterator, Sequence
@@ -304,22 +303,14 @@ def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: T
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 
-# The library's unknown-name message ends by telling the user to register the name; on the command line the
-# likely cause is a rule registered in a module that was not imported.
-_REGISTER_ADVICE = re.compile(r"\s*Register your own with[^\n]*$")
-
-
 def _message(error: Exception, imports: Sequence[str]) -> str:
+    """The error as one line; an unknown name also says how to load the user's module that registers it."""
     from ._errors import UnknownQuantizerError, UnknownSurrogateError
 
-    text = " ".join(str(error).split())  # one line
+    text = " ".join(str(error).split())
     if isinstance(error, (UnknownSurrogateError, UnknownQuantizerError)):
-        text = _REGISTER_ADVICE.sub("", text)
-        loaded = f" (imported: {', '.join(imports)})" if imports else ""
-        text += (
-            f" If the name is registered in your own code, import that module first{loaded}: "
-            "python -m ste --import MODULE ..."
-        )
+        loaded = f" (imported so far: {', '.join(imports)})" if imports else ""
+        text += f" On the command line, import the module that registers it{loaded}: python -m ste --import MODULE ..."
     return text
 
 

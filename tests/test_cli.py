@@ -226,7 +226,7 @@ def test_unknown_name_suggests_import_not_registration(capsys):
     assert "--import MODULE" in err and "Register your own" not in err
     assert main(["--import", "json", "show", "sigmoid_surogate"]) == 2
     err = capsys.readouterr().err
-    assert "did you mean 'sigmoid_surrogate'" in err and "(imported: json)" in err
+    assert "did you mean 'sigmoid_surrogate'" in err and "(imported so far: json)" in err
 
 
 def test_every_image_type_offered_is_one_matplotlib_writes():
