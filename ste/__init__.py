@@ -28,6 +28,7 @@ from ._errors import (
     UnknownConstraintError,
     UnknownQuantizerError,
     UnknownSurrogateError,
+    UnsupportedLayerError,
 )
 from ._export import export_quantized_weights
 from ._plot import plot
@@ -54,6 +55,7 @@ __all__ = [
     "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
     "__version__",
     "backward",
     "backward_like",
