@@ -9,7 +9,7 @@ from ._cli import answer_without_tensorflow as _answer_without_tensorflow
 
 _answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
 
-from . import constraints, layers, quantizers, registry, testing
+from . import constraints, layers, quantizers, registry, spiking, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -71,6 +71,7 @@ __all__ = [
     "plot",
     "quantizers",
     "registry",
+    "spiking",
     "summary",
     "testing",
 ]
