@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import constraints, layers, quantizers, registry, testing
+from . import activations, constraints, layers, quantizers, registry, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -49,6 +49,7 @@ __all__ = [
     "UnknownQuantizerError",
     "UnknownSurrogateError",
     "__version__",
+    "activations",
     "backward",
     "backward_like",
     "constraints",
