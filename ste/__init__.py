@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import activations, constraints, layers, quantizers, registry, testing
+from . import activations, constraints, layers, optimizers, quantizers, registry, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -23,6 +23,7 @@ from ._errors import (
     STEError,
     UnknownQuantizerError,
     UnknownSurrogateError,
+    VariableAssignmentError,
 )
 from ._export import export_quantized_weights
 from ._plot import plot
@@ -48,6 +49,7 @@ __all__ = [
     "SpecError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "VariableAssignmentError",
     "__version__",
     "activations",
     "backward",
@@ -56,6 +58,7 @@ __all__ = [
     "export_quantized_weights",
     "forward",
     "layers",
+    "optimizers",
     "plot",
     "quantizers",
     "registry",

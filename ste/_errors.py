@@ -29,6 +29,7 @@ __all__ = [
     "SpecError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "VariableAssignmentError",
 ]
 
 
@@ -136,6 +137,14 @@ class MissingDependencyError(STEError, ImportError, ValueError):
     An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
     ``TypeError`` or ``ValueError``.
     """
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class VariableAssignmentError(STEError, ValueError):
+    """:class:`ste.optimizers.CaseOptimizer` cannot give every variable to exactly one optimizer (a variable claimed
+    by two predicates, an optimizer that claims none, or a restored assignment that does not fit the model)."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -5,7 +5,7 @@
 ...                               kernel_constraint="weight_clip")
 """
 
-from ._base import KernelSlot, QuantLayerMixin
+from ._base import KernelSlot, QuantLayerMixin, kernel_precision
 from ._conv import QuantConv1D, QuantConv2D, QuantDepthwiseConv2D, QuantSeparableConv2D
 from ._dense import QuantDense
 
@@ -17,4 +17,5 @@ __all__ = [
     "QuantDepthwiseConv2D",
     "QuantLayerMixin",
     "QuantSeparableConv2D",
+    "kernel_precision",
 ]

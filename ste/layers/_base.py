@@ -8,6 +8,7 @@ which kernel attribute, and which constraint argument clips it. The kernel is qu
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, ClassVar, NamedTuple
 
 import keras
@@ -17,7 +18,7 @@ from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
 from .._errors import NotBuiltError
 
-__all__ = ["KernelSlot", "QuantLayerMixin"]
+__all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
 
 
 class KernelSlot(NamedTuple):
@@ -31,6 +32,24 @@ class KernelSlot(NamedTuple):
 def _precision(quantizer: Any) -> int | None:
     precision = getattr(quantizer, "precision", None)
     return precision if isinstance(precision, int) else None
+
+
+_KERNEL_TAG = "_ste_quantized_kernel_of"
+
+
+def kernel_precision(variable: Any) -> int | None:
+    """The bit width a quantized layer's quantizer gives ``variable`` (e.g. 1 for a kernel quantized by ``"sign"`` or
+    ``NoOp(precision=1)``), read from the layer when asked, so a quantizer replaced after building counts.
+
+    ``None`` for a variable that is not the kernel of a built ``ste`` quantized layer (or whose quantizer has no fixed
+    precision); a variable carrying larq's ``precision`` attribute reports that instead.
+    """
+    owner = getattr(variable, _KERNEL_TAG, None)
+    if owner is not None:
+        layer, attribute = owner[0](), owner[1]
+        if layer is not None and getattr(layer, attribute, None) is variable:
+            return layer.kernel_precisions.get(attribute)  # type: ignore[no-any-return]
+    return _precision(variable)
 
 
 class QuantLayerMixin:
@@ -87,6 +106,7 @@ class QuantLayerMixin:
             quantizer = getattr(self, slot.quantizer)
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
+            setattr(getattr(self, slot.kernel), _KERNEL_TAG, (weakref.ref(self), slot.kernel))  # kernel_precision
 
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
