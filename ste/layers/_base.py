@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from .. import constraints as ste_constraints
+from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._errors import NotBuiltError
 
@@ -57,6 +58,13 @@ class QuantLayerMixin:
 
     slots: ClassVar[tuple[KernelSlot, ...]] = ()
     input_quantizer: Any
+
+    def __init__(self, *args: Any, metrics: Any = None, **kwargs: Any) -> None:
+        """``metrics``: larq's per-layer training metrics, e.g. ``["flip_ratio"]`` (see :mod:`ste.metrics`)."""
+        names = ste_metrics.check_metric_names(type(self).__name__, metrics)
+        super().__init__(*args, **kwargs)
+        self._metric_names = names
+        self._flip_ratios: dict[str, ste_metrics.FlipRatio] = {}
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
@@ -107,6 +115,13 @@ class QuantLayerMixin:
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
             setattr(getattr(self, slot.kernel), _KERNEL_TAG, (weakref.ref(self), slot.kernel))  # kernel_precision
+        if "flip_ratio" in self._metric_names and not self._flip_ratios:
+            name = f"flip_ratio/{getattr(self, 'name', '')}"
+            for slot in self.slots:
+                kernel = getattr(self, slot.kernel)
+                metric = ste_metrics.FlipRatio(name=name if len(self.slots) == 1 else f"{name}/{slot.kernel}")
+                metric.build_for(tuple(kernel.shape), kernel.dtype)
+                self._flip_ratios[slot.kernel] = metric
 
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
@@ -118,7 +133,10 @@ class QuantLayerMixin:
         if isinstance(kernel, keras.Variable):
             kernel = kernel.value  # read here, in this layer's autocast scope (a quantizer layer clears it)
         quantizer = getattr(self, slot.quantizer)
-        return kernel if quantizer is None else quantizer(kernel)
+        quantized = kernel if quantizer is None else quantizer(kernel)
+        if self._flip_ratios and ste_metrics.in_training():
+            self._flip_ratios[slot.kernel].update_state(quantized)
+        return quantized
 
     @property
     def quantized_kernels(self) -> dict[str, tf.Tensor]:
@@ -144,6 +162,8 @@ class QuantLayerMixin:
         config = {"input_quantizer": ste_quantizers.serialize(self.input_quantizer)}
         for slot in self.slots:
             config[slot.quantizer] = ste_quantizers.serialize(getattr(self, slot.quantizer))
+        if self._metric_names:
+            config["metrics"] = list(self._metric_names)
         return config
 
     def _bias_and_activation(self, outputs: Any, channels: int, rank: int) -> Any:
