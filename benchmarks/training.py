@@ -17,11 +17,10 @@ The step is ``tf.function``-compiled (forward, loss, gradients, Adam update, con
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
-
-import statistics
 
 import keras
 import tensorflow as tf
