@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import activations, constraints, layers, metrics, optimizers, quantizers, registry, testing
+from . import activations, callbacks, constraints, layers, metrics, optimizers, quantizers, registry, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -54,6 +54,7 @@ __all__ = [
     "activations",
     "backward",
     "backward_like",
+    "callbacks",
     "constraints",
     "export_quantized_weights",
     "forward",
