@@ -26,7 +26,6 @@ def _float_tensor(x: Any) -> tf.Tensor:
     return x if x.dtype.is_floating else tf.cast(x, keras.config.floatx())
 
 
-@keras.saving.register_keras_serializable(package="ste")
 def hard_tanh(x: Any) -> tf.Tensor:
     """clip(x, −1, 1); gradient 1 on [−1, 1] (both ends included), 0 outside. larq's ``hard_tanh``."""
     x = _float_tensor(x)
@@ -34,7 +33,6 @@ def hard_tanh(x: Any) -> tf.Tensor:
     return tf.clip_by_value(x, -one, one)
 
 
-@keras.saving.register_keras_serializable(package="ste")
 def leaky_tanh(x: Any, alpha: float = 0.2) -> tf.Tensor:
     """clip(x, −1, 1) + α·(max(x, 1) − 1) + α·(min(x, −1) + 1): hard tanh with slope ``alpha`` outside [−1, 1].
 
@@ -46,3 +44,7 @@ def leaky_tanh(x: Any, alpha: float = 0.2) -> tf.Tensor:
     one = tf.constant(1, x.dtype)
     a = tf.constant(alpha, x.dtype)
     return tf.clip_by_value(x, -one, one) + a * (tf.maximum(x, one) - one) + a * (tf.minimum(x, -one) + one)
+
+
+for _activation in (hard_tanh, leaky_tanh):
+    keras.saving.register_keras_serializable(package="ste")(_activation)

@@ -117,7 +117,8 @@ class HyperparameterScheduler(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.update_freq == "step":
-            self._set(int(keras.ops.convert_to_numpy(self.optimizer.iterations)))
+            optimizer: Any = self.optimizer  # set by set_model
+            self._set(int(keras.ops.convert_to_numpy(optimizer.iterations)))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is not None:

@@ -29,12 +29,13 @@ __all__ = [
 
 
 @functools.lru_cache(maxsize=256)
-def _quantizer(cls: type[Quantizer], *args: Any) -> Quantizer:
+def _quantizer(cls: Any, *args: Any) -> Quantizer:
     """One shared quantizer per class and (positional, hashable) argument tuple."""
-    return cls(*args)
+    quantizer: Quantizer = cls(*args)
+    return quantizer
 
 
-def _apply(cls: type[Quantizer], x: Any, *args: Any) -> tf.Tensor:
+def _apply(cls: Any, x: Any, *args: Any) -> tf.Tensor:
     return _quantizer(cls, *args).call(as_tensor(x))
 
 
