@@ -144,3 +144,11 @@ def test_noop_kernel_counts_at_its_precision_in_the_layer():
     layer.build((None, 3))
     assert layer.kernel_precisions == {"kernel": 1}
     np.testing.assert_array_equal(layer.quantized_kernel.numpy(), layer.kernel.numpy())
+
+
+def test_summary_counts_a_noop_kernel_at_its_declared_precision():
+    model = keras.Sequential(
+        [keras.Input((3,)), ste.layers.QuantDense(4, kernel_quantizer=q.NoOp(precision=1), use_bias=False)]
+    )
+    (layer,) = ste.summary(model, print_fn=None).layers
+    assert layer.kernel_bits == (1,) and layer.params == {1: 12}
