@@ -190,7 +190,7 @@ def test_bop_and_adam_train_a_binarized_network_on_digits_to_95_percent():
     assert [v.path.split("/", 1)[1] for v in bop._trainable_variables] == ["binary_1/kernel", "binary_2/kernel"]
 
 
-def _fit_steps(model, optimizer, epochs=2, mixed=False):
+def _fit_steps(model, optimizer, epochs=1):
     x, _, y, _ = _models.digits()
     model.compile(optimizer, "sparse_categorical_crossentropy")
     model.fit(x[:128], y[:128], batch_size=32, epochs=epochs, shuffle=False, verbose=0)
@@ -201,7 +201,7 @@ def test_case_optimizer_under_mixed_precision():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:
-        model = _fit_steps(_models.binarized_mlp(hidden=32), _models.bop_adam(gamma=1e-2))
+        model = _fit_steps(_models.binarized_mlp(hidden=32), _models.bop_adam(gamma=1e-2), epochs=2)
     finally:
         keras.config.set_dtype_policy(previous)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -227,7 +227,7 @@ def test_case_optimizer_under_mirrored_strategy_matches_one_device():
             optimizer = _models.bop_adam(gamma=1e-2, threshold=1e-5)
             model.compile(optimizer, "sparse_categorical_crossentropy")
         x, _, y, _ = _models.digits()
-        model.fit(x[:128], y[:128], batch_size=32, epochs=2, shuffle=False, verbose=0)
+        model.fit(x[:128], y[:128], batch_size=32, epochs=1, shuffle=False, verbose=0)
         return _models.weights(model), _models.optimizer_state(optimizer)
 
     (mirrored, mirrored_state), (single, single_state) = run(_mirrored()), run(None)
