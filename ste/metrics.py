@@ -64,7 +64,10 @@ class FlipRatio(keras.metrics.Metric):  # type: ignore[misc]
         if self._previous is None:
             with tf.init_scope():
                 self.build_for(values.shape, wide)
-        changed = 1.0 - tf.reduce_mean(tf.cast(tf.equal(self._previous.value, values), tf.float32))
+        # Inside a mixed-precision layer call Keras autocasts variable reads to float16; the values are then float16
+        # too, so casting the stored (wider) copy back is exact.
+        previous = tf.cast(self._previous.value, wide)
+        changed = 1.0 - tf.reduce_mean(tf.cast(tf.equal(previous, values), tf.float32))
         compared = tf.cast(self._has_previous.value, tf.float32)
         self._total.assign_add(tf.cast(compared * changed, self._total.dtype))
         self._count.assign_add(tf.cast(compared, self._count.dtype))

@@ -201,7 +201,9 @@ def test_case_optimizer_under_mixed_precision():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_float16")
     try:
-        model = _fit_steps(_models.binarized_mlp(hidden=32), _models.bop_adam(gamma=1e-2), epochs=2)
+        model = _fit_steps(
+            _models.binarized_mlp(hidden=32, metrics=["flip_ratio"]), _models.bop_adam(gamma=1e-2), epochs=2
+        )
     finally:
         keras.config.set_dtype_policy(previous)
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -212,6 +214,7 @@ def test_case_optimizer_under_mixed_precision():
     # 8 steps; the loss scale optimizer skips those with non-finite (scaled) gradients, for every sub-optimizer alike
     assert 6 <= int(bop.iterations.numpy()) == int(case.iterations.numpy()) <= 8
     assert np.any(bop.variables[-1].numpy() != 0) and np.all(np.isfinite(bop.variables[-1].numpy()))
+    assert 0 < float(model.get_layer("binary_1").metrics[0].result()) < 1  # the float16 quantized kernel is compared
 
 
 def _mirrored() -> tf.distribute.Strategy:
@@ -223,14 +226,16 @@ def _mirrored() -> tf.distribute.Strategy:
 def test_case_optimizer_under_mirrored_strategy_matches_one_device():
     def run(strategy):
         with strategy.scope() if strategy else contextlib.nullcontext():
-            model = _models.binarized_mlp(hidden=32, per_sample_norm=True)
+            model = _models.binarized_mlp(hidden=32, per_sample_norm=True, metrics=["flip_ratio"])
             optimizer = _models.bop_adam(gamma=1e-2, threshold=1e-5)
             model.compile(optimizer, "sparse_categorical_crossentropy")
         x, _, y, _ = _models.digits()
-        model.fit(x[:128], y[:128], batch_size=32, epochs=1, shuffle=False, verbose=0)
-        return _models.weights(model), _models.optimizer_state(optimizer)
+        history = model.fit(x[:128], y[:128], batch_size=32, epochs=1, shuffle=False, verbose=0)
+        return _models.weights(model), _models.optimizer_state(optimizer), history.history["flip_ratio/binary_1"]
 
-    (mirrored, mirrored_state), (single, single_state) = run(_mirrored()), run(None)
+    (mirrored, mirrored_state, mirrored_flips), (single, single_state, single_flips) = run(_mirrored()), run(None)
+    np.testing.assert_allclose(mirrored_flips, single_flips, rtol=1e-6)  # the flip ratio, replicated
+    assert single_flips[0] > 0
     for key in single:
         np.testing.assert_allclose(mirrored[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
     for a, b in zip(mirrored_state, single_state):
