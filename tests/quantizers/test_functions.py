@@ -12,100 +12,103 @@ import ste
 from ste import quantizers as q
 
 from .conftest import FLOATS
+from .test_larq import GRID, clipped, larq_sign
 
-GRID = np.array([-4.0, -1.5, -1.0, -0.75, -0.5, -0.25, -0.05, 0.0, 0.05, 0.25, 0.5, 0.75, 1.0, 1.5, 4.0])
-
-
-def larq_sign(x):
-    return np.sign(np.sign(x) + 0.1)
-
-
-def clipped(x, dy, clip_value):
-    return dy if clip_value is None else np.where(np.abs(x) <= clip_value, dy, 0.0)
+RNG = np.random.default_rng(4)
+KERNEL = RNG.normal(size=(3, 3, 4, 6))
+WEIGHTS = RNG.normal(size=30)
+LEVELS = np.linspace(-0.5, 1.5, 41)
 
 
-@pytest.mark.parametrize("clip_value", [1.0, 0.5, None])
-def test_ste_sign(run, clip_value):
-    y, grad, dy = run(lambda x: q.ste_sign(x, clip_value=clip_value), GRID, tf.float32)
-    np.testing.assert_array_equal(y, larq_sign(GRID))
-    np.testing.assert_array_equal(grad, clipped(GRID, dy, clip_value))
+def _swish(x, dy, beta):
+    return dy * beta * (2 - beta * x * np.tanh(beta * x * 0.5)) / (1 + np.cosh(beta * x))
+
+
+def _tern(x, d):
+    return np.sign(np.sign(x + d) + np.sign(x - d))
+
+
+def _dorefa_weights(x, n):
+    t, m = np.tanh(x), np.max(np.abs(np.tanh(x)))
+    return 2 * (np.round((t / (2 * m) + 0.5) * n) / n) - 1
+
+
+def _scale(x):
+    return np.mean(np.abs(x), axis=(0, 1, 2))
+
+
+# (function form with larq's keywords, input, numpy value(x), numpy gradient(x, dy)) from larq 0.14's formulas.
+CASES = {
+    "ste_sign": (lambda v: q.ste_sign(v, clip_value=0.5), GRID, larq_sign, lambda x, dy: clipped(x, dy, 0.5)),
+    "ste_sign_unclipped": (lambda v: q.ste_sign(v, clip_value=None), GRID, larq_sign, lambda x, dy: dy),
+    "approx_sign": (
+        q.approx_sign,
+        GRID,
+        larq_sign,
+        lambda x, dy: np.where(np.abs(x) <= 1, (1 - np.abs(x)) * 2 * dy, 0),
+    ),
+    "swish_sign": (lambda v: q.swish_sign(v, beta=2.0), GRID, larq_sign, lambda x, dy: _swish(x, dy, 2.0)),
+    "ste_heaviside": (
+        lambda v: q.ste_heaviside(v, clip_value=0.25),
+        GRID,
+        lambda x: np.sign(np.maximum(x, 0.0)),
+        lambda x, dy: clipped(x, dy, 0.25),
+    ),
+    "ste_tern": (
+        lambda v: q.ste_tern(v, threshold_value=0.25, ternary_weight_networks=False, clip_value=0.5),
+        GRID,
+        lambda x: _tern(x, 0.25),
+        lambda x, dy: clipped(x, dy, 0.5),
+    ),
+    "ste_tern_twn": (
+        lambda v: q.ste_tern(v, ternary_weight_networks=True),
+        WEIGHTS,
+        lambda x: _tern(x, 0.7 * np.sum(np.abs(x)) / x.size),
+        lambda x, dy: clipped(x, dy, 1.0),
+    ),
+    "magnitude_aware_sign": (
+        lambda v: q.magnitude_aware_sign(v, clip_value=0.5),
+        KERNEL,
+        lambda x: _scale(x) * larq_sign(x),
+        lambda x, dy: _scale(x) * clipped(x, dy, 0.5),
+    ),
+    "dorefa_activations": (
+        lambda v: q.dorefa_quantizer(v, k_bit=4, mode="activations"),
+        LEVELS,
+        lambda x: np.round(np.clip(x, 0.0, 1.0) * 15) / 15,
+        lambda x, dy: np.where((x >= 0) & (x <= 1), dy, 0.0),
+    ),
+    "dorefa_weights": (
+        lambda v: q.dorefa_quantizer(v, k_bit=2, mode="weights"),
+        WEIGHTS,
+        lambda x: _dorefa_weights(x, 3),
+        lambda x, dy: dy * (1 - np.tanh(x) ** 2) / np.max(np.abs(np.tanh(x))),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_function_form_matches_larqs_formula(run, name):
+    fn, x, value, gradient = CASES[name]
+    y, grad, dy = run(fn, x, tf.float64)
+    np.testing.assert_allclose(y, value(x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grad, gradient(x, dy), rtol=1e-10, atol=1e-14)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_ste_sign_default_clip_in_every_dtype(run, dtype):
-    y, grad, dy = run(q.ste_sign, GRID, dtype)
-    np.testing.assert_array_equal(y, larq_sign(GRID))
-    np.testing.assert_array_equal(grad, clipped(GRID, dy, 1.0))
+@pytest.mark.parametrize("name", ["ste_sign", "approx_sign", "ste_tern"])
+def test_function_forms_keep_every_float_dtype(run, dtype, name):
+    fn, x, value, gradient = CASES[name]
+    y, grad, dy = run(fn, x, dtype)
+    np.testing.assert_array_equal(y, value(x))
+    np.testing.assert_allclose(grad, gradient(x, dy), rtol=1e-2)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_approx_sign(run, dtype):
-    y, grad, dy = run(q.approx_sign, GRID, dtype)
-    np.testing.assert_array_equal(y, larq_sign(GRID))
-    np.testing.assert_allclose(grad, np.where(np.abs(GRID) <= 1.0, (1 - np.abs(GRID)) * 2 * dy, 0.0), rtol=1e-2)
-
-
-@pytest.mark.parametrize("beta", [5.0, 2.0])
-def test_swish_sign(run, beta):
-    y, grad, dy = run(lambda x: q.swish_sign(x, beta=beta), GRID, tf.float64)
-    bx = beta * GRID
-    np.testing.assert_array_equal(y, larq_sign(GRID))
-    np.testing.assert_allclose(
-        grad, dy * beta * (2 - bx * np.tanh(bx * 0.5)) / (1 + np.cosh(bx)), rtol=1e-10, atol=1e-14
-    )
-
-
-@pytest.mark.parametrize("clip_value", [1.0, 0.25])
-def test_ste_heaviside(run, clip_value):
-    y, grad, dy = run(lambda x: q.ste_heaviside(x, clip_value=clip_value), GRID, tf.float32)
-    np.testing.assert_array_equal(y, np.sign(np.maximum(GRID, 0.0)))
-    np.testing.assert_array_equal(grad, clipped(GRID, dy, clip_value))
-
-
-@pytest.mark.parametrize(("threshold_value", "clip_value"), [(0.05, 1.0), (0.25, 0.5)])
-def test_ste_tern(run, threshold_value, clip_value):
-    fn = lambda x: q.ste_tern(  # noqa: E731
-        x, threshold_value=threshold_value, ternary_weight_networks=False, clip_value=clip_value
-    )
-    y, grad, dy = run(fn, GRID, tf.float32)
-    t = threshold_value
-    np.testing.assert_array_equal(y, np.sign(np.sign(GRID + t) + np.sign(GRID - t)))
-    np.testing.assert_array_equal(grad, clipped(GRID, dy, clip_value))
-
-
-def test_ste_tern_ternary_weight_networks(run):
-    x = np.random.default_rng(3).normal(size=50)
-    y, grad, dy = run(lambda v: q.ste_tern(v, ternary_weight_networks=True), x, tf.float64)
-    d = 0.7 * np.sum(np.abs(x)) / x.size
-    np.testing.assert_array_equal(y, np.sign(np.sign(x + d) + np.sign(x - d)))
-    np.testing.assert_array_equal(grad, clipped(x, dy, 1.0))
-
-
-@pytest.mark.parametrize("clip_value", [1.0, 0.5])
-def test_magnitude_aware_sign(run, clip_value):
-    x = np.random.default_rng(4).normal(size=(3, 3, 4, 6))
-    y, grad, dy = run(lambda v: q.magnitude_aware_sign(v, clip_value=clip_value), x, tf.float64)
-    scale = np.mean(np.abs(x), axis=(0, 1, 2))
-    np.testing.assert_allclose(y, scale * larq_sign(x), rtol=1e-12)
-    np.testing.assert_allclose(grad, scale * clipped(x, dy, clip_value), rtol=1e-12)
-
-
-@pytest.mark.parametrize("k_bit", [1, 2, 4])
-def test_dorefa_quantizer_activations(run, k_bit):
-    n = 2**k_bit - 1
-    x = np.linspace(-0.5, 1.5, 41)
-    y, grad, dy = run(lambda v: q.dorefa_quantizer(v, k_bit=k_bit, mode="activations"), x, tf.float64)
-    np.testing.assert_allclose(y, np.round(np.clip(x, 0.0, 1.0) * n) / n, atol=1e-12)
-    np.testing.assert_array_equal(grad, np.where((x >= 0) & (x <= 1), dy, 0.0))
-
-
-def test_dorefa_quantizer_weights(run):
-    x = np.random.default_rng(5).normal(size=30)
-    y, grad, dy = run(lambda v: q.dorefa_quantizer(v, k_bit=2, mode="weights"), x, tf.float64)
-    t = np.tanh(x)
-    m = np.max(np.abs(t))
-    np.testing.assert_allclose(y, 2 * (np.round((t / (2 * m) + 0.5) * 3) / 3) - 1, atol=1e-12)
-    np.testing.assert_allclose(grad, dy * (1 - t**2) / m, rtol=1e-10)
+def test_function_forms_use_larqs_defaults(run):
+    for fn, reference in [(q.ste_sign, "ste_sign"), (q.ste_heaviside, "ste_heaviside"), (q.swish_sign, "swish_sign")]:
+        _, grad, _ = run(fn, GRID, tf.float64)
+        _, expected, _ = run(q.get(reference), GRID, tf.float64)  # the class with larq's defaults
+        np.testing.assert_array_equal(grad, expected)
 
 
 def test_function_forms_reject_bad_arguments_with_ste_errors():
