@@ -283,3 +283,23 @@ def test_unbuilt_case_optimizer_with_a_lambda_fails_at_save_not_at_load():
     optimizer = CaseOptimizer((lambda v: True, Bop()))
     with pytest.raises(ste.ParameterError, match="cannot save predicate 0"):
         optimizer.get_config()
+
+
+def test_a_restored_assignment_must_fit_the_model_it_is_built_on():
+    model = _built(_models.binarized_mlp(hidden=8), _models.bop_adam())
+    config = model.optimizer.get_config()
+    assert [claim for _, claim in config["assignment"]] == [0, 1, 1, 0, 1, 1]  # Bop: the two binary kernels
+    other = keras.Sequential([keras.Input((64,)), keras.layers.Dense(3)])
+    with pytest.raises(ste.VariableAssignmentError, match="saved assignment"):
+        _built(other, CaseOptimizer.from_config(config))
+
+
+def test_threshold_schedule_round_trips_and_is_read_at_bops_step():
+    threshold = keras.optimizers.schedules.PiecewiseConstantDecay([0], [10.0, 0.0])  # step 0: 10, then 0
+    bop = Bop.from_config(Bop(threshold=threshold, gamma=1.0).get_config())
+    assert isinstance(bop.threshold, keras.optimizers.schedules.PiecewiseConstantDecay)
+    variable = keras.Variable([1.0])
+    bop.apply([tf.constant([1.0])], [variable])  # w·m = 1 <= τ = 10: kept
+    assert variable.numpy().tolist() == [1.0]
+    bop.apply([tf.constant([1.0])], [variable])  # w·m = 1 > τ = 0: flipped
+    assert variable.numpy().tolist() == [-1.0]
