@@ -61,10 +61,28 @@ class QuantLayerMixin:
 
     def __init__(self, *args: Any, metrics: Any = None, **kwargs: Any) -> None:
         """``metrics``: larq's per-layer training metrics, e.g. ``["flip_ratio"]`` (see :mod:`ste.metrics`)."""
-        names = ste_metrics.check_metric_names(type(self).__name__, metrics)
+        ste_metrics.check_metric_names(type(self).__name__, metrics)  # before Keras builds anything
         super().__init__(*args, **kwargs)
-        self._metric_names = names
+        self._set_metrics(metrics)
+
+    def _set_metrics(self, metrics: Any) -> None:
+        """Keep the validated metric names; the metrics themselves are created with the kernels, in ``build``."""
+        self._metric_names = ste_metrics.check_metric_names(type(self).__name__, metrics)
         self._flip_ratios: dict[str, ste_metrics.FlipRatio] = {}
+
+    def _build_metrics(self) -> None:
+        """One :class:`ste.metrics.FlipRatio` per kernel when ``"flip_ratio"`` was asked for."""
+        if "flip_ratio" not in self._metric_names or self._flip_ratios:
+            return
+        name = f"flip_ratio/{getattr(self, 'name', '')}"
+        for slot in self.slots:
+            kernel = getattr(self, slot.kernel)
+            metric = ste_metrics.FlipRatio(name=name if len(self.slots) == 1 else f"{name}/{slot.kernel}")
+            metric.build_for(tuple(kernel.shape), kernel.dtype)
+            self._flip_ratios[slot.kernel] = metric
+
+    def _metrics_config(self) -> dict[str, Any]:
+        return {"metrics": list(self._metric_names)} if self._metric_names else {}
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
@@ -115,13 +133,7 @@ class QuantLayerMixin:
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
             setattr(getattr(self, slot.kernel), _KERNEL_TAG, (weakref.ref(self), slot.kernel))  # kernel_precision
-        if "flip_ratio" in self._metric_names and not self._flip_ratios:
-            name = f"flip_ratio/{getattr(self, 'name', '')}"
-            for slot in self.slots:
-                kernel = getattr(self, slot.kernel)
-                metric = ste_metrics.FlipRatio(name=name if len(self.slots) == 1 else f"{name}/{slot.kernel}")
-                metric.build_for(tuple(kernel.shape), kernel.dtype)
-                self._flip_ratios[slot.kernel] = metric
+        self._build_metrics()
 
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
@@ -162,9 +174,7 @@ class QuantLayerMixin:
         config = {"input_quantizer": ste_quantizers.serialize(self.input_quantizer)}
         for slot in self.slots:
             config[slot.quantizer] = ste_quantizers.serialize(getattr(self, slot.quantizer))
-        if self._metric_names:
-            config["metrics"] = list(self._metric_names)
-        return config
+        return {**config, **self._metrics_config()}
 
     def _bias_and_activation(self, outputs: Any, channels: int, rank: int) -> Any:
         """Add the bias (channels-last or -first) and apply the activation, as the Keras conv layers do."""
