@@ -21,8 +21,10 @@ from ._errors import (
     RuleError,
     SpecError,
     STEError,
+    UnknownConstraintError,
     UnknownQuantizerError,
     UnknownSurrogateError,
+    UnsupportedLayerError,
     VariableAssignmentError,
 )
 from ._export import export_quantized_weights
@@ -47,8 +49,10 @@ __all__ = [
     "STEError",
     "STEFunction",
     "SpecError",
+    "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
     "VariableAssignmentError",
     "__version__",
     "activations",

@@ -27,8 +27,10 @@ __all__ = [
     "RuleError",
     "STEError",
     "SpecError",
+    "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
     "VariableAssignmentError",
 ]
 
@@ -110,6 +112,13 @@ class UnknownQuantizerError(STEError, ValueError):
         __init__ = Exception.__init__
 
 
+class UnknownConstraintError(STEError, ValueError):
+    """No constraint is known under the requested name (see ``ste.constraints.names()``)."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
 class NotBuiltError(STEError, ValueError):
     """A Keras layer or model must be built (called on data, or given an ``Input``) before this operation."""
 
@@ -137,6 +146,14 @@ class MissingDependencyError(STEError, ImportError, ValueError):
     An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
     ``TypeError`` or ``ValueError``.
     """
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class UnsupportedLayerError(STEError, ValueError):
+    """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
+    layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

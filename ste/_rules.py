@@ -89,6 +89,7 @@ class SurrogateRule:
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
+        self.surrogate.check_dtype(specs[0].dtype)  # hyperparameters that overflow this dtype: ParameterError
         constant = self.surrogate.constant_derivative
         if constant is None:
             assert inputs is not None

@@ -11,12 +11,12 @@ Native quantizers (spec names in brackets): :class:`Sign` (``sign``), :class:`He
 :class:`SteSign` (``ste_sign``), :class:`ApproxSign` (``approx_sign``), :class:`SwishSign` (``swish_sign``),
 :class:`SteHeaviside` (``ste_heaviside``), :class:`SteTern` (``ste_tern``), ``magnitude_aware_sign`` and
 ``dorefa_quantizer`` (:class:`DoReFa` with ``k_bit=``), :data:`DoReFaQuantizer`;
-:class:`NoOp` (``noop``, identity with a declared precision).
+:class:`NoOp` (identity with a declared precision; no spec name).
 larq's function forms: :func:`ste_sign`, :func:`approx_sign`, :func:`swish_sign`, :func:`ste_heaviside`,
 :func:`ste_tern`, :func:`magnitude_aware_sign`, :func:`dorefa_quantizer` (larq's keyword names).
 """
 
-from ._base import Quantizer, QuantizerLike, get, names, register, serialize
+from ._base import Quantizer, QuantizerLike, get, lookup, names, register, serialize, unregister
 from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
 from ._functions import (
     approx_sign,
@@ -53,6 +53,7 @@ __all__ = [
     "approx_sign",
     "dorefa_quantizer",
     "get",
+    "lookup",
     "magnitude_aware_sign",
     "names",
     "register",
@@ -61,4 +62,5 @@ __all__ = [
     "ste_sign",
     "ste_tern",
     "swish_sign",
+    "unregister",
 ]

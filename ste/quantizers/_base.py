@@ -13,24 +13,23 @@ are parsed with :func:`ste.registry.parse_spec` (``ast``, literals only, never `
 
 from __future__ import annotations
 
-import difflib
 import math
 import numbers
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Union
 
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError, SpecError, STEError, UnknownQuantizerError
+from .._errors import ParameterError, SpecError, UnknownQuantizerError
+from .._keras_lookup import publish_activation
+from .._names import NameTable, build
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
 
-__all__ = ["Quantizer", "QuantizerLike", "get", "names", "register", "serialize"]
+__all__ = ["Quantizer", "QuantizerLike", "get", "lookup", "names", "register", "serialize", "unregister"]
 
-_LOCK = threading.RLock()
-_QUANTIZERS: dict[str, type[Quantizer]] = {}
+_TABLE: NameTable[type[Quantizer]] = NameTable("quantizer", UnknownQuantizerError, on_change=publish_activation)
 
 Q = TypeVar("Q", bound="type[Quantizer]")
 
@@ -83,11 +82,23 @@ def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16) -> int:
 
 def check_number(owner: str, field: str, value: Any, *, positive: bool = False) -> float:
     """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.ParameterError`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ParameterError(f"{owner}: {field} must be a finite number; received {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
+        raise ParameterError(f"{owner}: {field} must be a finite number; received {_short(value)}.")
     if positive and float(value) <= 0:
         raise ParameterError(f"{owner}: {field} must be > 0; received {value!r}.")
     return float(value)
+
+
+def _finite(value: numbers.Real) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int beyond float range
+        return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def resolve_surrogate(owner: str, surrogate: SurrogateLike) -> Surrogate:
@@ -98,32 +109,28 @@ def resolve_surrogate(owner: str, surrogate: SurrogateLike) -> Surrogate:
         raise SpecError(f"{owner}: cannot use surrogate={surrogate!r}: {error}") from None
 
 
-def register(name: str) -> Callable[[Q], Q]:
-    """Class decorator: make a :class:`Quantizer` subclass available by ``name`` in :func:`get` and spec strings."""
+def register(name: str, *, replace: bool = False) -> Callable[[Q], Q]:
+    """Class decorator: make a :class:`Quantizer` subclass available by ``name`` in :func:`get` and spec strings.
 
-    def decorate(cls: Q) -> Q:
-        if not name.isidentifier():
-            raise SpecError(f"a quantizer name must be a Python identifier; got {name!r}.")
-        with _LOCK:
-            _QUANTIZERS[name] = cls
-        return cls
+    Names follow the rules of :func:`ste.registry.register`: an identifier that is not a keyword, NFKC-normalised;
+    an existing name (a built-in included) needs ``replace=True``, else :class:`ste.RegistrationError`.
+    """
+    return _TABLE.decorator(name, replace=replace)
 
-    return decorate
+
+def unregister(name: str) -> None:
+    """Remove the quantizer name ``name`` (built-ins included; re-register them with ``replace=True``)."""
+    _TABLE.unregister(name)
 
 
 def names() -> list[str]:
     """The quantizer names accepted by :func:`get` (and in spec strings), sorted."""
-    with _LOCK:
-        return sorted(_QUANTIZERS)
+    return _TABLE.names()
 
 
-def _unknown(name: str, spec: str) -> UnknownQuantizerError:
-    known = names()
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    return UnknownQuantizerError(
-        f"no quantizer named {name!r} (in {spec!r}); {hint}known quantizers: {', '.join(known)}."
-    )
+def lookup(name: str) -> type[Quantizer]:
+    """The quantizer class registered under ``name`` (:class:`ste.UnknownQuantizerError` with suggestions)."""
+    return _TABLE.lookup(name)
 
 
 def _from_spec(spec: str) -> Quantizer:
@@ -135,19 +142,12 @@ def _from_spec(spec: str) -> Quantizer:
             f"arguments, e.g. 'sign', \"sign(surrogate='approx_sign')\" or \"dorefa(bits=4, mode='activations')\". "
             f"({error})"
         ) from None
-    with _LOCK:
-        cls = _QUANTIZERS.get(name)
-    if cls is None:
-        raise _unknown(name, spec)
-    try:
-        quantizer: Quantizer = cls(*args, **kwargs)
-    except STEError:
-        raise
-    except (TypeError, ValueError) as error:  # e.g. an unknown keyword argument
-        raise ParameterError(
-            f"quantizer spec {spec!r}: {cls.__name__} cannot be built with these arguments ({error})."
-        ) from None
-    return quantizer
+    cls = _TABLE.lookup(name, spec)
+    return build(f"quantizer spec {_shown(spec)} ({cls.__name__})", cls, args, kwargs)
+
+
+def _shown(spec: str) -> str:
+    return repr(spec) if len(spec) <= 80 else repr(spec[:77] + "...")
 
 
 def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:

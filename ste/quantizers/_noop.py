@@ -14,18 +14,17 @@ import keras
 import tensorflow as tf
 
 from .._errors import ParameterError
-from ._base import Quantizer, as_tensor, register
+from ._base import Quantizer, as_tensor
 
 __all__ = ["NoOp"]
 
 
 @keras.saving.register_keras_serializable(package="ste")
-@register("noop")
 class NoOp(Quantizer):
     """Identity quantizer with a declared ``precision`` (bits, 1–32): output = input, gradient = dy.
 
-    ``NoOp(precision=1)`` on a kernel trained by :class:`ste.optimizers.Bop` marks it binary. Spec name ``"noop"``
-    (e.g. ``"noop(precision=1)"``).
+    ``NoOp(precision=1)`` on a kernel trained by :class:`ste.optimizers.Bop` marks it binary. It has no spec name
+    (a name must build with no arguments, and ``precision`` has no default, as in larq): pass the object.
     """
 
     def __init__(self, precision: int, **kwargs: Any) -> None:

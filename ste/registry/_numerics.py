@@ -38,6 +38,7 @@ def elementwise(method: Callable[[S, tf.Tensor], tf.Tensor]) -> Callable[[S, tf.
             return tf.cast(method(self, tf.cast(x, tf.float32)), x.dtype)
         return method(self, x)
 
+    wrapper.widens_half = True  # type: ignore[attr-defined]  # read by Surrogate.compute_dtype
     return wrapper
 
 

@@ -5,23 +5,24 @@ All reads and writes hold one re-entrant lock, so several threads may register a
 
 from __future__ import annotations
 
-import difflib
 import inspect
-import keyword
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Union, overload
 
 import tensorflow as tf
 
 from .._errors import ParameterError, RegistrationError, SpecError, UnknownSurrogateError
+from .._names import NameTable, build
 from ._spec import parse_spec
 from ._surrogate import Surrogate
 
-__all__ = ["SurrogateLike", "get", "lookup", "names", "register", "unregister"]
+__all__ = ["SurrogateLike", "get", "lookup", "names", "register", "registered_class", "unregister"]
 
-_LOCK = threading.RLock()
-_REGISTRY: dict[str, type[Surrogate]] = {}
+_TABLE: NameTable[type[Surrogate]] = NameTable(
+    "surrogate",
+    UnknownSurrogateError,
+    " A name registered in your own code is known once the module that registers it is imported.",
+)
 
 T = TypeVar("T")
 
@@ -31,36 +32,25 @@ SurrogateLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any]]
 
 def names() -> list[str]:
     """The registered surrogate names, sorted."""
-    with _LOCK:
-        return sorted(_REGISTRY)
-
-
-def _unknown(name: str) -> UnknownSurrogateError:
-    known = names()
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    error: UnknownSurrogateError = UnknownSurrogateError(
-        f"no surrogate named {name!r}; {hint}known names: {', '.join(known)}. "
-        f"Register your own with @ste.registry.register({name!r})."
-    )
-    return error
+    return _TABLE.names()
 
 
 def lookup(name: str) -> type[Surrogate]:
-    """The class registered under ``name`` (raises :class:`ste.UnknownSurrogateError` with suggestions)."""
-    with _LOCK:
-        cls = _REGISTRY.get(name)
-    if cls is None:
-        raise _unknown(name)
-    return cls
+    """The class registered under ``name`` (raises :class:`ste.UnknownSurrogateError` with suggestions).
+
+    Names are NFKC-normalised as Python normalises identifiers (``"µ"``, micro sign, is ``"μ"``, Greek mu).
+    """
+    return _TABLE.lookup(name)
+
+
+def registered_class(name: str) -> type[Surrogate] | None:
+    """The class registered under ``name``, or None."""
+    return _TABLE.get(name)
 
 
 def unregister(name: str) -> None:
-    """Remove ``name`` from the registry (for tests and interactive sessions)."""
-    with _LOCK:
-        if name not in _REGISTRY:
-            raise _unknown(name)
-        del _REGISTRY[name]
+    """Remove ``name`` from the registry (built-ins included; re-register them with ``replace=True``)."""
+    _TABLE.unregister(name)
 
 
 def _class_from_function(
@@ -119,37 +109,30 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
     (hyperparameters are its keyword parameters with defaults; ``primitive(x, **params)`` may accompany it).
     An existing name raises :class:`ste.RegistrationError` unless ``replace=True``. Returns ``obj`` unchanged.
     """
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise RegistrationError(
-            f"a surrogate name must be a Python identifier (it is used in spec strings); got {name!r}."
-        )
+    normal = _TABLE.check_name(name)
 
     def decorate(target: T) -> T:
         if isinstance(target, type) and issubclass(target, Surrogate):
             if primitive is not None:
                 raise RegistrationError(
-                    f"cannot register {name!r}: give a Surrogate subclass its primitive as a method."
+                    f"cannot register {normal!r}: give a Surrogate subclass its primitive as a method."
                 )
             cls: type[Surrogate] = target
         elif callable(target) and not isinstance(target, type):
-            cls = _class_from_function(name, target, primitive)
+            cls = _class_from_function(normal, target, primitive)
         else:
             raise RegistrationError(
-                f"cannot register {name!r}: expected a Surrogate subclass or a function derivative(x, **params); "
+                f"cannot register {normal!r}: expected a Surrogate subclass or a function derivative(x, **params); "
                 f"received {type(target).__name__}."
             )
-        with _LOCK:  # check, name and insert atomically: two threads cannot both claim one class or one name
-            if name in _REGISTRY and not replace:
-                raise RegistrationError(
-                    f"a surrogate named {name!r} is already registered ({_REGISTRY[name].__qualname__}); "
-                    f"pass replace=True to overwrite it, or choose another name."
-                )
-            # A name inherited from a registered parent class does not count: a subclass of a built-in gets its own.
+        with _TABLE.lock:  # check, name and insert atomically: two threads cannot both claim one class or one name
+            if normal in _TABLE and not replace:
+                _TABLE.register(normal, cls)  # raises RegistrationError naming the existing entry
             own_name = cls.__dict__.get("name", "")
-            if own_name and own_name != name:  # the class itself already carries another name: register a copy
+            if own_name and own_name != normal:  # the class already carries another name: register a copy
                 cls = type(cls.__name__, (cls,), {"__doc__": cls.__doc__, "__module__": cls.__module__})
-            cls.name = name
-            _REGISTRY[name] = cls
+            cls.name = normal
+            _TABLE.register(normal, cls, replace=True)
         return target
 
     if obj is not None:
@@ -175,15 +158,19 @@ def get(spec: SurrogateLike, /, **params: Any) -> Surrogate:
         return Surrogate.from_config(spec)
     if isinstance(spec, str):
         name, args, kwargs = parse_spec(spec)
-        cls = lookup(name)
+        cls = _TABLE.lookup(name, spec if spec.strip() != name else "")
         clash = sorted(set(kwargs) & set(params))
         if clash:
             raise SpecError(f"parameter(s) {clash} given both in the spec {spec!r} and as keyword arguments.")
         try:
-            return cls(*args, **kwargs, **params)
+            return build(f"surrogate '{cls.name or name}'", cls, args, {**kwargs, **params})
         except ParameterError as error:
-            raise ParameterError(f"{error} (while reading the spec {spec!r})") from None
+            raise ParameterError(f"{error} (while reading the spec {_shown(spec)})") from None
     raise SpecError(
         f"expected a surrogate name, spec string, config dict, Surrogate class or instance; received "
         f"{type(spec).__name__} {spec!r}."
     )
+
+
+def _shown(spec: str) -> str:
+    return repr(spec) if len(spec) <= 80 else repr(spec[:77] + "...")

@@ -82,7 +82,7 @@ class TanhSurrogate(Surrogate):
     def derivative(self, x: tf.Tensor) -> tf.Tensor:
         beta = self.param("beta", x.dtype)
         z2 = 2 * (beta * x)
-        return 4 * beta * tf.sigmoid(z2) * tf.sigmoid(-z2)
+        return beta * (4 * tf.sigmoid(z2) * tf.sigmoid(-z2))  # 4·beta could overflow where beta does not
 
     @elementwise
     def primitive(self, x: tf.Tensor) -> tf.Tensor:
@@ -109,7 +109,7 @@ class Atan(Surrogate):
     @elementwise
     def derivative(self, x: tf.Tensor) -> tf.Tensor:
         alpha = self.param("alpha", x.dtype)
-        w = (alpha * (math.pi / 2)) * x
+        w = alpha * (x * (math.pi / 2))  # alpha·π/2 could overflow (and inf·0 is NaN) where alpha does not
         return (alpha / 2) / (1 + w * w)
 
     @elementwise
@@ -257,7 +257,7 @@ class SwishSign(Surrogate):
         beta = self.param("beta", x.dtype)
         z = self._z(x)
         q = tf.sigmoid(z) * tf.sigmoid(-z)
-        return (2 * beta) * q * (2 - z * tf.tanh(z / 2))
+        return beta * (2 * q * (2 - z * tf.tanh(z / 2)))  # 2·beta could overflow where beta does not
 
     @elementwise
     def primitive(self, x: tf.Tensor) -> tf.Tensor:

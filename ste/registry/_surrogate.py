@@ -17,6 +17,8 @@ way a dataclass does::
 
 from __future__ import annotations
 
+import copy
+import importlib
 import inspect
 import math
 import numbers
@@ -26,8 +28,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
+from typing_extensions import dataclass_transform
 
-from .._errors import ParameterError, SpecError
+from .._errors import ParameterError, RegistrationError, SpecError
 
 __all__ = ["Surrogate"]
 
@@ -37,6 +40,62 @@ _NO_DEFAULT = inspect.Parameter.empty
 def _is_classvar(annotation: Any) -> bool:
     text = annotation if isinstance(annotation, str) else repr(annotation)
     return "ClassVar" in text
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
+def _importable(cls: type) -> bool:
+    """Whether pickle can find ``cls`` by its module and qualified name."""
+    try:
+        found: Any = importlib.import_module(cls.__module__)
+        for part in cls.__qualname__.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return False
+    return found is cls
+
+
+def _restore(reference: type[Surrogate] | str, params: dict[str, Any]) -> Surrogate:
+    """Unpickle: rebuild from a class or a registry name and the parameters."""
+    if isinstance(reference, str):
+        from ._registry import lookup
+
+        reference = lookup(reference)
+    return reference(**params)
+
+
+def _tiny(dtype: tf.DType) -> float:
+    """The smallest positive normal number of ``dtype`` (TensorFlow's CPU kernels flush subnormals to zero)."""
+    if dtype == tf.bfloat16:
+        return float(np.finfo(np.float32).tiny)  # bfloat16 has float32's exponent range
+    return float(np.finfo(dtype.as_numpy_dtype).tiny)
+
+
+def _cast(number: float, dtype: tf.DType) -> float:
+    """``number`` rounded to ``dtype`` (inf when out of range), as a Python float."""
+    if dtype == tf.float64:
+        return number
+    with tf.init_scope():
+        return float(tf.cast(tf.constant(number, tf.float64), dtype).numpy())
+
+
+def _probe_points(dtype: tf.DType, scales: list[float]) -> np.ndarray:
+    """Inputs where a derivative is largest or most fragile: 0, ±1, ±tiny, ±max, and around each parameter scale."""
+    largest = float(dtype.max)
+    values = {0.0, 1.0, _tiny(dtype), largest, 0.5}
+    for scale in scales:
+        for candidate in (scale, scale / 2, 1 / scale, 0.5 / scale, 2.4 / scale):
+            if math.isfinite(candidate):
+                values.add(min(abs(candidate), largest))
+    ordered = sorted(values)
+    return np.asarray([-v for v in reversed(ordered) if v] + ordered, dtype=np.float64)
+
+
+def _as_tensor(points: np.ndarray, dtype: tf.DType) -> tf.Tensor:
+    return tf.cast(tf.constant(points, tf.float64), dtype)
 
 
 def _scalar_value(value: Any) -> float | None:
@@ -49,18 +108,24 @@ def _scalar_value(value: Any) -> float | None:
     return float(value)
 
 
+@dataclass_transform(frozen_default=True)
 class Surrogate:
     """A local derivative ``d(x)`` used as the backward pass of an elementwise op: the VJP is ``dy * d(x)``.
 
     Hyperparameters are declared on subclasses as annotated class attributes with defaults and are passed to the
     constructor by keyword (or positionally, in declaration order). They are Python numbers (or ``None`` where an
     entry documents it) or scalar tensors, and are read back as attributes (``surrogate.beta``) or through
-    :attr:`params`. Instances are immutable and compare equal by name and parameters (a scalar tensor by its value,
-    a ``tf.Variable`` by identity, since its value may change).
+    :attr:`params`; type checkers see them as the constructor's typed parameters
+    (``typing_extensions.dataclass_transform``). Instances are immutable and compare equal by class and parameters
+    (a scalar tensor by its value, a ``tf.Variable`` by identity, since its value may change). They copy, deep-copy
+    and pickle (a class defined at module level by reference, one made by :func:`ste.registry.register` from a
+    function by its registry name).
 
     Class attributes a subclass may set:
 
-    * ``name``: the registry name; set by :func:`ste.registry.register`.
+    * ``name``: the registry name; set by :func:`ste.registry.register` (a subclass does not inherit it: an
+      unregistered subclass has no name and :meth:`get_config` refuses it, so that it is never saved under its
+      parent's name).
     * ``reference``: where the formula comes from.
     * ``formula``: the derivative in plain text, for documentation and ``repr``-free displays.
     """
@@ -76,6 +141,8 @@ class Surrogate:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = ""  # a registry name belongs to one class; register() sets it
         fields: dict[str, Any] = {}
         nullable: set[str] = set()
         for klass in reversed(cls.__mro__):
@@ -152,8 +219,15 @@ class Surrogate:
                 f"surrogate '{label}': parameter '{field}' must be a real number or a scalar tensor; received "
                 f"{type(value).__name__} {value!r}."
             )
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ParameterError(
+                f"surrogate '{label}': parameter '{field}' = {_short(value)} is too large for a float. Fix: pass a "
+                f"finite number, e.g. {label}({field}={default!r})."
+            ) from None
         if isinstance(default, float) and not isinstance(value, float):
-            return float(value)
+            return number
         if isinstance(value, np.generic):
             return value.item()
         return value
@@ -233,7 +307,7 @@ class Surrogate:
                 items.append((field, ("tensor", id(value)) if number is None else number))
             else:
                 items.append((field, value))
-        return (self.name or type(self).__qualname__, tuple(items))
+        return (type(self), tuple(items))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Surrogate):
@@ -246,6 +320,84 @@ class Surrogate:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable; build a new one with get('{self.name}', ...)")
 
+    def __copy__(self) -> Surrogate:
+        return self  # immutable
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Surrogate:
+        return type(self)(**copy.deepcopy(dict(self._params), memo))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle, copy and deep-copy by class reference (or registry name) and parameters."""
+        cls = type(self)
+        reference: Any = cls if _importable(cls) else self.name
+        if not reference:
+            raise RegistrationError(
+                f"cannot pickle surrogate {self!r}: its class {cls.__qualname__} is neither defined at module level "
+                f"nor registered. Fix: define it at module level or register it with @ste.registry.register('name')."
+            )
+        return (_restore, (reference, dict(self._params)))
+
+    # -- computation dtype ------------------------------------------------------------------------------------
+
+    def compute_dtype(self, dtype: tf.DType) -> tf.DType:
+        """The dtype :meth:`derivative` computes in for inputs of ``dtype`` (float32 for half-precision inputs of
+        entries decorated with :func:`ste.registry._numerics.elementwise`)."""
+        dtype = tf.as_dtype(dtype)
+        if dtype in (tf.float16, tf.bfloat16) and getattr(type(self).derivative, "widens_half", False):
+            return tf.float32
+        return dtype
+
+    def check_dtype(self, dtype: tf.DType, op: str = "") -> None:
+        """Raise :class:`ste.ParameterError` if the hyperparameters do not fit inputs of ``dtype``.
+
+        A parameter that becomes inf, 0 or subnormal in the computation dtype (``beta=1e39`` in float32,
+        ``sigma=1e-300``), or a derivative that is not finite for some input of ``dtype`` (``gaussian(sigma=1e-6)``
+        on float16, whose peak 4e5 exceeds float16's largest number), is refused, naming the entry, the parameter and
+        the dtype. Called when an op using this surrogate is traced; checked once per dtype and instance.
+        """
+        dtype = tf.as_dtype(dtype)
+        if not dtype.is_floating:
+            return
+        checked: set[str] = self.__dict__.setdefault("_checked_dtypes", set())
+        if dtype.name in checked:
+            return
+        values = {field: _scalar_value(value) for field, value in self._params.items() if value is not None}
+        if any(v is None for v in values.values()):
+            return  # a symbolic tensor parameter: nothing to check before it runs
+        where = f"{op}: " if op else ""
+        compute = self.compute_dtype(dtype)
+        tiny, largest = _tiny(compute), float(compute.max)
+        for field, number in values.items():
+            assert number is not None
+            if not math.isfinite(number):
+                continue  # validate() decides about inf and NaN
+            cast = _cast(number, compute)
+            if not math.isfinite(cast) or (number != 0 and abs(cast) < tiny):
+                raise ParameterError(
+                    f"{where}surrogate {self!r}: parameter '{field}' = {number!r} is not representable in "
+                    f"{compute.name}, the dtype it is computed in for {dtype.name} inputs (it becomes {cast!r}; "
+                    f"normal {compute.name} numbers have magnitudes from {tiny:.3g} to {largest:.3g}), so the gradient "
+                    f"would be NaN or inf. Fix: choose {field} in that range, or compute in float64."
+                )
+        points = _probe_points(dtype, [abs(v) for v in values.values() if v])
+        try:
+            with tf.init_scope():  # eagerly, outside any graph being traced
+                derivative = np.asarray(self.derivative(_as_tensor(points, dtype)))
+        except (tf.errors.OpError, TypeError, ValueError, NotImplementedError):
+            return  # a derivative that cannot run on this probe fails (or not) in the op itself, as before
+        bad = ~np.isfinite(derivative.astype(np.float64))
+        if bad.any():
+            index = int(np.argmax(bad))
+            shown = ", ".join(f"'{f}' = {v!r}" for f, v in values.items())
+            raise ParameterError(
+                f"{where}surrogate {self!r}: with parameter(s) {shown} the derivative is {derivative.flat[index]} at "
+                f"x = {points[index]:.6g} in {dtype.name} (its values exceed what {dtype.name} can hold), so the "
+                f"gradient would be NaN or inf. Fix: choose parameter values whose derivative fits {dtype.name}, or "
+                f"compute in a wider dtype."
+            )
+        if not any(isinstance(v, tf.Variable) for v in self._params.values()):
+            checked.add(dtype.name)
+
     def __repr__(self) -> str:
         parts = []
         for field, value in self._params.items():
@@ -256,7 +408,21 @@ class Surrogate:
         return f"{self.name or type(self).__name__}({', '.join(parts)})"
 
     def get_config(self) -> dict[str, Any]:
-        """A JSON-serializable description: ``{"name": ..., "params": {...}}``; scalar tensors become numbers."""
+        """A JSON-serializable description: ``{"name": ..., "params": {...}}``; scalar tensors become numbers.
+
+        Raises :class:`ste.RegistrationError` when the class is not the one registered under its name (an
+        unregistered subclass, or a name since replaced): such a config could not rebuild this surrogate.
+        """
+        from ._registry import registered_class
+
+        if not self.name or registered_class(self.name) is not type(self):
+            raise RegistrationError(
+                f"cannot save surrogate {self!r}: its class {type(self).__qualname__} is not registered"
+                + (f" (the name '{self.name}' now means another class)" if self.name else "")
+                + ", so a saved model could not rebuild it. Fix: register it under its own name with "
+                f"@ste.registry.register('my_name') on the class (or ste.registry.register('my_name', "
+                f"{type(self).__name__}))."
+            )
         params: dict[str, Any] = {}
         for field, value in self._params.items():
             if isinstance(value, (tf.Tensor, tf.Variable)):

@@ -73,3 +73,11 @@ assert_type(ste.testing.check_gradient("identity", np.linspace(-1, 1, 5)), None)
 ste.testing.check_gradient("identity", [0.0], rtol="high")  # type: ignore[arg-type]
 hyper: dict[str, Any] = {}
 ste.testing.check_gradient(op, (1.0,), hyperparams=hyper, reference=scale)
+
+# Surrogate hyperparameters are typed fields (typing_extensions.dataclass_transform), not **params: Any.
+sigmoid = ste.registry.SigmoidSurrogate(beta=4.0)
+assert_type(sigmoid.beta, float)
+assert_type(ste.registry.StraightThrough(clip=None).clip, "float | None")
+ste.registry.SigmoidSurrogate(beta="4")  # type: ignore[arg-type]
+ste.registry.SigmoidSurrogate(bta=4.0)  # type: ignore[call-arg]
+sigmoid.beta = 2.0  # type: ignore[misc]

@@ -1,0 +1,223 @@
+"""One registry design for surrogates, quantizers and constraints (issue 10 item 5), tested the same way on each.
+
+For every table: replacing a name (a built-in included) needs ``replace=True``; a name a spec string cannot reach is
+refused at registration; names are NFKC-normalised as Python normalises identifiers (checked against ``ast``,
+which applies Python's own rule); unknown names get suggestions; ``unregister`` works; concurrent registration of
+one name lets exactly one thread win.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+
+
+class _Doubling(ste.registry.Surrogate):
+    def derivative(self, x: tf.Tensor) -> tf.Tensor:
+        return 2 * tf.ones_like(x)
+
+
+class _Halving(ste.quantizers.Quantizer):
+    def call(self, inputs: Any) -> tf.Tensor:
+        return tf.convert_to_tensor(inputs) / 2
+
+
+class _Negate(keras.constraints.Constraint):  # type: ignore[misc]
+    def __call__(self, w: Any) -> Any:
+        return -w
+
+
+@dataclass
+class Table:
+    kind: str
+    register: Callable[..., Any]  # register(name, replace=False) -> registers a fresh entry
+    unregister: Callable[[str], None]
+    names: Callable[[], list[str]]
+    build: Callable[[str], Any]  # name or spec -> instance
+    is_ours: Callable[[Any], bool]  # whether an instance comes from the test entry
+    unknown_error: type[Exception]
+    builtin: str
+
+
+def _register_surrogate(name: str, replace: bool = False) -> Any:
+    return ste.registry.register(name, type("Doubling", (_Doubling,), {"__module__": __name__}), replace=replace)
+
+
+TABLES = [
+    Table(
+        "surrogate",
+        _register_surrogate,
+        ste.registry.unregister,
+        ste.registry.names,
+        ste.registry.get,
+        lambda s: float(s(tf.constant(0.3)).numpy()) == 2.0,
+        ste.UnknownSurrogateError,
+        "sigmoid_surrogate",
+    ),
+    Table(
+        "quantizer",
+        lambda name, replace=False: ste.quantizers.register(name, replace=replace)(
+            type("Halving", (_Halving,), {"__module__": __name__})
+        ),
+        ste.quantizers.unregister,
+        ste.quantizers.names,
+        ste.quantizers.get,
+        lambda q: float(q(tf.constant(3.0)).numpy()) == 1.5,
+        ste.UnknownQuantizerError,
+        "sign",
+    ),
+    Table(
+        "constraint",
+        lambda name, replace=False: ste.constraints.register(name, replace=replace)(
+            type("Negate", (_Negate,), {"__module__": __name__})
+        ),
+        ste.constraints.unregister,
+        ste.constraints.names,
+        ste.constraints.get,
+        lambda c: float(np.asarray(c(tf.constant(3.0)))) == -3.0,
+        ste.UnknownConstraintError,
+        "weight_clip",
+    ),
+]
+
+
+def _restore_builtin(table: Table, entry: Any) -> None:
+    if table.kind == "surrogate":
+        ste.registry.register(table.builtin, entry, replace=True)
+    elif table.kind == "quantizer":
+        ste.quantizers.register(table.builtin, replace=True)(entry)
+    else:
+        ste.constraints.register(table.builtin, replace=True)(entry)
+
+
+def _builtin_entry(table: Table) -> Any:
+    if table.kind == "surrogate":
+        return ste.registry.lookup(table.builtin)
+    if table.kind == "quantizer":
+        return ste.quantizers.lookup(table.builtin)
+    return type(ste.constraints.get(table.builtin))
+
+
+@pytest.fixture(params=TABLES, ids=[t.kind for t in TABLES])
+def table(request: pytest.FixtureRequest) -> Table:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_replacing_a_builtin_needs_replace_true(table: Table) -> None:
+    original = _builtin_entry(table)
+    before = table.build(table.builtin)
+    with pytest.raises(ste.RegistrationError, match="replace=True"):
+        table.register(table.builtin)
+    assert not table.is_ours(table.build(table.builtin))  # unchanged by the refused registration
+    try:
+        table.register(table.builtin, replace=True)
+        assert table.is_ours(table.build(table.builtin))
+    finally:
+        _restore_builtin(table, original)
+    assert type(table.build(table.builtin)) is type(before)
+
+
+@pytest.mark.parametrize("name", ["not-an-identifier", "1st", "", "with space", "class", "None", "lambda", "x.y"])
+def test_a_name_a_spec_string_cannot_reach_is_refused(table: Table, name: str) -> None:
+    assert not _spec_reaches(name)
+    with pytest.raises(ste.RegistrationError, match="identifier"):
+        table.register(name)
+    assert name not in table.names()
+
+
+def _spec_reaches(name: str) -> bool:
+    """Whether Python parses ``name(1)`` as a call of the plain name ``name`` (what a spec string needs)."""
+    try:
+        node = ast.parse(f"{name}(1)", mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def test_a_soft_keyword_is_reachable_and_accepted(table: Table) -> None:
+    assert _spec_reaches("match")
+    table.register("match")
+    try:
+        assert table.is_ours(table.build("match"))
+    finally:
+        table.unregister("match")
+
+
+def test_names_are_normalised_as_python_normalises_identifiers(table: Table) -> None:
+    micro, greek = "\u00b5_r" + table.kind, "\u03bc_r" + table.kind  # MICRO SIGN, GREEK SMALL LETTER MU
+    python_name = ast.parse(micro, mode="eval").body.id  # type: ignore[attr-defined]  # what Python calls it
+    assert python_name == greek != micro
+    table.register(micro)
+    try:
+        assert python_name in table.names() and micro not in table.names()
+        for spelling in (micro, greek):
+            assert table.is_ours(table.build(spelling))
+            assert table.is_ours(table.build(f"{spelling}()"))
+        with pytest.raises(ste.RegistrationError, match="already registered"):
+            table.register(greek)
+    finally:
+        table.unregister(micro)
+    assert python_name not in table.names()
+
+
+def test_unknown_names_get_suggestions(table: Table) -> None:
+    typo = table.builtin[:-1] + "x"
+    with pytest.raises(table.unknown_error, match=f"did you mean '{table.builtin}'"):
+        table.build(typo)
+    assert issubclass(table.unknown_error, ste.STEError)
+
+
+def test_unregister_removes_a_name_and_unknown_unregister_raises(table: Table) -> None:
+    table.register("temporary_entry")
+    assert "temporary_entry" in table.names()
+    table.unregister("temporary_entry")
+    assert "temporary_entry" not in table.names()
+    with pytest.raises(table.unknown_error, match="temporary_entr"):
+        table.unregister("temporary_entry")
+
+
+def test_concurrent_registration_of_one_name_has_exactly_one_winner(table: Table) -> None:
+    results: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def attempt() -> None:
+        barrier.wait()
+        try:
+            table.register("contested_entry")
+            results.append("won")
+        except ste.RegistrationError:
+            results.append("refused")
+
+    threads = [threading.Thread(target=attempt) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert sorted(results) == ["refused"] * 7 + ["won"]
+    finally:
+        table.unregister("contested_entry")
+
+
+def test_concurrent_registration_of_many_names_loses_none(table: Table) -> None:
+    names = [f"entry_{table.kind}_{i}" for i in range(32)]
+    threads = [threading.Thread(target=table.register, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert set(names) <= set(table.names())
+    finally:
+        for name in names:
+            table.unregister(name)
