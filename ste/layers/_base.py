@@ -21,6 +21,7 @@ from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._errors import NotBuiltError, ParameterError
+from ..quantizers._sharing import claim
 
 __all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
 
@@ -244,10 +245,12 @@ class QuantLayerMixin:
     def _build_quantizers(self, input_shape: Any) -> None:
         if isinstance(self.input_quantizer, keras.layers.Layer) and not self.input_quantizer.built:
             self.input_quantizer.build(input_shape)
+        claim(self.input_quantizer, self, "input_quantizer")  # one layer slot per quantizer with variables
         for slot in self.slots:
             quantizer = getattr(self, slot.quantizer)
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
+            claim(quantizer, self, slot.quantizer)
             setattr(getattr(self, slot.kernel), _KERNEL_TAG, (weakref.ref(self), slot.kernel))  # kernel_precision
         self._build_metrics()
 
