@@ -5,7 +5,18 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import activations, callbacks, constraints, layers, metrics, optimizers, quantizers, registry, testing
+from . import (
+    activations,
+    callbacks,
+    constraints,
+    layers,
+    metrics,
+    optimizers,
+    quantizers,
+    registry,
+    spiking,
+    testing,
+)
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -73,6 +84,7 @@ __all__ = [
     "plot",
     "quantizers",
     "registry",
+    "spiking",
     "summary",
     "testing",
 ]
