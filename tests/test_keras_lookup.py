@@ -163,16 +163,21 @@ def _layer_cases() -> list[tuple[str, str]]:
     return [(n, arg) for n in names for arg in _constraint_arguments(getattr(ste.layers, n))]
 
 
+@pytest.mark.parametrize(("spec", "clip"), [("weight_clip", 1.0), ("weight_clip(clip_value=0.5)", 0.5)])
 @pytest.mark.parametrize(("layer", "argument"), _layer_cases())
-def test_every_constraint_argument_of_every_ste_layer_takes_weight_clip(layer: str, argument: str) -> None:
+def test_every_constraint_argument_of_every_ste_layer_takes_weight_clip(
+    layer: str, argument: str, spec: str, clip: float
+) -> None:
     args, shape = LAYERS[layer]
-    made = getattr(ste.layers, layer)(*args, **{argument: "weight_clip"})
+    made = getattr(ste.layers, layer)(*args, **{argument: spec})
     made(np.zeros(shape, "float32"))
     constraint = getattr(made, argument)
-    assert isinstance(constraint, ste.constraints.WeightClip) and constraint.clip_value == 1.0
+    w = np.linspace(-2.0, 2.0, 9).astype("float32")
+    assert isinstance(constraint, ste.constraints.WeightClip)
+    np.testing.assert_array_equal(np.asarray(constraint(w)), np.clip(w, -clip, clip))
     config = made.get_config()
     rebuilt = type(made).from_config(config)
-    assert isinstance(getattr(rebuilt, argument), ste.constraints.WeightClip)
+    np.testing.assert_array_equal(np.asarray(getattr(rebuilt, argument)(w)), np.clip(w, -clip, clip))
 
 
 def test_constraints_by_name_apply_after_save_and_load(tmp_path: Any) -> None:
