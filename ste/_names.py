@@ -39,12 +39,12 @@ def normalize_name(name: str) -> str:
     return unicodedata.normalize("NFKC", name)
 
 
-
 def _reachable(name: str, kind: str) -> str:
     """A name close to ``name`` that a spec string reaches (``class`` -> ``class_``, as PEP 8 spells it)."""
     if name.isidentifier():
         return name + "_"  # a keyword (identifiers that are not keywords are accepted)
     return f"my_{kind}"
+
 
 class NameTable(Generic[T]):
     """A thread-safe name → entry table; ``kind`` ("surrogate", "quantizer", ...) appears in every message."""
