@@ -130,6 +130,26 @@ def test_user_registered_names_are_found_by_keras_until_unregistered() -> None:
         keras.constraints.get("negate_test")
 
 
+def test_classes_registered_by_ste_name_only_load_again_in_safe_mode(tmp_path: Any) -> None:
+    """A quantizer or constraint registered with ste's register only (no Keras decorator) saves and loads."""
+    ste.quantizers.register("halve_saved")(_Halve)
+    ste.constraints.register("negate_saved")(_Negate)
+    try:
+        layer = ste.layers.QuantDense(
+            3, input_quantizer=_Halve(), kernel_quantizer="halve_saved", kernel_constraint="negate_saved"
+        )
+        model = keras.Sequential([keras.Input((4,)), layer])
+        path = os.path.join(tmp_path, "m.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path, safe_mode=True)
+    finally:
+        ste.quantizers.unregister("halve_saved")
+        ste.constraints.unregister("negate_saved")
+    kernel, bias = loaded.get_weights()
+    np.testing.assert_allclose(np.asarray(loaded(X)), (X / 2) @ (kernel / 2) + bias, rtol=1e-6, atol=1e-6)
+    assert isinstance(loaded.layers[0].kernel_constraint, _Negate)
+
+
 def test_keras_constraint_lookup_finds_weight_clip() -> None:
     constraint = keras.constraints.get("weight_clip")
     assert isinstance(constraint, ste.constraints.WeightClip) and constraint.clip_value == 1.0
