@@ -160,11 +160,11 @@ class QuantLayerMixin:
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
-        """Let constraint arguments also be ste names such as ``"weight_clip"`` (before Keras sees them)."""
-        for slot in cls.slots:
-            value = kwargs.get(slot.constraint)
-            if isinstance(value, str):
-                kwargs[slot.constraint] = ste_constraints.get(value)
+        """Let every constraint argument (``bias_constraint`` included) also be an ste name or spec string such as
+        ``"weight_clip"`` or ``"weight_clip(clip_value=0.5)"`` (before Keras sees them)."""
+        for name, value in kwargs.items():
+            if name.endswith("_constraint") and isinstance(value, str):
+                kwargs[name] = ste_constraints.get(value)
 
     def _apply_options(self, options: dict[str, Any]) -> None:
         """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""
