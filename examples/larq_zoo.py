@@ -222,7 +222,7 @@ def xnornet(lq: Any, keras: Any) -> Model:
     def xnor_weight_scale(x: Any) -> Any:
         x = tf.clip_by_value(x, -1, 1)
         alpha = tf.reduce_mean(tf.abs(x), axis=[0, 1, 2], keepdims=True)
-        return alpha * lq.quantizers.SteSign()(x)
+        return alpha * lq.quantizers.ste_sign(x)
 
     binary = dict(
         # larq-zoo passes the name "xnor_weight_scale"; ste.larq resolves it, but larq 0.14 on tf-keras 2.21 calls

@@ -106,6 +106,15 @@ def test_names_are_stes_objects():
         lq.layers.QuantLocallyConnected2D  # noqa: B018
     assert lq.quantizers.SteSign is ste.quantizers.SteSign and lq.quantizers.DoReFaQuantizer is ste.quantizers.DoReFa
     assert lq.constraints.WeightClip is ste.constraints.WeightClip is lq.constraints.weight_clip
+    assert lq.quantizers.NoOp is lq.quantizers.NoOpQuantizer is ste.quantizers.NoOp
+    for name in ("ste_sign", "approx_sign", "swish_sign", "ste_heaviside", "ste_tern", "magnitude_aware_sign"):
+        assert getattr(lq.quantizers, name) is getattr(ste.quantizers, name)
+    assert lq.quantizers.dorefa_quantizer is ste.quantizers.dorefa_quantizer
+    assert (lq.optimizers.Bop, lq.optimizers.CaseOptimizer) == (ste.optimizers.Bop, ste.optimizers.CaseOptimizer)
+    assert lq.callbacks.HyperparameterScheduler is ste.callbacks.HyperparameterScheduler
+    assert lq.activations.hard_tanh is ste.activations.hard_tanh
+    assert lq.activations.leaky_tanh is ste.activations.leaky_tanh
+    assert lq.metrics.FlipRatio is ste.metrics.FlipRatio
     assert lq.models.summary(ZOO.SMALL["birealnet_block_net"](lq, keras), print_fn=lambda _: None).total_params > 0
 
 

@@ -21,6 +21,17 @@ built through this namespace saves, loads and trains like any ``ste`` model. Wha
 on the migration page (docs/larq.md).
 """
 
-from . import constraints, layers, math, models, quantizers, utils
+from . import activations, callbacks, constraints, layers, math, metrics, models, optimizers, quantizers, utils
 
-__all__ = ["constraints", "layers", "math", "models", "quantizers", "utils"]
+__all__ = [
+    "activations",
+    "callbacks",
+    "constraints",
+    "layers",
+    "math",
+    "metrics",
+    "models",
+    "optimizers",
+    "quantizers",
+    "utils",
+]

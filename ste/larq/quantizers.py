@@ -1,4 +1,4 @@
-"""``lq.quantizers``: larq's quantizer classes, aliases and ``get``/``serialize``/``deserialize``."""
+"""``lq.quantizers``: larq's quantizer classes, aliases, function forms and ``get``/``serialize``/``deserialize``."""
 
 from __future__ import annotations
 
@@ -11,13 +11,21 @@ from ..quantizers import (
     DoReFa,
     DoReFaQuantizer,
     MagnitudeAwareSign,
+    NoOp,
     Quantizer,
     SteHeaviside,
     SteSign,
     SteTern,
     SwishSign,
+    approx_sign,
+    dorefa_quantizer,
     get,
+    magnitude_aware_sign,
     serialize,
+    ste_heaviside,
+    ste_sign,
+    ste_tern,
+    swish_sign,
 )
 
 __all__ = [
@@ -25,15 +33,26 @@ __all__ = [
     "DoReFa",
     "DoReFaQuantizer",
     "MagnitudeAwareSign",
+    "NoOp",
+    "NoOpQuantizer",
     "Quantizer",
     "SteHeaviside",
     "SteSign",
     "SteTern",
     "SwishSign",
+    "approx_sign",
     "deserialize",
+    "dorefa_quantizer",
     "get",
+    "magnitude_aware_sign",
     "serialize",
+    "ste_heaviside",
+    "ste_sign",
+    "ste_tern",
+    "swish_sign",
 ]
+
+NoOpQuantizer = NoOp  # larq's alias
 
 
 def deserialize(name: Any, custom_objects: dict[str, Any] | None = None) -> Any:
