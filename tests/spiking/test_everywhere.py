@@ -117,13 +117,17 @@ def test_keras_save_and_load(tmp_path) -> None:
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_savedmodel_export_keeps_the_surrogate_gradient(tmp_path) -> None:
-    model = keras.Sequential(  # one spiking layer with every learned parameter keeps the export short
-        [
-            keras.Input((STEPS, FEATURES)),
-            keras.layers.Dense(CLASSES),
-            ste.spiking.LIF(reset="zero", learn_beta=True, learn_threshold=True, learn_surrogate=True),
-        ]
+@pytest.mark.parametrize(
+    "neuron",
+    [  # every learned parameter (the spike op takes them as inputs); the default spike op, gradient through the reset
+        {"reset": "zero", "learn_beta": True, "learn_threshold": True, "learn_surrogate": True},
+        {"reset": "subtract", "detach_reset": False},
+    ],
+    ids=["learned", "default"],
+)
+def test_savedmodel_export_keeps_the_surrogate_gradient(tmp_path, neuron) -> None:
+    model = keras.Sequential(  # one spiking layer keeps the export short
+        [keras.Input((STEPS, FEATURES)), keras.layers.Dense(CLASSES), ste.spiking.LIF(**neuron)]
     )
     x = tf.constant(_data(4)[0])
     path = str(tmp_path / "exported")
