@@ -81,6 +81,8 @@ def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..
         return cls(**fixed, **dict(zip(learned, values))) if learned else surrogate
 
     def op(x: tf.Tensor, *values: tf.Tensor) -> Any:
+        surrogate.check_dtype(x.dtype, op="spike")  # a parameter that over- or underflows x's dtype: error, not NaN
+
         def grad(dy: tf.Tensor) -> Any:
             dx = tf.math.multiply_no_nan(dy, current(values).derivative(x))
             if not learned:
