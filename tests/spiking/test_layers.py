@@ -107,6 +107,19 @@ def test_parameter_errors_are_ste_errors() -> None:
         ste.spiking.LIF()(tf.zeros((2, 3)))
 
 
+@pytest.mark.parametrize("spec", ["boxcar(width=1e-50)", "gaussian(sigma=1e-50)"])
+def test_surrogate_parameter_outside_the_dtype_is_refused_not_nan(spec: str) -> None:
+    # 1e-50 underflows to 0 in float32 (smallest normal 1.2e-38): the derivative would be NaN (0/0), so the spike
+    # refuses it when traced; in float64 the same surrogate is representable and its gradient is finite.
+    with pytest.raises(ste.ParameterError, match="not representable in float32"):
+        ste.spiking.LIF(surrogate=spec)(tf.ones((2, 3, 4)))
+    x = tf.constant(np.full((2, 3, 4), 0.5), tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        spikes = ste.spiking.LIF(surrogate=spec, dtype="float64")(x)
+    assert np.all(np.isfinite(tape.gradient(spikes, x).numpy()))
+
+
 def test_learned_parameters_stay_in_range_and_train() -> None:
     layer = ste.spiking.LIF(beta=0.95, learn_beta=True, learn_threshold=True, learn_surrogate=["alpha"])
     model = keras.Sequential([keras.Input((STEPS, UNITS)), keras.layers.Dense(UNITS), layer])
