@@ -13,6 +13,7 @@ from . import (
     activations,
     callbacks,
     constraints,
+    larq,
     layers,
     metrics,
     optimizers,
@@ -46,7 +47,7 @@ from ._errors import (
 from ._export import export_quantized_weights
 from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
-from ._summary import summary
+from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
 
 _install_save_check()
@@ -58,8 +59,10 @@ __all__ = [
     "GradientDtypeError",
     "GradientShapeError",
     "InputError",
+    "LayerSummary",
     "MissingBackwardError",
     "MissingDependencyError",
+    "ModelSummary",
     "NotBuiltError",
     "ParameterError",
     "RegistrationError",
@@ -82,6 +85,7 @@ __all__ = [
     "constraints",
     "export_quantized_weights",
     "forward",
+    "larq",
     "layers",
     "metrics",
     "optimizers",

@@ -28,7 +28,7 @@ import keras
 from keras.src import activations as _keras_activations
 from keras.src import constraints as _keras_constraints
 
-__all__ = ["ACTIVATION_PACKAGE", "publish_activation", "publish_constraint"]
+__all__ = ["ACTIVATION_PACKAGE", "publish_activation", "publish_constraint", "publish_function"]
 
 #: The Keras registration package of the published activation functions (``"ste.activation>ste_sign"``).
 ACTIVATION_PACKAGE = "ste.activation"
@@ -88,6 +88,11 @@ def _activation(name: str, cls: type[Any]) -> Callable[[Any], Any]:
     activation.__doc__ = f"The quantizer {cls.__qualname__}() as a Keras activation function (ste name {name!r})."
     keras.saving.register_keras_serializable(package=ACTIVATION_PACKAGE, name=name)(activation)
     return activation
+
+
+def publish_function(name: str, function: Callable[..., Any]) -> None:
+    """Make ``keras.activations.get(name)`` return a user's function (larq's ``register_keras_custom_object``)."""
+    _publish(_keras_activations.ALL_OBJECTS_DICT, name, function)
 
 
 def publish_activation(name: str, cls: type[Any] | None) -> None:

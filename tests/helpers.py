@@ -31,3 +31,16 @@ def as_float64(values: Sequence[Any] | np.ndarray | tf.Tensor) -> np.ndarray:
     if isinstance(values, tf.Tensor):
         values = tf.cast(values, tf.float64).numpy()
     return np.asarray(values, dtype=np.float64)
+
+
+def load_example(name: str) -> Any:
+    """The module examples/<name>.py (examples/ is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -34,11 +34,17 @@ class KernelSlot(NamedTuple):
     constraint: str  # constructor argument and attribute holding its constraint, e.g. "kernel_constraint"
 
 
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(path) + os.sep
+    for path in (keras.__file__ or "", tf.__file__ or "", os.path.dirname(os.path.abspath(__file__)))
+)
+
+
 def _outside_ste() -> int:
-    """The ``stacklevel`` of the first caller outside the ``ste`` package (a warning then shows the user's line)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The ``stacklevel`` of the first caller outside ``ste``, Keras and TensorFlow (a warning then shows the user's
+    line, also when it is given while Keras builds the layer)."""
     frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_DIRS):
         frame, level = frame.f_back, level + 1
     return level
 
@@ -46,6 +52,25 @@ def _outside_ste() -> int:
 def _precision(quantizer: Any) -> int | None:
     precision = getattr(quantizer, "precision", None)
     return precision if isinstance(precision, int) else None
+
+
+_FAR = 1e3  # a latent weight this far out is beyond any clip range; an unclipped gradient is still non-zero there
+
+
+def _gradient_vanishes_far_out(quantizer: Any, rank: int) -> bool:
+    """Whether ``quantizer``'s gradient is exactly 0 for latent weights at ±1000 (True when it cannot be told,
+    e.g. while tracing a graph)."""
+    if not tf.executing_eagerly():
+        return True
+    try:
+        x = tf.reshape(tf.constant([-_FAR, _FAR]), [1] * max(rank - 1, 0) + [2])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = quantizer(x)
+        grad = tape.gradient(y, x)
+        return grad is None or not bool(tf.reduce_any(tf.not_equal(grad, 0)))
+    except Exception:  # a quantizer that cannot take the probe: warn, as for a clipped one
+        return True
 
 
 _KERNEL_TAG = "_ste_quantized_kernel_of"
@@ -186,15 +211,6 @@ class QuantLayerMixin:
             quantizer = getattr(self, slot.quantizer)
             if isinstance(quantizer, ste_quantizers.LSQ):
                 quantizer.sharded = False  # a kernel is the same on every replica (its gradient scale uses its own N)
-            if _precision(quantizer) == 1 and getattr(self, slot.constraint, None) is None:
-                warnings.warn(
-                    f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
-                    f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
-                    f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
-                    f"(ste.constraints.WeightClip(1.0)).",
-                    UserWarning,
-                    stacklevel=_outside_ste(),
-                )
 
     def get_config(self) -> dict[str, Any]:
         """The Keras parent's config plus the quantizers (and the other options)."""
@@ -230,6 +246,35 @@ class QuantLayerMixin:
         """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
         super().build(input_shape)  # type: ignore[misc]
         self._build_quantizers(input_shape)
+        if not getattr(self, "_ste_loading", False):
+            self._warn_missing_constraints()
+
+    def build_from_config(self, config: dict[str, Any]) -> None:
+        """Keras's rebuild while loading a saved model: no constraint warning (it was given when the layer was
+        first built)."""
+        self._ste_loading = True
+        try:
+            super().build_from_config(config)  # type: ignore[misc]
+        finally:
+            self._ste_loading = False
+
+    def _warn_missing_constraints(self) -> None:
+        """Warn, once per layer when it is built, about a binary kernel without a constraint whose quantizer's
+        gradient vanishes outside a clip range (its latent weights could drift there and stop learning)."""
+        for slot in self.slots:
+            quantizer = getattr(self, slot.quantizer)
+            if _precision(quantizer) != 1 or getattr(self, slot.constraint, None) is not None:
+                continue
+            if not _gradient_vanishes_far_out(quantizer, len(getattr(self, slot.kernel).shape)):
+                continue
+            warnings.warn(
+                f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
+                f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
+                f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
+                f"(ste.constraints.WeightClip(1.0)).",
+                UserWarning,
+                stacklevel=_outside_ste(),
+            )
 
     @property
     def quantized_kernel(self) -> tf.Tensor:

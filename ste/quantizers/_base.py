@@ -156,10 +156,15 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
     ``None`` → ``None``; a :class:`Quantizer` → itself; a name or spec string → a new quantizer; a Keras config
     dict (from ``keras.saving.serialize_keras_object``) → the deserialized quantizer; a Quantizer class → an
     instance with default arguments; any other callable is returned unchanged (it must map a tensor to a tensor).
+    A name that is not an ste quantizer may be a function registered with Keras under that plain name (larq's
+    ``register_keras_custom_object``, ``ste.larq.utils.register_keras_custom_object``): that function is returned.
     """
     if identifier is None or isinstance(identifier, Quantizer):
         return identifier
     if isinstance(identifier, str):
+        registered = keras.saving.get_custom_objects().get(identifier)
+        if _TABLE.get(identifier) is None and callable(registered) and not isinstance(registered, type):
+            return registered  # type: ignore[no-any-return]
         return _from_spec(identifier)
     if isinstance(identifier, Mapping):
         try:

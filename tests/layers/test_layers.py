@@ -162,12 +162,13 @@ def test_kernel_gradient_goes_through_the_kernel_quantizer():
 
 def test_binary_kernel_without_constraint_warns_and_weight_clip_silences_it():
     with pytest.warns(UserWarning, match="kernel_constraint='weight_clip'"):
-        QuantDense(3, kernel_quantizer="ste_sign")
+        QuantDense(3, kernel_quantizer="ste_sign").build((None, 4))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        QuantDense(3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip")
-        QuantDense(3, kernel_quantizer="dorefa(bits=4, mode='weights')")  # multi-bit: no warning
-        QuantSeparableConv2D(2, 3, depthwise_quantizer="sign", depthwise_constraint="weight_clip")
+        QuantDense(3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip").build((None, 4))
+        QuantDense(3, kernel_quantizer="dorefa(bits=4, mode='weights')").build((None, 4))  # multi-bit: no warning
+        separable = QuantSeparableConv2D(2, 3, depthwise_quantizer="sign", depthwise_constraint="weight_clip")
+        separable.build((None, 5, 5, 2))
 
 
 def test_weight_clip_clips_after_each_optimizer_step():

@@ -1,0 +1,5 @@
+"""``lq.callbacks``: ``HyperparameterScheduler``."""
+
+from ..callbacks import HyperparameterScheduler
+
+__all__ = ["HyperparameterScheduler"]

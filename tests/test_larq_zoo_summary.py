@@ -1,0 +1,83 @@
+"""ste.summary on larq-zoo's architectures against larq.models.summary (larq 0.14) and larq-zoo's published figures.
+
+The models are rebuilt by examples/larq_zoo.py through ``ste.larq``; the same builders, run with larq 0.14 on
+tf-keras, produced tests/data/larq_zoo_summary.json (command in that file's ``_source``). ste counts every variable;
+its deployment view folds batch normalization as larq does, and must then equal larq's figures exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import keras
+import pytest
+
+import ste
+import ste.larq as lq
+from tests.helpers import load_example
+
+ROOT = Path(__file__).resolve().parents[1]
+LARQ = json.loads((ROOT / "tests" / "data" / "larq_zoo_summary.json").read_text())
+
+
+ZOO = load_example("larq_zoo")
+# larq-zoo published its figures with different larq versions: QuickNet's and MeliusNet's with today's count (batch
+# norm folded, the deployment view); the literature models' with an older larq that counted every BN variable.
+PUBLISHED_VIEW = {"quicknet_small": "deployment", "meliusnet22": "deployment"}
+ONE_PER_FAMILY = [
+    "quicknet_small",
+    "birealnet",
+    "binary_resnet_e18",
+    "binary_densenet28",
+    "xnornet",
+    "dorefanet",
+    "binary_alexnet",
+    "meliusnet22",
+]
+
+
+def _by_bits(figures: dict[str, int]) -> dict[int, int]:
+    return {int(bits): count for bits, count in figures.items()}
+
+
+@pytest.fixture(scope="module", params=ONE_PER_FAMILY)
+def zoo_model(request):
+    keras.backend.clear_session()
+    model = ZOO.BUILDERS[request.param](lq, keras)
+    yield request.param, model, ste.summary(model, print_fn=None)
+    del model
+    keras.backend.clear_session()
+
+
+def test_agrees_with_larq_summary(zoo_model):
+    name, model, summary = zoo_model
+    larq = LARQ[name]
+    assert summary.macs == _by_bits(larq["macs_by_bits"])
+    assert summary.deployment_params == _by_bits(larq["params_by_bits"])
+    assert summary.deployment_memory_bytes * 8 == larq["memory_bits"]
+    # ste counts every variable: what Keras counts (in both Keras versions)
+    assert summary.total_params == model.count_params() == larq["keras_count_params"]
+    folded = summary.total_params - summary.deployment_params_total  # batch norm's gamma and beta, all trainable
+    assert summary.trainable_params - folded == larq["trainable_params"]
+    assert summary.non_trainable_params == larq["non_trainable_params"]
+
+
+def test_reproduces_larq_zoos_published_figures(zoo_model):
+    name, _, summary = zoo_model
+    params, memory = ZOO.PUBLISHED[name]
+    if PUBLISHED_VIEW.get(name) == "deployment":
+        count, size = summary.deployment_params_total, summary.deployment_memory_bytes
+    else:
+        count, size = summary.total_params, summary.memory_bytes
+    assert count == params
+    assert f"{size / 2**20:.2f}" == memory.split()[0]  # larq-zoo writes MiB as "MB"
+
+
+def test_quicknet_small_prints_the_published_numbers():
+    keras.backend.clear_session()
+    printed: list[str] = []
+    summary = lq.models.summary(ZOO.BUILDERS["quicknet_small"](lq, keras), print_fn=printed.append)
+    assert (summary.deployment_params_total, f"{summary.deployment_memory_bytes / 2**20:.2f}") == (12_655_688, "4.00")
+    assert "12,655,688 parameters, 4.00 MiB" in printed[0]
+    assert summary.total_params == 12_664_344  # + 8,656 = the gamma and beta of QuickNetSmall's batch norms
