@@ -278,7 +278,12 @@ class SurrogateRule:
 # -- hand-written VJPs --------------------------------------------------------------------------------------
 
 # Functions of these packages compute values, not VJPs: ``.backward(tf.tanh)`` would compute tanh(dy).
-_VALUE_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras", "numpy", "jax", "scipy", "torch"})
+# ``builtins`` and ``math`` too: ``.backward(max)`` would compare tensors at gradient time (a raw ValueError).
+_VALUE_PACKAGES = frozenset(
+    {"tensorflow", "keras", "tf_keras", "numpy", "jax", "scipy", "torch", "builtins", "math", "cmath"}
+)
+
+_PACKAGE_LABELS = {"builtins": "Python built-in", "math": "Python math", "cmath": "Python cmath"}
 
 
 def _defining_package(fn: Any) -> str:
@@ -302,7 +307,7 @@ def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) ->
     package = _defining_package(fn)
     if package in _VALUE_PACKAGES:
         raise RuleError(
-            f".backward({name}): {name} is a {package} function computing values, but a callable rule is a "
+            f".backward({name}): {name} is a {_PACKAGE_LABELS.get(package, package)} function computing values, but a callable rule is a "
             f"vector-Jacobian product rule(dy, *inputs) returning one gradient per input; {name}(dy, x) would give "
             f"a silently wrong gradient. {hint}"
         )
