@@ -306,8 +306,9 @@ def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) ->
     )
     package = _defining_package(fn)
     if package in _VALUE_PACKAGES:
+        label = _PACKAGE_LABELS.get(package, package)
         raise RuleError(
-            f".backward({name}): {name} is a {_PACKAGE_LABELS.get(package, package)} function computing values, but a callable rule is a "
+            f".backward({name}): {name} is a {label} function computing values, but a callable rule is a "
             f"vector-Jacobian product rule(dy, *inputs) returning one gradient per input; {name}(dy, x) would give "
             f"a silently wrong gradient. {hint}"
         )
