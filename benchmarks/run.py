@@ -29,7 +29,7 @@ import tensorflow as tf
 
 import ste
 
-from . import elementwise, latency, memory, tracing, training
+from . import elementwise, latency, memory, spiking, tracing, training
 from ._report import markdown
 from ._timing import LoadSampler, load_average
 
@@ -44,6 +44,15 @@ FULL: dict[str, dict[str, Any]] = {
     "tracing": {"calls": 1000, "size": 1000, "repeats": 7},
     "training": {"batch": 64, "width": 32, "rounds": 20, "inner": 3},
     "memory": {"size": 2**22, "length": 50, "subprocesses": True},
+    "spiking": {
+        "steps": 25,
+        "batch": 64,
+        "units": 256,
+        "rounds": 12,
+        "inner": 3,
+        "memory_steps": 25,
+        "memory_units": 1024,
+    },
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "elementwise": {
@@ -57,6 +66,16 @@ SMOKE: dict[str, dict[str, Any]] = {
     "tracing": {"calls": 10, "size": 16, "repeats": 1},
     "training": {"batch": 2, "width": 4, "rounds": 2, "inner": 1, "warmup": 1},
     "memory": {"size": 2**16, "length": 5, "subprocesses": False},
+    "spiking": {
+        "steps": 3,
+        "batch": 2,
+        "units": 8,
+        "rounds": 2,
+        "inner": 1,
+        "warmup": 1,
+        "memory_steps": 3,
+        "memory_units": 64,
+    },
 }
 SECTIONS = tuple(FULL)
 
@@ -129,6 +148,7 @@ def run(smoke: bool, sections: Sequence[str] = SECTIONS) -> dict[str, Any]:
         "tracing": tracing.run,
         "training": training.run,
         "memory": memory.run,
+        "spiking": spiking.run,
     }
     with LoadSampler() as sampler:
         for name in sections:

@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import constraints, layers, quantizers, registry, testing
+from . import constraints, layers, quantizers, registry, spiking, testing
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -67,6 +67,7 @@ __all__ = [
     "plot",
     "quantizers",
     "registry",
+    "spiking",
     "summary",
     "testing",
 ]
