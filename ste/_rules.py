@@ -261,7 +261,7 @@ class SurrogateRule:
         # forward-over-reverse (Hessian-vector products) differentiates d, as reverse-over-reverse does; the
         # expression's ops give the JVP d(x)·t. Where custom gradients are ignored (vectorized_map) the expression's
         # own first-order gradient d(x) applies.
-        @tf.custom_gradient  # type: ignore[misc]
+        @tf.custom_gradient  # type: ignore[untyped-decorator]
         def rebuilt(x: tf.Tensor) -> tuple[tf.Tensor, Callable[..., Any]]:
             tangent, held = _zero_tangent(x)
             if self.surrogate.constant_derivative == 0:
