@@ -136,8 +136,6 @@ def test_a_surrogate_used_inside_a_hand_written_rule_is_checked_too() -> None:
 
     with pytest.raises(ste.ParameterError, match=r"sigmoid_surrogate.*'beta'.*float32"):
         _gradient(ste.forward(tf.sign).backward(rule), tf.constant([0.5, -1.0]))
-    with pytest.raises(ste.ParameterError, match=r"'beta'.*float32"):
-        surrogate(tf.constant([0.5]))
     x64 = np.array([0.0, 1e-39, -2e-39])  # fits float64: the numpy reference
     np.testing.assert_allclose(
         _gradient(ste.forward(tf.sign).backward(rule), tf.constant(x64)).numpy(),
