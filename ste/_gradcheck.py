@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from ._describe import callable_name
 from ._dsl import Forward, STEFunction, rule_of
-from ._errors import CallError
+from ._errors import CallError, ParameterError
 from ._targets import check_target
 from .quantizers import Quantizer
 from .registry import Surrogate, get
@@ -325,6 +325,10 @@ def check_finite(
         points = list(x) if x is not None else [*_EXTREMES, biggest, -biggest]
         xs = tf.cast(tf.constant(points, tf.float64), dtype)
         if surrogate is not None:
+            try:  # what an op using it does for this dtype: refuse hyperparameters that overflow it
+                surrogate.check_dtype(dtype)
+            except ParameterError as error:
+                problems.append(f"  {dtype.name:>8}  refused: {error}")  # why; the points follow
             values = surrogate.derivative(xs)
         else:
             assert op is not None
@@ -337,4 +341,6 @@ def check_finite(
             if not np.isfinite(value):
                 problems.append(f"  {dtype.name:>8}  x = {point:<12.6g} gradient = {value}")
     if problems:
-        raise AssertionError(f"check_finite({label}): the gradient is not finite at:\n" + "\n".join(problems))
+        raise AssertionError(
+            f"check_finite({label}): the gradient is not finite (or is refused) at:\n" + "\n".join(problems)
+        )

@@ -256,15 +256,31 @@ class SurrogateRule:
         result = forward_fn(tf.stop_gradient(x), **kwargs)
         self.check_outputs(xs, result, op)  # one output of the input's shape
         specs = [input_spec(x)]
-        tangent, held = _zero_tangent(x)
-        if self.surrogate.constant_derivative == 0:
-            # zero: keep the derivative a tensor of zeros (never None) without multiplying an infinite dy by 0.
-            term = tf.math.multiply_no_nan(tangent, tf.zeros_like(held))
-        else:
-            (term,) = check_gradients(self.gradients(tangent, [held], specs, kwargs), specs, op)
-            assert term is not None
-            term = _exact_zero(term)
-        return tf.stop_gradient(result) + tf.cast(term, result.dtype)
+
+        # The reverse-mode gradient is the rule's own dy·d(x) of the live input (as in the compiled op), so that
+        # forward-over-reverse (Hessian-vector products) differentiates d, as reverse-over-reverse does; the
+        # expression's ops give the JVP d(x)·t. Where custom gradients are ignored (vectorized_map) the expression's
+        # own first-order gradient d(x) applies.
+        @tf.custom_gradient  # type: ignore[untyped-decorator]
+        def rebuilt(x: tf.Tensor) -> tuple[tf.Tensor, Callable[..., Any]]:
+            tangent, held = _zero_tangent(x)
+            if self.surrogate.constant_derivative == 0:
+                # zero: keep the derivative a tensor of zeros (never None) without multiplying an infinite dy by 0.
+                term = tf.math.multiply_no_nan(tangent, tf.zeros_like(held))
+            else:
+                (term,) = check_gradients(self.gradients(tangent, [held], specs, kwargs), specs, op)
+                assert term is not None
+                term = _exact_zero(term)
+
+            def grad(dy: tf.Tensor, variables: Sequence[tf.Variable] | None = None) -> Any:
+                (dx,) = check_gradients(self.gradients(dy, [x], specs, kwargs), specs, op)
+                if variables is None:
+                    return dx
+                return [dx], [None] * len(variables)  # hyperparameter variables get no gradient, as in the op
+
+            return tf.stop_gradient(result) + tf.cast(term, result.dtype), grad
+
+        return rebuilt(x)
 
     def parts(self) -> RuleParts:
         return RuleParts("surrogate", self.surrogate, {})
@@ -278,7 +294,12 @@ class SurrogateRule:
 # -- hand-written VJPs --------------------------------------------------------------------------------------
 
 # Functions of these packages compute values, not VJPs: ``.backward(tf.tanh)`` would compute tanh(dy).
-_VALUE_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras", "numpy", "jax", "scipy", "torch"})
+# ``builtins`` and ``math`` too: ``.backward(max)`` would compare tensors at gradient time (a raw ValueError).
+_VALUE_PACKAGES = frozenset(
+    {"tensorflow", "keras", "tf_keras", "numpy", "jax", "scipy", "torch", "builtins", "math", "cmath"}
+)
+
+_PACKAGE_LABELS = {"builtins": "Python built-in", "math": "Python math", "cmath": "Python cmath"}
 
 
 def _defining_package(fn: Any) -> str:
@@ -301,8 +322,9 @@ def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) ->
     )
     package = _defining_package(fn)
     if package in _VALUE_PACKAGES:
+        label = _PACKAGE_LABELS.get(package, package)
         raise RuleError(
-            f".backward({name}): {name} is a {package} function computing values, but a callable rule is a "
+            f".backward({name}): {name} is a {label} function computing values, but a callable rule is a "
             f"vector-Jacobian product rule(dy, *inputs) returning one gradient per input; {name}(dy, x) would give "
             f"a silently wrong gradient. {hint}"
         )

@@ -38,7 +38,12 @@ class WeightClip(keras.constraints.Constraint):  # type: ignore[misc]
 
     clip_value: float
 
-    def __init__(self, clip_value: float = 1.0) -> None:
+    def __init__(self, clip_value: float = 1.0, **unexpected: Any) -> None:
+        if unexpected:  # a typed error instead of Python's raw TypeError (also for weight_clip(foo=1))
+            raise ParameterError(
+                f"WeightClip: unexpected keyword argument(s) {sorted(unexpected)}; its only parameter is clip_value. "
+                f"Fix: e.g. WeightClip(clip_value=1.0)."
+            )
         if isinstance(clip_value, bool) or not isinstance(clip_value, numbers.Real) or not _positive(clip_value):
             shown = repr(clip_value) if len(repr(clip_value)) <= 40 else repr(clip_value)[:37] + "..."
             raise ParameterError(

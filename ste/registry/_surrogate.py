@@ -102,8 +102,11 @@ def _scalar_value(value: Any) -> float | None:
     """The Python value of a number or an eager scalar tensor; None for a symbolic tensor."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
         try:
+            if isinstance(value, tf.Variable):
+                with tf.init_scope():  # a variable's current value, also while a tf.function is being traced
+                    return float(np.asarray(value.numpy()))
             return float(np.asarray(value.numpy()))
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, NotImplementedError):  # a symbolic tensor has no value
             return None
     return float(value)
 
@@ -284,7 +287,10 @@ class Surrogate:
         return type(self).primitive is not Surrogate.primitive
 
     def vjp(self, dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
-        """The vector-Jacobian product ``dy * d(x)`` in ``x``'s dtype."""
+        """The vector-Jacobian product ``dy * d(x)`` in ``x``'s dtype (:class:`ste.ParameterError` if the
+        hyperparameters do not fit that dtype, see :meth:`check_dtype`)."""
+        x = tf.convert_to_tensor(x)
+        self.check_dtype(x.dtype)  # also inside a hand-written rule: never a silent NaN
         return tf.cast(dy, x.dtype) * self.derivative(x)
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:

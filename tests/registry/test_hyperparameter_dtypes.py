@@ -125,3 +125,48 @@ def test_user_registered_entries_are_checked_too() -> None:
         )  # fits float16: accepted
     finally:
         ste.registry.unregister("flat_dtype_test")
+
+
+def test_a_surrogate_used_inside_a_hand_written_rule_is_checked_too() -> None:
+    # The RuleError for a multi-input forward suggests surrogate.vjp(dy, x) inside a rule: it must not give NaN.
+    surrogate = ste.registry.get("sigmoid_surrogate", beta=1e39)
+
+    def rule(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        return surrogate.vjp(dy, x)
+
+    with pytest.raises(ste.ParameterError, match=r"sigmoid_surrogate.*'beta'.*float32"):
+        _gradient(ste.forward(tf.sign).backward(rule), tf.constant([0.5, -1.0]))
+    x64 = np.array([0.0, 1e-39, -2e-39])  # fits float64: the numpy reference
+    np.testing.assert_allclose(
+        _gradient(ste.forward(tf.sign).backward(rule), tf.constant(x64)).numpy(),
+        reference_derivative("sigmoid_surrogate", x64, {"beta": 1e39}),
+        rtol=1e-12,
+    )
+
+
+def test_check_finite_says_why_a_surrogate_is_refused() -> None:
+    with pytest.raises(AssertionError, match=r"float32  refused: .*'beta' = 1e\+39 is not representable in float32"):
+        ste.testing.check_finite(ste.registry.get("sigmoid_surrogate", beta=1e39))
+    ste.testing.check_finite(ste.registry.get("sigmoid_surrogate", beta=1e39), dtypes=["float64"])  # fits float64
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["tf.function", "jit_compile"])
+def test_a_variable_hyperparameter_inside_tf_function(jit: bool) -> None:
+    # A tf.Variable's value is read eagerly for the check (was: NotImplementedError from .numpy() while tracing).
+    beta = tf.Variable(2.0, trainable=False)
+    op = ste.forward(tf.sign).backward("sigmoid_surrogate", beta=beta)
+    x64 = np.array([-1.5, 0.0, 0.3, 2.0])
+    step = tf.function(lambda x: _gradient(op, x), jit_compile=jit)
+    for value in (2.0, 0.5):  # one trace; it reads the variable's current value
+        beta.assign(value)
+        np.testing.assert_allclose(
+            step(tf.constant(x64, tf.float32)).numpy(),
+            reference_derivative("sigmoid_surrogate", x64, {"beta": value}),
+            rtol=1e-5,
+        )
+    beta.assign(1e38)  # fits float32: still finite and equal to the reference
+    np.testing.assert_allclose(
+        tf.function(lambda x: _gradient(op, x))(tf.constant(x64, tf.float32)).numpy(),
+        reference_derivative("sigmoid_surrogate", x64, {"beta": 1e38}).astype(np.float32),
+        rtol=1e-5,
+    )

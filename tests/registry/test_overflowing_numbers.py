@@ -66,10 +66,11 @@ def _renamed_keyword(constraint: Any, old: str, new: str) -> Any:
     "make",
     [
         lambda: ste.constraints.get("weight_clip(foo=1)"),
+        lambda: ste.constraints.weight_clip(foo=1),  # the direct call too (was Python's raw TypeError)
         lambda: ste.constraints.WeightClip.from_config({"clip_value": 1.0, "foo": 1}),
         lambda: keras.constraints.deserialize(_renamed_keyword(ste.constraints.WeightClip(0.5), "clip_value", "foo")),
     ],
-    ids=["spec", "from_config", "keras_deserialize"],
+    ids=["spec", "direct", "from_config", "keras_deserialize"],
 )
 def test_weight_clip_with_an_unknown_keyword_names_it(make: Callable[[], Any]) -> None:
     with pytest.raises(ste.ParameterError, match="foo"):
