@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
+from ._bitmask import bit_masks_enabled, pack_bits, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec
@@ -31,6 +32,10 @@ class Rule(Protocol):
     def public(self) -> Any: ...
 
     def describe(self) -> str: ...
+
+    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+        """What the op keeps for :meth:`gradients` (called only when :attr:`needs_inputs`): the inputs, or less."""
+        ...
 
     def check_call(self, n_inputs: int, multiple_outputs: bool, kwargs: Mapping[str, Any], op: str) -> None: ...
 
@@ -60,6 +65,17 @@ def _select(kwargs: Mapping[str, Any], accepted: frozenset[str] | None) -> dict[
     return {key: value for key, value in kwargs.items() if key in accepted}
 
 
+class PackedMask(NamedTuple):
+    """What a mask-only surrogate keeps for the backward pass: its predicate, 1 bit per element, and the shape."""
+
+    bits: tf.Tensor  # uint8, ceil(size / 8) bytes (ste._bitmask.pack_bits)
+    shape: tf.Tensor  # int32 shape of the input
+
+
+def _keep_inputs(xs: Sequence[tf.Tensor]) -> Sequence[tf.Tensor]:
+    return xs
+
+
 class SurrogateRule:
     """A registry surrogate used as the rule of a one-input op."""
 
@@ -77,6 +93,13 @@ class SurrogateRule:
     def describe(self) -> str:
         return repr(self.surrogate)
 
+    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+        if self.surrogate.mask_only and bit_masks_enabled():
+            x = xs[0]
+            shape = tf.constant(x.shape.as_list(), tf.int32) if x.shape.is_fully_defined() else tf.shape(x)
+            return PackedMask(pack_bits(self.surrogate.mask(x)), shape)
+        return xs
+
     def check_call(self, n_inputs: int, multiple_outputs: bool, kwargs: Mapping[str, Any], op: str) -> None:
         if n_inputs != 1 or multiple_outputs:
             raise RuleError(
@@ -91,6 +114,12 @@ class SurrogateRule:
     ) -> Any:
         self.surrogate.check_dtype(specs[0].dtype)  # hyperparameters that overflow this dtype: ParameterError
         constant = self.surrogate.constant_derivative
+        if isinstance(inputs, PackedMask):
+            # Unpack only once the upstream gradient exists: without the dependency, TensorFlow's executor runs the
+            # unpacking (which depends on forward tensors only) during the forward pass and keeps its result alive.
+            with tf.control_dependencies(tf.nest.flatten(dy)):
+                bits = tf.identity(inputs.bits)
+            return self.surrogate.vjp_from_mask(dy, unpack_bits(bits, inputs.shape), specs[0].dtype)
         if constant is None:
             assert inputs is not None
             return self.surrogate.vjp(dy, inputs[0])
@@ -113,6 +142,7 @@ class CallableRule:
         self._accepted = accepted_keywords(fn)
 
     needs_inputs = True
+    saved_for_backward = staticmethod(_keep_inputs)
 
     @property
     def public(self) -> Callable[..., Any]:
@@ -165,6 +195,7 @@ class LikeRule:
         self._accepted = accepted_keywords(g)
 
     needs_inputs = True
+    saved_for_backward = staticmethod(_keep_inputs)
 
     @property
     def public(self) -> Callable[..., Any]:
