@@ -24,6 +24,7 @@ from ._errors import (
     UnknownConstraintError,
     UnknownQuantizerError,
     UnknownSurrogateError,
+    UnsupportedLayerError,
 )
 from ._export import export_quantized_weights
 from ._plot import plot
@@ -50,6 +51,7 @@ __all__ = [
     "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
     "__version__",
     "backward",
     "backward_like",

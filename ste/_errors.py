@@ -30,6 +30,7 @@ __all__ = [
     "UnknownConstraintError",
     "UnknownQuantizerError",
     "UnknownSurrogateError",
+    "UnsupportedLayerError",
 ]
 
 
@@ -144,6 +145,14 @@ class MissingDependencyError(STEError, ImportError, ValueError):
     An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
     ``TypeError`` or ``ValueError``.
     """
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class UnsupportedLayerError(STEError, ValueError):
+    """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
+    layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -5,8 +5,9 @@ What is counted:
 * A parameter's bit width is its quantizer's ``precision`` for a quantized kernel, else the bit width of the
   variable's dtype (32 for float32). Memory is ``count × bits / 8`` bytes; "float32 memory" is ``count × 4``.
   A magnitude-aware sign's per-channel scales are computed from the latent kernel and not counted.
-* Multiply-accumulates (MACs) per sample of Dense, Conv1D/2D/3D, DepthwiseConv2D and SeparableConv2D layers (ste
-  and Keras), at the bit width ``max(input bits, kernel bits)``; a float input counts as the compute dtype's bits.
+* Multiply-accumulates (MACs) per sample of Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose (input positions × kernel
+  size), DepthwiseConv2D and SeparableConv1D/2D layers (ste and Keras), at the bit width
+  ``max(input bits, kernel bits)``; a float input counts as the compute dtype's bits.
   In a separable convolution the pointwise step reads the depthwise step's float output. Other layers count 0.
 """
 
@@ -140,7 +141,10 @@ def _macs(layer: Any) -> list[tuple[str, int]]:
     positions = _spatial(out_shape, channels_last)
     if positions is None:
         return []
-    if isinstance(layer, keras.layers.SeparableConv2D):
+    if isinstance(layer, (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose, keras.layers.Conv3DTranspose)):
+        inputs = _spatial(in_shape, channels_last)  # every input position scatters the whole kernel
+        return [] if inputs is None else [("kernel", inputs * math.prod(layer.kernel.shape))]
+    if isinstance(layer, (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)):
         in_ch = _channels(in_shape, channels_last) or 0
         depthwise = positions * math.prod(layer.depthwise_kernel.shape)
         pointwise = positions * in_ch * layer.depth_multiplier * layer.filters

@@ -5,16 +5,46 @@
 ...                               kernel_constraint="weight_clip")
 """
 
+from typing import Any
+
+from .._errors import UnsupportedLayerError
 from ._base import KernelSlot, QuantLayerMixin
-from ._conv import QuantConv1D, QuantConv2D, QuantDepthwiseConv2D, QuantSeparableConv2D
+from ._conv import (
+    QuantConv1D,
+    QuantConv1DTranspose,
+    QuantConv2D,
+    QuantConv2DTranspose,
+    QuantConv3D,
+    QuantConv3DTranspose,
+    QuantDepthwiseConv2D,
+    QuantSeparableConv1D,
+    QuantSeparableConv2D,
+)
 from ._dense import QuantDense
 
 __all__ = [
     "KernelSlot",
     "QuantConv1D",
+    "QuantConv1DTranspose",
     "QuantConv2D",
+    "QuantConv2DTranspose",
+    "QuantConv3D",
+    "QuantConv3DTranspose",
     "QuantDense",
     "QuantDepthwiseConv2D",
     "QuantLayerMixin",
+    "QuantSeparableConv1D",
     "QuantSeparableConv2D",
 ]
+
+_NOT_IN_KERAS_3 = ("QuantLocallyConnected1D", "QuantLocallyConnected2D")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NOT_IN_KERAS_3:
+        raise UnsupportedLayerError(
+            f"ste.layers has no {name}: larq's {name} wraps tf.keras's LocallyConnected layers, which Keras 3 removed, "
+            f"so there is no Keras 3 parent to quantize. Fix: use a quantized convolution (QuantConv1D / QuantConv2D), "
+            f"or write the unshared-weights layer yourself; see docs/larq.md (Migrating from larq)."
+        )
+    raise AttributeError(f"module 'ste.layers' has no attribute {name!r}")

@@ -7,15 +7,18 @@ which kernel attribute, and which constraint argument clips it. The kernel is qu
 
 from __future__ import annotations
 
+import inspect
+import os
+import sys
 import warnings
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import keras
 import tensorflow as tf
 
 from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
-from .._errors import NotBuiltError
+from .._errors import NotBuiltError, ParameterError
 
 __all__ = ["KernelSlot", "QuantLayerMixin"]
 
@@ -28,16 +31,112 @@ class KernelSlot(NamedTuple):
     constraint: str  # constructor argument and attribute holding its constraint, e.g. "kernel_constraint"
 
 
+def _outside_ste() -> int:
+    """The ``stacklevel`` of the first caller outside the ``ste`` package (a warning then shows the user's line)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _precision(quantizer: Any) -> int | None:
     precision = getattr(quantizer, "precision", None)
     return precision if isinstance(precision, int) else None
 
 
+_MIGRATION = "docs/larq.md (Migrating from larq)"
+
+#: larq keywords ste's layers do not take (or that this layer does not take), with what to do instead.
+_LARQ_KEYWORDS = {
+    "metrics": "larq's per-layer metrics (flip_ratio) are not a layer argument in ste",
+    "pad_values": "only convolutions pad their input",
+    "input_quantizer": "this layer has no quantized input",
+    "kernel_quantizer": "this layer's kernels are quantized by the arguments listed below",
+    "depthwise_quantizer": "this layer has no depthwise kernel",
+    "pointwise_quantizer": "this layer has no pointwise kernel",
+    "implementation": "Keras 3 has no LocallyConnected layers",
+}
+
+
+def _keras_parent(cls: type) -> type | None:
+    """The first Keras layer class in ``cls``'s MRO that is not itself quantized (``keras.layers.Conv2D``)."""
+    for base in cls.__mro__[1:]:
+        if issubclass(base, keras.layers.Layer) and not issubclass(base, QuantLayerMixin):
+            return base
+    return None
+
+
+class _ClassSignature:
+    """``__signature__`` of a layer class only: its instances keep their own (``call``'s) signature, which
+    ``tf.function(layer, input_signature=...)`` and Keras inspect."""
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        self.signature = signature
+
+    def __get__(self, instance: object, owner: type) -> inspect.Signature:
+        if instance is not None:
+            raise AttributeError("__signature__")
+        return self.signature
+
+
 class QuantLayerMixin:
-    """Mixin for quantized Keras layers; see the module docstring."""
+    """Mixin for quantized Keras layers; see the module docstring.
+
+    A subclass lists its kernel slots (``slots``) and, optionally, larq spellings of its quantizer arguments
+    (``quantizer_aliases``). The mixin's ``__init__`` takes the keyword-only options (the quantizers, and what
+    :meth:`options` adds), passes everything else to the Keras parent, and ``inspect.signature`` of the class shows
+    the parent's parameters followed by these options.
+    """
 
     slots: ClassVar[tuple[KernelSlot, ...]] = ()
+    quantizer_aliases: ClassVar[dict[str, str]] = {}  # larq spelling -> ste argument, e.g. depthwise -> kernel
     input_quantizer: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        parent = _keras_parent(cls)
+        if "__init__" in cls.__dict__:  # a subclass with its own __init__: inspect reads that one
+            cls.__signature__ = None  # type: ignore[attr-defined]
+            return
+        if parent is None:
+            return
+        parameters = [
+            p for p in inspect.signature(parent).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        options = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for name, (default, annotation) in cls.options().items()
+        ]
+        var_keyword = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
+        cls.__signature__ = _ClassSignature(inspect.Signature([*parameters, *options, var_keyword]))  # type: ignore[attr-defined]
+
+    @classmethod
+    def options(cls) -> dict[str, tuple[Any, str]]:
+        """The keyword-only arguments this class adds to its Keras parent: ``{name: (default, annotation)}``."""
+        names = ["input_quantizer", *(slot.quantizer for slot in cls.slots), *cls.quantizer_aliases]
+        return {name: (None, "QuantizerLike") for name in names}
+
+    if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
+            self._refuse_larq_keywords(kwargs)
+            self._resolve_constraints(kwargs)
+            super().__init__(*args, **kwargs)
+            self._apply_options(options)
+
+    @classmethod
+    def _refuse_larq_keywords(cls, kwargs: dict[str, Any]) -> None:
+        """A larq keyword this class does not take: an ste error naming it (not Keras's "Unrecognized keyword")."""
+        for name in kwargs:
+            if name in _LARQ_KEYWORDS:
+                takes = ", ".join(cls.options())
+                raise ParameterError(
+                    f"{cls.__name__} does not take larq's {name}= ({_LARQ_KEYWORDS[name]}). It takes the arguments "
+                    f"of {_keras_parent(cls).__name__} plus {takes}. See {_MIGRATION} for every larq argument "  # type: ignore[union-attr]
+                    f"and its ste equivalent."
+                )
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
@@ -47,10 +146,22 @@ class QuantLayerMixin:
             if isinstance(value, str):
                 kwargs[slot.constraint] = ste_constraints.get(value)
 
-    def _set_quantizers(self, input_quantizer: Any, kernel_quantizers: dict[str, Any]) -> None:
-        self.input_quantizer = ste_quantizers.get(input_quantizer)
+    def _apply_options(self, options: dict[str, Any]) -> None:
+        """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""
+        for alias, target in self.quantizer_aliases.items():
+            if options[alias] is not None:
+                if options[target] is not None:
+                    raise ParameterError(
+                        f"{type(self).__name__}: give {target}= or larq's {alias}=, not both "
+                        f"(received {target}={options[target]!r}, {alias}={options[alias]!r})."
+                    )
+                options[target] = options[alias]
+        self._set_quantizers(options)
+
+    def _set_quantizers(self, options: dict[str, Any]) -> None:
+        self.input_quantizer = ste_quantizers.get(options["input_quantizer"])
         for slot in self.slots:
-            setattr(self, slot.quantizer, ste_quantizers.get(kernel_quantizers.get(slot.quantizer)))
+            setattr(self, slot.quantizer, ste_quantizers.get(options[slot.quantizer]))
             quantizer = getattr(self, slot.quantizer)
             if isinstance(quantizer, ste_quantizers.LSQ):
                 quantizer.sharded = False  # a kernel is the same on every replica (its gradient scale uses its own N)
@@ -61,8 +172,18 @@ class QuantLayerMixin:
                     f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
                     f"(ste.constraints.WeightClip(1.0)).",
                     UserWarning,
-                    stacklevel=3,
+                    stacklevel=_outside_ste(),
                 )
+
+    def get_config(self) -> dict[str, Any]:
+        """The Keras parent's config plus the quantizers (and the other options)."""
+        return {**super().get_config(), **self._options_config()}  # type: ignore[misc]
+
+    def _options_config(self) -> dict[str, Any]:
+        config = {"input_quantizer": ste_quantizers.serialize(self.input_quantizer)}
+        for slot in self.slots:
+            config[slot.quantizer] = ste_quantizers.serialize(getattr(self, slot.quantizer))
+        return config
 
     def build(self, input_shape: Any) -> None:
         """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
@@ -119,20 +240,3 @@ class QuantLayerMixin:
     def input_precision(self) -> int | None:
         """The bit width of the quantized input (``None`` for a float input)."""
         return _precision(self.input_quantizer)
-
-    def _quantizer_config(self) -> dict[str, Any]:
-        config = {"input_quantizer": ste_quantizers.serialize(self.input_quantizer)}
-        for slot in self.slots:
-            config[slot.quantizer] = ste_quantizers.serialize(getattr(self, slot.quantizer))
-        return config
-
-    def _bias_and_activation(self, outputs: Any, channels: int, rank: int) -> Any:
-        """Add the bias (channels-last or -first) and apply the activation, as the Keras conv layers do."""
-        if getattr(self, "use_bias", False):
-            if getattr(self, "data_format", "channels_last") == "channels_last":
-                shape = (1,) * (rank + 1) + (channels,)
-            else:
-                shape = (1, channels) + (1,) * rank
-            outputs = keras.ops.add(outputs, keras.ops.reshape(self.bias, shape))  # type: ignore[attr-defined]
-        activation = getattr(self, "activation", None)
-        return outputs if activation is None else activation(outputs)

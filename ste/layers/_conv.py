@@ -1,8 +1,17 @@
-"""Quantized convolutions: ``QuantConv1D``, ``QuantConv2D``, ``QuantDepthwiseConv2D``, ``QuantSeparableConv2D``."""
+"""Quantized convolutions: ``QuantConv1D/2D/3D``, ``QuantConv1D/2D/3DTranspose``, ``QuantDepthwiseConv2D``,
+``QuantSeparableConv1D/2D``.
+
+Each computes its Keras parent's convolution on ``input_quantizer(x)`` and the quantized kernel(s), then the bias
+and the activation, as Keras does. ``pad_values`` (larq's argument): with ``padding="same"``, the quantized input is
+padded with that constant instead of zeros (so that a binary convolution sees only ±1) and convolved ``"valid"``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import keras
 import tensorflow as tf
@@ -10,124 +19,136 @@ import tensorflow as tf
 from .._errors import ParameterError
 from ._base import KernelSlot, QuantLayerMixin
 
-__all__ = ["QuantConv1D", "QuantConv2D", "QuantDepthwiseConv2D", "QuantSeparableConv2D"]
+__all__ = [
+    "QuantConv1D",
+    "QuantConv1DTranspose",
+    "QuantConv2D",
+    "QuantConv2DTranspose",
+    "QuantConv3D",
+    "QuantConv3DTranspose",
+    "QuantDepthwiseConv2D",
+    "QuantSeparableConv1D",
+    "QuantSeparableConv2D",
+]
 
 _KERNEL = KernelSlot("kernel_quantizer", "kernel", "kernel_constraint")
+_SEPARABLE = (
+    KernelSlot("depthwise_quantizer", "depthwise_kernel", "depthwise_constraint"),
+    KernelSlot("pointwise_quantizer", "pointwise_kernel", "pointwise_constraint"),
+)
+
+
+def _same_padding(size: Any, kernel: int, stride: int, dilation: int) -> list[Any]:
+    """[before, after] of TensorFlow's "same" padding along one axis (``size`` an int, or a scalar tensor)."""
+    effective = (kernel - 1) * dilation + 1
+    if isinstance(size, int):
+        total = max(0, (math.ceil(size / stride) - 1) * stride + effective - size)
+    else:  # a size known only at run time
+        total = tf.maximum(0, ((size + stride - 1) // stride - 1) * stride + effective - size)
+    return [total // 2, total - total // 2]
 
 
 class _QuantConv(QuantLayerMixin):
-    """``convolution_op(input_quantizer(x), kernel_quantizer(kernel))`` + bias, then the activation."""
+    """What every quantized convolution shares: ``pad_values``, the padding it implies, the bias and activation."""
 
-    slots = (_KERNEL,)
     rank: int
-    filters: int
+    padding: str
+    data_format: str
+    kernel_size: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilation_rate: tuple[int, ...]
+    pad_values: float
+    slots: ClassVar[tuple[KernelSlot, ...]] = (_KERNEL,)
+    op: ClassVar[Callable[..., Any]] = staticmethod(keras.ops.conv)  # what the Keras parent's call computes
+    pads_input = True  # False for transposed convolutions, whose "same" crops the output instead
 
-    def __init__(self, *args: Any, input_quantizer: Any = None, kernel_quantizer: Any = None, **kwargs: Any) -> None:
-        self._resolve_constraints(kwargs)
-        super().__init__(*args, **kwargs)
-        self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
+    @classmethod
+    def options(cls) -> dict[str, tuple[Any, str]]:
+        return {**super().options(), "pad_values": (0.0, "float")}
 
-    def call(self, inputs: Any) -> Any:
-        outputs = self.convolution_op(self.quantize_inputs(inputs), self.quantize_kernel(_KERNEL))  # type: ignore[attr-defined]
-        return self._bias_and_activation(outputs, self.filters, self.rank)
+    def _apply_options(self, options: dict[str, Any]) -> None:
+        value = options["pad_values"]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise ParameterError(f"{type(self).__name__}: pad_values must be a finite number; received {value!r}.")
+        if float(value) != 0.0 and not self.pads_input:
+            raise ParameterError(
+                f"{type(self).__name__}: a transposed convolution does not pad its input (padding='same' crops its "
+                f"output), so pad_values must be 0; received pad_values={value!r}."
+            )
+        if float(value) != 0.0 and self.padding != "same":
+            raise ParameterError(
+                f"{type(self).__name__}: pad_values={value!r} only applies with padding='same' (larq's rule); "
+                f"received padding={self.padding!r}. Fix: padding='same', or pad_values=0.0."
+            )
+        self.pad_values = float(value)
+        super()._apply_options(options)
 
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), **self._quantizer_config()}  # type: ignore[misc]
+    def _options_config(self) -> dict[str, Any]:
+        return {**super()._options_config(), "pad_values": self.pad_values}
 
-
-@keras.saving.register_keras_serializable(package="ste")
-class QuantConv1D(_QuantConv, keras.layers.Conv1D):  # type: ignore[misc]
-    """``keras.layers.Conv1D`` with ``input_quantizer`` and ``kernel_quantizer`` (see :class:`QuantDense`)."""
-
-    def call(self, inputs: Any) -> Any:
-        if self.padding != "causal":
-            return super().call(inputs)
-        # Causal: quantize, then left-pad with zeros and run a "valid" convolution, as keras.layers.Conv1D does.
-        inputs = self.quantize_inputs(inputs)
-        left = self.dilation_rate[0] * (self.kernel_size[0] - 1)
-        time_axis = 1 if self.data_format == "channels_last" else 2
-        pads = [[0, 0], [0, 0], [0, 0]]
-        pads[time_axis] = [left, 0]
-        outputs = keras.ops.conv(
-            keras.ops.pad(inputs, pads),
-            self.quantize_kernel(_KERNEL),
-            strides=list(self.strides),
-            padding="valid",
-            dilation_rate=self.dilation_rate,
-            data_format=self.data_format,
-        )
-        return self._bias_and_activation(outputs, self.filters, self.rank)
-
-
-@keras.saving.register_keras_serializable(package="ste")
-class QuantConv2D(_QuantConv, keras.layers.Conv2D):  # type: ignore[misc]
-    """``keras.layers.Conv2D`` with ``input_quantizer`` and ``kernel_quantizer`` (see :class:`QuantDense`)."""
-
-
-@keras.saving.register_keras_serializable(package="ste")
-class QuantDepthwiseConv2D(QuantLayerMixin, keras.layers.DepthwiseConv2D):  # type: ignore[misc]
-    """``keras.layers.DepthwiseConv2D`` with ``input_quantizer`` and ``kernel_quantizer`` (larq's name
-    ``depthwise_quantizer`` is accepted too); the kernel's constraint is ``depthwise_constraint``."""
-
-    slots = (KernelSlot("kernel_quantizer", "kernel", "depthwise_constraint"),)
-
-    def __init__(
-        self,
-        *args: Any,
-        input_quantizer: Any = None,
-        kernel_quantizer: Any = None,
-        depthwise_quantizer: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        if depthwise_quantizer is not None:
-            if kernel_quantizer is not None:
-                raise ParameterError(
-                    "QuantDepthwiseConv2D: give kernel_quantizer= or larq's depthwise_quantizer=, not both."
-                )
-            kernel_quantizer = depthwise_quantizer
-        self._resolve_constraints(kwargs)
-        super().__init__(*args, **kwargs)
-        self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
+    def _padded_inputs(self, inputs: Any) -> tuple[Any, str]:
+        """The quantized input, padded here when the padding is "causal" or "same" with non-zero ``pad_values``,
+        and the padding left for the convolution op."""
+        x = self.quantize_inputs(inputs)
+        if not (self.padding == "causal" or (self.padding == "same" and self.pad_values != 0.0)):
+            return x, self.padding
+        first = 1 if self.data_format == "channels_last" else 2
+        pads: list[Any] = [[0, 0] for _ in range(self.rank + 2)]
+        for i in range(self.rank):
+            axis = first + i
+            if self.padding == "causal":  # Conv1D's causal: zeros before, as keras.layers.Conv1D does
+                pads[axis] = [self.dilation_rate[i] * (self.kernel_size[i] - 1), 0]
+            else:
+                size = x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
+                pads[axis] = _same_padding(size, self.kernel_size[i], self.strides[i], self.dilation_rate[i])
+        value = 0.0 if self.padding == "causal" else self.pad_values
+        return tf.pad(x, pads, constant_values=tf.constant(value, x.dtype)), "valid"
 
     def call(self, inputs: Any) -> Any:
-        channels = self._get_input_channel(inputs.shape) * self.depth_multiplier
-        outputs = keras.ops.depthwise_conv(
-            self.quantize_inputs(inputs),
-            self.quantize_kernel(self.slots[0]),
+        x, padding = self._padded_inputs(inputs)
+        outputs = self._convolve(x, [self.quantize_kernel(slot) for slot in self.slots], padding)
+        if getattr(self, "use_bias", False):
+            channels = self.bias.shape[0]  # type: ignore[attr-defined]
+            shape = (1,) * (self.rank + 1) + (channels,)
+            if self.data_format != "channels_last":
+                shape = (1, channels) + (1,) * self.rank
+            outputs = keras.ops.add(outputs, keras.ops.reshape(self.bias, shape))  # type: ignore[attr-defined]
+        activation = getattr(self, "activation", None)
+        return outputs if activation is None else activation(outputs)
+
+    def _convolve(self, x: Any, kernels: list[tf.Tensor], padding: str) -> Any:
+        """The parent's convolution op (``op``) on the prepared input and the quantized kernels."""
+        return type(self).op(
+            x,
+            *kernels,
             strides=self.strides,
-            padding=self.padding,
+            padding=padding,
             dilation_rate=self.dilation_rate,
             data_format=self.data_format,
+            **self._op_arguments(),
         )
-        return self._bias_and_activation(outputs, channels, self.rank)
 
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), **self._quantizer_config()}
+    def _op_arguments(self) -> dict[str, Any]:
+        """Arguments of ``op`` beyond those every convolution op takes."""
+        return {}
 
 
-@keras.saving.register_keras_serializable(package="ste")
-class QuantSeparableConv2D(QuantLayerMixin, keras.layers.SeparableConv2D):  # type: ignore[misc]
-    """``keras.layers.SeparableConv2D`` with ``input_quantizer``, ``depthwise_quantizer`` and
-    ``pointwise_quantizer`` (constraints ``depthwise_constraint`` and ``pointwise_constraint``)."""
+class _QuantConvTranspose(_QuantConv):
+    """``keras.ops.conv_transpose``, as ``keras.layers.ConvNDTranspose`` computes it."""
 
-    slots = (
-        KernelSlot("depthwise_quantizer", "depthwise_kernel", "depthwise_constraint"),
-        KernelSlot("pointwise_quantizer", "pointwise_kernel", "pointwise_constraint"),
-    )
+    pads_input = False
+    output_padding: Any
+    op = staticmethod(keras.ops.conv_transpose)
 
-    def __init__(
-        self,
-        *args: Any,
-        input_quantizer: Any = None,
-        depthwise_quantizer: Any = None,
-        pointwise_quantizer: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        self._resolve_constraints(kwargs)
-        super().__init__(*args, **kwargs)
-        self._set_quantizers(
-            input_quantizer, {"depthwise_quantizer": depthwise_quantizer, "pointwise_quantizer": pointwise_quantizer}
-        )
+    def _op_arguments(self) -> dict[str, Any]:
+        return {"output_padding": self.output_padding}
+
+
+class _QuantSeparableConv(_QuantConv):
+    """``keras.ops.separable_conv`` with ``depthwise_quantizer`` and ``pointwise_quantizer``."""
+
+    slots: ClassVar[tuple[KernelSlot, ...]] = _SEPARABLE
+    op = staticmethod(keras.ops.separable_conv)
 
     @property
     def quantized_depthwise_kernel(self) -> tf.Tensor:
@@ -139,17 +160,61 @@ class QuantSeparableConv2D(QuantLayerMixin, keras.layers.SeparableConv2D):  # ty
         """``pointwise_quantizer(pointwise_kernel)``."""
         return self.quantized_kernels["pointwise_kernel"]
 
-    def call(self, inputs: Any) -> Any:
-        outputs = keras.ops.separable_conv(
-            self.quantize_inputs(inputs),
-            self.quantize_kernel(self.slots[0]),
-            self.quantize_kernel(self.slots[1]),
-            strides=self.strides,
-            padding=self.padding,
-            dilation_rate=self.dilation_rate,
-            data_format=self.data_format,
-        )
-        return self._bias_and_activation(outputs, self.filters, self.rank)
 
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), **self._quantizer_config()}
+@keras.saving.register_keras_serializable(package="ste")
+class QuantConv1D(_QuantConv, keras.layers.Conv1D):  # type: ignore[misc]
+    """``keras.layers.Conv1D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``
+    (see :class:`QuantDense` and the module docstring)."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantConv2D(_QuantConv, keras.layers.Conv2D):  # type: ignore[misc]
+    """``keras.layers.Conv2D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``
+    (see :class:`QuantDense` and the module docstring)."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantConv3D(_QuantConv, keras.layers.Conv3D):  # type: ignore[misc]
+    """``keras.layers.Conv3D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``
+    (see :class:`QuantDense` and the module docstring)."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantConv1DTranspose(_QuantConvTranspose, keras.layers.Conv1DTranspose):  # type: ignore[misc]
+    """``keras.layers.Conv1DTranspose`` with ``input_quantizer`` and ``kernel_quantizer`` (see :class:`QuantDense`);
+    ``pad_values`` must be 0: a transposed convolution does not pad its input."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantConv2DTranspose(_QuantConvTranspose, keras.layers.Conv2DTranspose):  # type: ignore[misc]
+    """``keras.layers.Conv2DTranspose`` with ``input_quantizer`` and ``kernel_quantizer`` (see :class:`QuantDense`);
+    ``pad_values`` must be 0: a transposed convolution does not pad its input."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantConv3DTranspose(_QuantConvTranspose, keras.layers.Conv3DTranspose):  # type: ignore[misc]
+    """``keras.layers.Conv3DTranspose`` with ``input_quantizer`` and ``kernel_quantizer`` (see :class:`QuantDense`);
+    ``pad_values`` must be 0: a transposed convolution does not pad its input."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantDepthwiseConv2D(_QuantConv, keras.layers.DepthwiseConv2D):  # type: ignore[misc]
+    """``keras.layers.DepthwiseConv2D`` with ``input_quantizer``, ``kernel_quantizer`` (larq's name
+    ``depthwise_quantizer`` is accepted too) and ``pad_values``; the kernel's constraint is
+    ``depthwise_constraint``."""
+
+    slots = (KernelSlot("kernel_quantizer", "kernel", "depthwise_constraint"),)
+    quantizer_aliases = {"depthwise_quantizer": "kernel_quantizer"}  # noqa: RUF012
+    op = staticmethod(keras.ops.depthwise_conv)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantSeparableConv1D(_QuantSeparableConv, keras.layers.SeparableConv1D):  # type: ignore[misc]
+    """``keras.layers.SeparableConv1D`` with ``input_quantizer``, ``depthwise_quantizer``, ``pointwise_quantizer``
+    (constraints ``depthwise_constraint`` and ``pointwise_constraint``) and ``pad_values``."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class QuantSeparableConv2D(_QuantSeparableConv, keras.layers.SeparableConv2D):  # type: ignore[misc]
+    """``keras.layers.SeparableConv2D`` with ``input_quantizer``, ``depthwise_quantizer``, ``pointwise_quantizer``
+    (constraints ``depthwise_constraint`` and ``pointwise_constraint``) and ``pad_values``."""

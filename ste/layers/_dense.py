@@ -23,13 +23,6 @@ class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
 
     slots = (KernelSlot("kernel_quantizer", "kernel", "kernel_constraint"),)
 
-    def __init__(
-        self, units: int, *args: Any, input_quantizer: Any = None, kernel_quantizer: Any = None, **kwargs: Any
-    ) -> None:
-        self._resolve_constraints(kwargs)
-        super().__init__(units, *args, **kwargs)
-        self._set_quantizers(input_quantizer, {"kernel_quantizer": kernel_quantizer})
-
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = keras.ops.matmul(self.quantize_inputs(inputs), self.quantize_kernel(self.slots[0]))
         if self.bias is not None:
@@ -37,6 +30,3 @@ class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
         if self.activation is not None:
             x = self.activation(x)
         return x
-
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), **self._quantizer_config()}

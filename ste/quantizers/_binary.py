@@ -23,9 +23,12 @@ _UNSET: Any = object()
 
 
 def binary_sign(x: tf.Tensor) -> tf.Tensor:
-    """+1 where x >= 0, else -1 (so sign(0) = +1 and the output is never 0)."""
-    one = tf.ones_like(x)
-    return tf.where(x >= 0, one, -one)
+    """+1 where x >= 0, else -1 (so sign(0) = +1 and the output is never 0).
+
+    Written as ``SelectV2(x >= 0, 1, -1)`` with scalar constants: the pattern Larq Compute Engine's converter
+    matches to turn a binary convolution into a bit-packed ``LceBconv2d`` (see docs/deploying.md).
+    """
+    return tf.where(x >= 0, tf.constant(1, x.dtype), tf.constant(-1, x.dtype))
 
 
 def heaviside(x: tf.Tensor) -> tf.Tensor:

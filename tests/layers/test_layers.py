@@ -10,9 +10,20 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste.layers import QuantConv1D, QuantConv2D, QuantDense, QuantDepthwiseConv2D, QuantSeparableConv2D
+from ste.layers import (
+    QuantConv1D,
+    QuantConv1DTranspose,
+    QuantConv2D,
+    QuantConv2DTranspose,
+    QuantConv3D,
+    QuantConv3DTranspose,
+    QuantDense,
+    QuantDepthwiseConv2D,
+    QuantSeparableConv1D,
+    QuantSeparableConv2D,
+)
 
-QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "pointwise_quantizer")
+QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "pointwise_quantizer", "pad_values")
 
 CASES = [
     (QuantDense, keras.layers.Dense, dict(units=5, activation="tanh", kernel_quantizer="sign"), (4, 7)),
@@ -48,6 +59,50 @@ CASES = [
         keras.layers.SeparableConv2D,
         dict(filters=4, kernel_size=2, depthwise_quantizer="sign", pointwise_quantizer="ternary(threshold=0.2)"),
         (2, 5, 5, 3),
+    ),
+    (
+        QuantConv3D,
+        keras.layers.Conv3D,
+        dict(filters=4, kernel_size=(2, 3, 2), strides=(1, 2, 1), padding="same", groups=2, kernel_quantizer="sign"),
+        (2, 4, 5, 3, 4),
+    ),
+    (
+        QuantConv1DTranspose,
+        keras.layers.Conv1DTranspose,
+        dict(filters=3, kernel_size=3, strides=2, output_padding=1, activation="relu", kernel_quantizer="ste_tern"),
+        (2, 6, 4),
+    ),
+    (
+        QuantConv2DTranspose,
+        keras.layers.Conv2DTranspose,
+        dict(filters=4, kernel_size=3, strides=2, padding="same", kernel_quantizer="sign"),
+        (2, 4, 5, 3),
+    ),
+    (
+        QuantConv2DTranspose,
+        keras.layers.Conv2DTranspose,
+        dict(filters=2, kernel_size=2, dilation_rate=2, kernel_quantizer="dorefa(bits=2, mode='weights')"),
+        (2, 4, 4, 3),
+    ),
+    (
+        QuantConv3DTranspose,
+        keras.layers.Conv3DTranspose,
+        dict(filters=2, kernel_size=2, strides=(1, 2, 2), kernel_quantizer="magnitude_aware_sign"),
+        (2, 3, 3, 4, 2),
+    ),
+    (
+        QuantSeparableConv1D,
+        keras.layers.SeparableConv1D,
+        dict(
+            filters=5,
+            kernel_size=3,
+            strides=2,
+            depth_multiplier=2,
+            padding="same",
+            depthwise_quantizer="sign",
+            pointwise_quantizer="ternary(threshold=0.2)",
+        ),
+        (2, 9, 3),
     ),
 ]
 
