@@ -6,6 +6,7 @@
 """
 
 from . import constraints, layers, quantizers, registry, testing
+from ._bitmask import bit_masks, set_bit_masks
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -55,6 +56,7 @@ __all__ = [
     "__version__",
     "backward",
     "backward_like",
+    "bit_masks",
     "constraints",
     "export_quantized_weights",
     "forward",
@@ -62,6 +64,7 @@ __all__ = [
     "plot",
     "quantizers",
     "registry",
+    "set_bit_masks",
     "summary",
     "testing",
 ]

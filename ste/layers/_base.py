@@ -11,6 +11,7 @@ import inspect
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import keras
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
+from .._bitmask import bit_masks_enabled, pack_bits, unpack_bits
 from .._errors import NotBuiltError, ParameterError
 
 __all__ = ["KernelSlot", "QuantLayerMixin"]
@@ -212,6 +214,33 @@ class QuantLayerMixin:
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
         return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
+
+    def apply_to_quantized_input(self, fn: Callable[..., Any], x: Any, kernels: list[tf.Tensor]) -> Any:
+        """``fn(x, *kernels)`` on the quantized input ``x``; where the input quantizer is binary (its output takes
+        two values, ``binary_values``) and bit masks are on (:func:`ste.set_bit_masks`), the backward pass keeps
+        ``x`` as packed bits and recomputes it from them instead of keeping the float tensor (same gradients)."""
+        values = getattr(self.input_quantizer, "binary_values", None)
+        if values is None or not bit_masks_enabled() or not isinstance(x, tf.Tensor) or not x.dtype.is_floating:
+            return fn(x, *kernels)
+        low, high = values
+
+        @tf.custom_gradient
+        def keep_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
+            bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
+            shape = tf.shape(x)
+
+            def grad(dy: tf.Tensor) -> list[tf.Tensor]:
+                with tf.control_dependencies([dy]):  # recompute in the backward pass, not in the forward one
+                    unpacked = unpack_bits(bits, shape)
+                one = tf.where(unpacked, tf.constant(high, x.dtype), tf.constant(low, x.dtype))
+                with tf.GradientTape() as tape:
+                    tape.watch([one, *kernels])
+                    out = fn(one, *kernels)  # not run in a tf.function: only its gradient ops are used
+                return tape.gradient(out, [one, *kernels], output_gradients=dy)  # type: ignore[no-any-return]
+
+            return fn(x, *kernels), grad
+
+        return keep_bits(x, *kernels)
 
     def quantize_kernel(self, slot: KernelSlot) -> tf.Tensor:
         """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it)."""

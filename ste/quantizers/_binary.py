@@ -91,6 +91,7 @@ class Sign(_SurrogateQuantizer):
     """
 
     precision = 1
+    binary_values = (-1.0, 1.0)  # the output is one of these: a layer may keep it as bits (ste.layers)
     forward_fn = staticmethod(binary_sign)
 
 
@@ -103,6 +104,7 @@ class Heaviside(_SurrogateQuantizer):
     """
 
     precision = 1
+    binary_values = (0.0, 1.0)
     forward_fn = staticmethod(heaviside)
 
 
