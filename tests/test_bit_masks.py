@@ -149,10 +149,18 @@ def test_binary_layers_keep_bits_with_bit_identical_gradients(mode: str) -> None
     rng = np.random.default_rng(5)
     x = tf.constant(rng.uniform(-1.6, 1.6, (2, 7, 5, 3)).astype(np.float32))
     layers = [
-        ste.layers.QuantConv2D(4, 3, padding="same", input_quantizer="sign", kernel_quantizer="sign",
-                               kernel_constraint="weight_clip"),
-        ste.layers.QuantConv2D(4, 3, padding="same", pad_values=1.0, input_quantizer="sign",
-                               kernel_quantizer="sign", kernel_constraint="weight_clip"),
+        ste.layers.QuantConv2D(
+            4, 3, padding="same", input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+        ),
+        ste.layers.QuantConv2D(
+            4,
+            3,
+            padding="same",
+            pad_values=1.0,
+            input_quantizer="sign",
+            kernel_quantizer="sign",
+            kernel_constraint="weight_clip",
+        ),
         ste.layers.QuantConv2D(4, 2, strides=2, input_quantizer="heaviside", kernel_constraint="weight_clip"),
         ste.layers.QuantDense(6, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"),
     ]
@@ -184,8 +192,9 @@ def test_binary_layers_keep_bits_with_bit_identical_gradients(mode: str) -> None
 def test_binary_layer_under_mixed_precision() -> None:
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
-        layer = ste.layers.QuantConv2D(3, 3, input_quantizer="sign", kernel_quantizer="sign",
-                                       kernel_constraint="weight_clip")
+        layer = ste.layers.QuantConv2D(
+            3, 3, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+        )
         x = tf.constant(np.random.default_rng(2).uniform(-2, 2, (2, 6, 6, 2)).astype(np.float32))
         layer(x)
         dy = tf.ones((2, 4, 4, 3))
@@ -216,3 +225,42 @@ def test_the_switch() -> None:
         assert not ste._bitmask.bit_masks_enabled()
     finally:
         ste.set_bit_masks(True)
+
+
+def test_binary_conv_net_trains_identically_under_mirrored_strategy() -> None:
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (8, 6, 6, 2)).astype(np.float32)
+    y = rng.normal(size=(8, 3)).astype(np.float32)
+    weights = []
+    for on in (True, False):
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        keras.utils.set_random_seed(4)
+        with ste.bit_masks(on), strategy.scope():
+            model = keras.Sequential(
+                [
+                    keras.Input((6, 6, 2)),
+                    keras.layers.Conv2D(4, 3, padding="same"),
+                    ste.layers.QuantConv2D(
+                        4,
+                        3,
+                        padding="same",
+                        input_quantizer="sign",
+                        kernel_quantizer="sign",
+                        kernel_constraint="weight_clip",
+                    ),
+                    keras.layers.Flatten(),
+                    ste.layers.QuantDense(
+                        3, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+                    ),
+                ]
+            )
+            model.compile(keras.optimizers.SGD(0.1), "mse")
+            initial = [w.numpy() for w in model.weights]
+            model.fit(x, y, epochs=2, batch_size=8, verbose=0, shuffle=False)
+        weights.append([w.numpy() for w in model.weights])
+    assert any(np.any(a != b) for a, b in zip(weights[1], initial))  # training changed the weights
+    for lean, plain in zip(*weights):
+        np.testing.assert_array_equal(lean, plain)

@@ -224,7 +224,7 @@ class QuantLayerMixin:
             return fn(x, *kernels)
         low, high = values
 
-        @tf.custom_gradient
+        @tf.custom_gradient  # type: ignore[untyped-decorator]
         def keep_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
             bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
             shape = tf.shape(x)
