@@ -21,7 +21,15 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-__all__ = ["bit_masks", "bit_masks_enabled", "pack_bits", "set_bit_masks", "unpack_bits"]
+__all__ = [
+    "EAGER_MIN_ELEMENTS",
+    "bit_masks",
+    "bit_masks_enabled",
+    "keep_bits",
+    "pack_bits",
+    "set_bit_masks",
+    "unpack_bits",
+]
 
 _MAGIC = 0x8040201008040201
 _BITS = (128, 64, 32, 16, 8, 4, 2, 1)  # the bit of element i of a group of 8
@@ -35,9 +43,24 @@ _STATE = _State()
 _DEFAULT = [os.environ.get("STE_BIT_MASKS", "1").strip().lower() not in ("0", "false", "no", "off")]
 
 
+#: Eagerly, packing costs about a dozen op dispatches (tens of µs): below this many elements the float input is kept.
+EAGER_MIN_ELEMENTS = 65536
+
+
 def bit_masks_enabled() -> bool:
     """Whether ops keep bit-packed masks instead of float inputs for their backward pass (default True)."""
     return _DEFAULT[0] if _STATE.override is None else _STATE.override
+
+
+def keep_bits(x: tf.Tensor) -> bool:
+    """Whether an op should keep ``x``'s mask as bits: bit masks are on, and ``x`` is traced (in ``tf.function``:
+    packing is a few cheap ops) or, eagerly, has at least :data:`EAGER_MIN_ELEMENTS` elements."""
+    if not bit_masks_enabled():
+        return False
+    if not tf.executing_eagerly():
+        return True
+    size = x.shape.num_elements()
+    return size is None or size >= EAGER_MIN_ELEMENTS
 
 
 def set_bit_masks(enabled: bool) -> None:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ._bitmask import bit_masks_enabled, pack_bits, unpack_bits
+from ._bitmask import keep_bits, pack_bits, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec
@@ -94,8 +94,8 @@ class SurrogateRule:
         return repr(self.surrogate)
 
     def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
-        if self.surrogate.mask_only and bit_masks_enabled():
-            x = xs[0]
+        x = xs[0]
+        if self.surrogate.mask_only and keep_bits(x):
             shape = tf.constant(x.shape.as_list(), tf.int32) if x.shape.is_fully_defined() else tf.shape(x)
             return PackedMask(pack_bits(self.surrogate.mask(x)), shape)
         return xs

@@ -17,6 +17,13 @@ import tensorflow as tf
 import ste
 from ste._bitmask import pack_bits, unpack_bits
 
+
+@pytest.fixture(autouse=True)
+def _pack_small_eager_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eagerly, ops pack masks of large tensors only; these tests pack every size."""
+    monkeypatch.setattr(ste._bitmask, "EAGER_MIN_ELEMENTS", 0)
+
+
 DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 MODES = ("eager", "function", "xla")
 SIZES = ((0,), (1,), (13,), (5, 7), (2, 8, 3))

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
-from .._bitmask import bit_masks_enabled, pack_bits, unpack_bits
+from .._bitmask import keep_bits, pack_bits, unpack_bits
 from .._errors import NotBuiltError, ParameterError
 
 __all__ = ["KernelSlot", "QuantLayerMixin"]
@@ -220,12 +220,12 @@ class QuantLayerMixin:
         two values, ``binary_values``) and bit masks are on (:func:`ste.set_bit_masks`), the backward pass keeps
         ``x`` as packed bits and recomputes it from them instead of keeping the float tensor (same gradients)."""
         values = getattr(self.input_quantizer, "binary_values", None)
-        if values is None or not bit_masks_enabled() or not isinstance(x, tf.Tensor) or not x.dtype.is_floating:
+        if values is None or not isinstance(x, tf.Tensor) or not x.dtype.is_floating or not keep_bits(x):
             return fn(x, *kernels)
         low, high = values
 
         @tf.custom_gradient  # type: ignore[untyped-decorator]
-        def keep_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
+        def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
             bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
             shape = tf.shape(x)
 
@@ -240,7 +240,7 @@ class QuantLayerMixin:
 
             return fn(x, *kernels), grad
 
-        return keep_bits(x, *kernels)
+        return on_bits(x, *kernels)
 
     def quantize_kernel(self, slot: KernelSlot) -> tf.Tensor:
         """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it)."""
