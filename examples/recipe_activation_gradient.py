@@ -30,7 +30,7 @@ def forward_and_gradient(op: ste.STEFunction, x: tf.Tensor) -> tuple[np.ndarray,
 
 
 def build_model(seed: int = 0) -> keras.Model:
-    """A small regression net whose hidden activation is the op: any Keras `activation=` accepts it."""
+    """A small regression net whose hidden activation is the op: any Keras `activation=` accepts it (and saves it)."""
     keras.utils.set_random_seed(seed)
     return keras.Sequential(
         [
@@ -63,6 +63,13 @@ def main() -> None:
     history = model.fit(features, targets, epochs=20, batch_size=64, verbose=0)
     losses = history.history["loss"]
     print(f"training loss: {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+    # The op names its functions (tf.nn.relu, tf.nn.sigmoid), so the model saves and loads like any Keras model.
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "activation_gradient.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert np.allclose(restored.predict(features, verbose=0), model.predict(features, verbose=0))
+    print("saved and reloaded:", path)
 
 
 if __name__ == "__main__":

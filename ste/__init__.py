@@ -20,6 +20,7 @@ from ._errors import (
     ParameterError,
     RegistrationError,
     RuleError,
+    SerializationError,
     SpecError,
     STEError,
     UnknownConstraintError,
@@ -29,8 +30,11 @@ from ._errors import (
 )
 from ._export import export_quantized_weights
 from ._plot import plot
+from ._serialization import install_save_check as _install_save_check
 from ._summary import summary
 from ._version import __version__
+
+_install_save_check()
 
 __all__ = [
     "CallError",
@@ -48,6 +52,7 @@ __all__ = [
     "RuleLike",
     "STEError",
     "STEFunction",
+    "SerializationError",
     "SpecError",
     "UnknownConstraintError",
     "UnknownQuantizerError",

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, NoReturn, TypeVar, Union
 
+import keras
 import tensorflow as tf
 from typing_extensions import ParamSpec
 
@@ -18,6 +19,7 @@ from ._describe import callable_name
 from ._errors import CallError, MissingBackwardError
 from ._inputs import to_input_tensor
 from ._rules import LikeRule, Rule, make_rule
+from ._serialization import op_config, op_from_config, op_reduce
 from .registry import Surrogate
 
 __all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward"]
@@ -101,6 +103,7 @@ class Forward(Generic[P, R]):
         return f"ste.forward({callable_name(self.forward_fn)})"
 
 
+@keras.saving.register_keras_serializable(package="ste")
 class STEFunction(Generic[P, R]):
     """An op that computes ``forward_fn`` in the forward pass and uses ``rule`` in the backward pass.
 
@@ -108,6 +111,10 @@ class STEFunction(Generic[P, R]):
     tensors, arrays, numbers or variables); keyword arguments are non-differentiable hyperparameters passed to the
     forward function and to a function rule (or ``g``) that accepts them. Immutable: :meth:`backward` and
     :meth:`backward_like` return new ops. It carries the forward's name, docstring and signature.
+
+    Keras-serializable (``Dense(activation=op)``, ``keras.layers.Activation(op)``, ``.keras`` files) and picklable
+    when its functions have importable names; ``copy.copy`` and ``copy.deepcopy`` return the op itself, as for a
+    function. See the "Saving and loading" page.
     """
 
     __wrapped__: Callable[P, R]
@@ -154,6 +161,30 @@ class STEFunction(Generic[P, R]):
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ste.STEFunction is immutable; .backward(...) returns a new one")
+
+    # -- saving and copying (ste/_serialization.py) ----------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """The Keras config: the names of the forward function and of the rule (see :mod:`ste._serialization`).
+
+        Raises :class:`ste.SerializationError` when a function has no importable name (a lambda, a closure).
+        """
+        return op_config(self)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> STEFunction[..., Any]:
+        """Rebuild an op from :meth:`get_config`'s output."""
+        op: STEFunction[..., Any] = op_from_config(config)
+        return op
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return op_reduce(self)
+
+    def __copy__(self) -> STEFunction[P, R]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> STEFunction[P, R]:
+        return self
 
     # -- calling --------------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ __all__ = [
     "RegistrationError",
     "RuleError",
     "STEError",
+    "SerializationError",
     "SpecError",
     "UnknownConstraintError",
     "UnknownQuantizerError",
@@ -144,6 +145,17 @@ class MissingDependencyError(STEError, ImportError, ValueError):
 
     An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
     ``TypeError`` or ``ValueError``.
+    """
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class SerializationError(STEError, TypeError):
+    """An ``ste`` op cannot be saved, copied or pickled as built (e.g. its forward function is a lambda).
+
+    Raised when saving (``model.save``, ``get_config``, ``pickle``), never when loading: the message names the op,
+    the part that has no importable name, and the fixes.
     """
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any

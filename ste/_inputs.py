@@ -40,8 +40,8 @@ def to_input_tensor(value: Any, position: int, op: str) -> tf.Tensor:
     if _is_keras_tensor(value):
         raise InputError(
             f"{where} is a symbolic KerasTensor (functional model building); raw TensorFlow ops cannot take it. "
-            f"Fix: call the op inside a Keras layer, e.g. keras.layers.Lambda(lambda t: op(t))(x), or use an "
-            f"ste.quantizers layer."
+            f"Fix: apply it through a Keras layer, keras.layers.Activation(op)(x) (saves and loads with the model "
+            f"when the op's functions have importable names), or use an ste.quantizers layer."
         )
     if isinstance(value, tf.Tensor):
         tensor = value

@@ -16,7 +16,7 @@ import ste
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
-PAGES = ["index.md", "guide.md", "tools.md", "quantizers.md", "larq.md", "deploying.md"]
+PAGES = ["index.md", "guide.md", "tools.md", "quantizers.md", "larq.md", "saving.md", "deploying.md"]
 
 
 def _blocks(page: str) -> list[str]:

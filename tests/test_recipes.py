@@ -9,6 +9,7 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -35,7 +36,7 @@ def _dense_grads(model, features, targets):
     return grad, w1, b1, w2, b2
 
 
-def test_recipe_activation_gradient(capsys):
+def test_recipe_activation_gradient(capsys, monkeypatch, tmp_path):
     recipe = _load("recipe_activation_gradient")
     x = np.linspace(-4.0, 4.0, 17).astype(np.float32)
     y, grad = recipe["forward_and_gradient"](recipe["relu_with_sigmoid_gradient"], tf.constant(x))
@@ -51,8 +52,16 @@ def test_recipe_activation_gradient(capsys):
     d_h = (d_prediction @ w2.T) * _sigmoid(h) * (1.0 - _sigmoid(h))  # sigmoid', not relu'
     np.testing.assert_allclose(grad, features.T @ d_h, rtol=1e-4, atol=1e-6)
 
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     recipe["main"]()
     assert "training loss" in capsys.readouterr().out
+    # the saved model reloads (safe_mode, no custom_objects) and still back-propagates sigmoid' through relu
+    restored = keras.models.load_model(tmp_path / "activation_gradient.keras")
+    grad, w1, b1, w2, b2 = _dense_grads(restored, features, targets)
+    h = features @ w1 + b1
+    prediction = np.maximum(h, 0.0) @ w2 + b2
+    d_h = ((2.0 * (prediction - targets) / len(targets)) @ w2.T) * _sigmoid(h) * (1.0 - _sigmoid(h))
+    np.testing.assert_allclose(grad, features.T @ d_h, rtol=1e-4, atol=1e-6)
 
 
 def test_recipe_differentiable_mask(capsys):

@@ -21,6 +21,7 @@ from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
 from .._bitmask import keep_bits, pack_bits, unpack_bits
 from .._errors import NotBuiltError, ParameterError
+from ..quantizers._sharing import claim
 
 __all__ = ["KernelSlot", "QuantLayerMixin"]
 
@@ -206,10 +207,12 @@ class QuantLayerMixin:
     def _build_quantizers(self, input_shape: Any) -> None:
         if isinstance(self.input_quantizer, keras.layers.Layer) and not self.input_quantizer.built:
             self.input_quantizer.build(input_shape)
+        claim(self.input_quantizer, self, "input_quantizer")  # one layer slot per quantizer with variables
         for slot in self.slots:
             quantizer = getattr(self, slot.quantizer)
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
+            claim(quantizer, self, slot.quantizer)
 
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
