@@ -142,6 +142,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b else "–"
+
+
 def _binary_net(section: dict[str, Any]) -> list[str]:
     mib = {k: v / 2**20 for k, v in section["peak_step_bytes"].items()}
     lines = [
@@ -178,7 +182,7 @@ def _binary_net(section: dict[str, Any]) -> list[str]:
         for kind in lmib:
             lines.append(
                 f"| tf-keras {kind} | {lmib[kind]:.1f} | {_ms(larq['median_step_s'][kind])} | "
-                f"{mib['ste'] / lmib[kind]:.2f}× | {ste_time / larq['median_step_s'][kind]:.2f}× |"
+                f"{_ratio(mib['ste'], lmib[kind])} | {_ratio(ste_time, larq['median_step_s'][kind])} |"
             )
         lines.append("")
     return lines

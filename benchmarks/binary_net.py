@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import tensorflow as tf
 
 import ste
 
+from ._bireal import build, peak_step_bytes, train_step
 from ._timing import alternate, load_average, summarize
 
 __all__ = ["VARIANTS", "run"]
@@ -39,59 +39,24 @@ VARIANTS = ("float", "ste, plain", "ste")
 BASELINE = "ste, plain"
 
 
-def build(kind: str, blocks: int, width: int, size: int) -> keras.Model:
-    keras.utils.set_random_seed(13)
-    inputs = keras.Input((size, size, 3))
-    h = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
-    h = keras.layers.BatchNormalization()(h)
-    for _ in range(blocks):
-        if kind == "float":
-            conv = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)
-        else:
-            conv = ste.layers.QuantConv2D(
-                width,
-                3,
-                padding="same",
-                use_bias=False,
-                input_quantizer="sign",
-                kernel_quantizer="sign",
-                kernel_constraint="weight_clip",
-            )
-        h = keras.layers.Add()([h, keras.layers.BatchNormalization()(conv(h))])
-    h = keras.layers.GlobalAveragePooling2D()(h)
-    return keras.Model(inputs, keras.layers.Dense(10)(h))
-
-
-def train_step(model: keras.Model, jit_compile: bool) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    optimizer = keras.optimizers.Adam(1e-3)
-    optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function(jit_compile=jit_compile)
-    def step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    return step  # type: ignore[return-value]
+def _conv(width: int) -> keras.layers.Layer:
+    return ste.layers.QuantConv2D(
+        width,
+        3,
+        padding="same",
+        use_bias=False,
+        input_quantizer="sign",
+        kernel_quantizer="sign",
+        kernel_constraint="weight_clip",
+    )
 
 
 def _prepared(kind: str, jit_compile: bool, x: tf.Tensor, y: tf.Tensor, **shape: int) -> Any:
     """A traced, warmed-up step of one variant (traced under its bit-mask setting)."""
     with ste.bit_masks(kind != "ste, plain"):
-        step = train_step(build(kind, **shape), jit_compile)
+        step = train_step(keras, build(keras, None if kind == "float" else _conv, **shape), jit_compile)
         step(x, y)
     return step
-
-
-def peak_step_memory(step: Any, x: tf.Tensor, y: tf.Tensor) -> int:
-    """Bytes the allocator's peak rises above what is in use before one step."""
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    step(x, y).numpy()
-    return int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
 
 
 def _larq(venv: str, batch: int, blocks: int, width: int, size: int, rounds: int) -> dict[str, Any]:
@@ -127,7 +92,7 @@ def run(
     y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
     memory = {}
     for kind in VARIANTS:
-        memory[kind] = peak_step_memory(_prepared(kind, False, x, y, **shape), x, y)
+        memory[kind] = peak_step_bytes(_prepared(kind, False, x, y, **shape), x, y)
     timing: dict[str, Any] = {}
     for jit in (False, True):
         steps = {kind: _prepared(kind, jit, x, y, **shape) for kind in VARIANTS}

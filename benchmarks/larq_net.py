@@ -16,60 +16,32 @@ from typing import Any
 
 import larq as lq
 import tensorflow as tf
+from _bireal import build, peak_step_bytes, train_step  # this directory is on sys.path when run as a script
 
 keras = tf.keras
 
 
-def build(kind: str, blocks: int, width: int, size: int) -> Any:
-    tf.keras.utils.set_random_seed(13)
-    inputs = keras.Input((size, size, 3))
-    h = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
-    h = keras.layers.BatchNormalization()(h)
-    for _ in range(blocks):
-        if kind == "float":
-            conv = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)
-        else:
-            conv = lq.layers.QuantConv2D(
-                width,
-                3,
-                padding="same",
-                use_bias=False,
-                input_quantizer="ste_sign",
-                kernel_quantizer="ste_sign",
-                kernel_constraint="weight_clip",
-            )
-        h = keras.layers.Add()([h, keras.layers.BatchNormalization()(conv(h))])
-    h = keras.layers.GlobalAveragePooling2D()(h)
-    return keras.Model(inputs, keras.layers.Dense(10)(h))
-
-
-def train_step(model: Any) -> Any:
-    optimizer = keras.optimizers.Adam(1e-3)
-    optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def step(x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    return step
+def _conv(width: int) -> Any:
+    return lq.layers.QuantConv2D(
+        width,
+        3,
+        padding="same",
+        use_bias=False,
+        input_quantizer="ste_sign",
+        kernel_quantizer="ste_sign",
+        kernel_constraint="weight_clip",
+    )
 
 
 def main(batch: int, blocks: int, width: int, size: int, rounds: int) -> dict[str, Any]:
     x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
     y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
-    steps = {kind: train_step(build(kind, blocks, width, size)) for kind in ("float", "larq")}
+    convs = {"float": None, "larq": _conv}
+    steps = {kind: train_step(keras, build(keras, conv, blocks, width, size)) for kind, conv in convs.items()}
     peaks = {}
     for kind, step in steps.items():
         step(x, y)
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-        step(x, y).numpy()
-        peaks[kind] = int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
+        peaks[kind] = peak_step_bytes(step, x, y)
     times: dict[str, list[float]] = {kind: [] for kind in steps}
     for index in range(rounds + 2):
         for kind in list(steps)[:: 1 if index % 2 else -1]:
