@@ -271,3 +271,21 @@ def test_binary_conv_net_trains_identically_under_mirrored_strategy() -> None:
     assert any(np.any(a != b) for a, b in zip(weights[1], initial))  # training changed the weights
     for lean, plain in zip(*weights):
         np.testing.assert_array_equal(lean, plain)
+
+
+def test_a_subclass_that_changes_the_forward_is_not_kept_as_bits() -> None:
+    class HalfSign(ste.quantizers.Sign):
+        """±0.5: not the binary values of Sign, so a layer must keep the float tensor."""
+
+        forward_fn = staticmethod(lambda x: tf.where(x >= 0, 0.5, -0.5))
+
+    assert ste.quantizers.Sign().binary_values == (-1.0, 1.0)
+    assert ste.quantizers.Heaviside().binary_values == (0.0, 1.0)
+    assert HalfSign().binary_values is None
+    layer = ste.layers.QuantDense(2, input_quantizer=HalfSign(), kernel_constraint="weight_clip", use_bias=False)
+    x = tf.constant([[0.3, -0.7, 1.5]])
+    layer(x)
+    with tf.GradientTape() as tape:
+        y = layer(x)
+    (gw,) = tape.gradient(y, layer.trainable_variables)
+    np.testing.assert_array_equal(gw.numpy(), np.repeat([[0.5], [-0.5], [0.5]], 2, axis=1))
