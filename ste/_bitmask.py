@@ -93,7 +93,11 @@ def bit_masks(enabled: bool) -> Iterator[None]:
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
     """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
     flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
-    flat = tf.pad(flat, [[0, tf.math.floormod(-tf.size(flat), 8)]])
+    size = flat.shape.num_elements()
+    if size is None:
+        flat = tf.pad(flat, [[0, tf.math.floormod(8 - tf.math.floormod(tf.size(flat), 8), 8)]])
+    elif size % 8:
+        flat = tf.pad(flat, [[0, 8 - size % 8]])
     groups = tf.bitcast(tf.reshape(flat, [-1, 8]), tf.uint64)
     top = tf.bitwise.right_shift(groups * tf.constant(_MAGIC, tf.uint64), tf.constant(56, tf.uint64))
     return tf.cast(top, tf.uint8)
