@@ -4,6 +4,11 @@ Only tensors are passed positionally to the custom-gradient function; hyperparam
 they behave the same in eager mode, in ``tf.function`` and under XLA (TensorFlow turns positional Python numbers
 into tensors in graph mode and mishandles keyword arguments). The gradient closure keeps the forward's inputs alive
 only when the rule needs them (``identity`` and ``zero`` only need shapes).
+
+Where TensorFlow ignores custom gradients, forward-mode autodiff (``_forwardmode.py``) and ``tf.vectorized_map``
+(``_vectorized.py``), the rule rebuilds the op from ordinary differentiable ops instead (``Rule.rebuild``). The
+check costs one C call per eager call and nothing in a traced graph: without an accumulator or ``pfor`` the graph is
+exactly the ``tf.custom_gradient`` one.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Any
 import tensorflow as tf
 
 from ._errors import CallError, InputError
+from ._forwardmode import FORWARD_MODE, under_forward_accumulator
 from ._gradients import check_gradients, input_spec
 from ._rules import Rule
-from ._vectorized import in_vectorized_map, stop_gradient_call
+from ._vectorized import VECTORIZED_MAP, in_vectorized_map
 
 __all__ = ["compile_op"]
 
@@ -44,22 +50,43 @@ def _check_outputs(result: Any, label: str) -> None:
             )
 
 
+def _local(x: tf.Tensor) -> tf.Tensor:
+    """``x`` as a tensor of the graph being built (captured into it when it comes from an enclosing graph).
+
+    The gradient closure keeps the inputs; a tensor of an outer graph there makes ``tf.cond``'s gradient under a
+    persistent tape in ``tf.function`` fail (``cond_v2._resolve_grad_inputs`` asserts that every captured tensor
+    belongs to the branch or its direct parent; a raw ``tf.custom_gradient`` fails the same way). An identity in the
+    current graph captures it once, as any op of the branch would.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    if getattr(x, "graph", graph) is graph:
+        return x
+    return tf.identity(x)
+
+
 def compile_op(
     forward_fn: Callable[..., Any], rule: Rule, kwargs: Mapping[str, Any], name: str, label: str
 ) -> Callable[..., Any]:
     """A function of positional tensors computing ``forward_fn(*xs, **kwargs)`` with ``rule`` as its gradient."""
     bound = dict(kwargs)
+    shape_hint = (
+        "Registry surrogates need an elementwise forward (output shape = input shape); for another forward use a "
+        "rule rule(dy, *inputs) or .backward_like(g)."
+        if rule.elementwise
+        else ""
+    )
 
     def op(*xs: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
         result = forward_fn(*xs, **bound)
         _check_outputs(result, label)
+        rule.check_outputs(xs, result, label)
         multiple = not isinstance(result, tf.Tensor)
         specs = [input_spec(x) for x in xs]
         saved = rule.saved_for_backward(xs) if rule.needs_inputs else None
 
         def grad(*upstream: tf.Tensor) -> list[tf.Tensor | None]:
             dy = tf.nest.pack_sequence_as(result, list(upstream)) if multiple else upstream[0]
-            return check_gradients(rule.gradients(dy, saved, specs, bound), specs, label)
+            return check_gradients(rule.gradients(dy, saved, specs, bound), specs, label, shape_hint)
 
         return result, grad
 
@@ -67,8 +94,13 @@ def compile_op(
     custom = tf.custom_gradient(op)
 
     def call(*xs: tf.Tensor) -> Any:
-        if in_vectorized_map():  # TF drops custom gradients there: rebuild the op from ordinary ops, or raise
-            return stop_gradient_call(forward_fn, rule, bound, xs, label)
+        # Where TensorFlow ignores custom gradients, rebuild the op from ordinary ops (or raise a RuleError).
+        if under_forward_accumulator(xs):
+            return rule.rebuild(forward_fn, bound, xs, label, FORWARD_MODE)
+        if in_vectorized_map():
+            return rule.rebuild(forward_fn, bound, xs, label, VECTORIZED_MAP)
+        if not tf.executing_eagerly():
+            xs = tuple(_local(x) for x in xs)
         try:
             return custom(*xs)
         except TypeError as error:

@@ -6,23 +6,26 @@
 from __future__ import annotations
 
 import inspect
+import numbers as numbers_
+import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, NoReturn, TypeVar, Union
 
 import keras
+import numpy as np
 import tensorflow as tf
 from typing_extensions import ParamSpec
 
 from ._compile import compile_op
 from ._describe import callable_name
-from ._errors import CallError, MissingBackwardError
+from ._errors import CallError, MissingBackwardError, RuleError
 from ._inputs import to_input_tensor
 from ._rules import LikeRule, Rule, make_rule
 from ._serialization import op_config, op_from_config, op_reduce
 from .registry import Surrogate
 
-__all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward"]
+__all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward", "rule_of"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -35,6 +38,34 @@ _CACHE_LIMIT = 64
 F = TypeVar("F", bound=Callable[..., Any])
 # AutoGraph need not convert the library's own code (it is plain Python around TensorFlow ops).
 _do_not_convert: Callable[[F], F] = tf.autograph.experimental.do_not_convert
+
+
+def _value_key(value: Any) -> Any:
+    """A cache key for one hyperparameter: its type and its exact bits, recursively for tuples and frozensets.
+
+    Python's equality would merge keys that compile differently: ``0.0 == -0.0`` (copysign differs), ``1 == True``
+    and ``(1,) == (True,)`` (a forward may branch on the type), ``1 == 1.0``. A NaN's key equals itself.
+    """
+    kind = type(value)
+    if kind is tuple:
+        return (kind, tuple(_value_key(item) for item in value))
+    if kind is frozenset:
+        return (kind, frozenset(_value_key(item) for item in value))
+    if isinstance(value, float):
+        return (kind, struct.pack("<d", value))
+    if isinstance(value, complex):
+        return (kind, struct.pack("<dd", value.real, value.imag))
+    if isinstance(value, np.generic):
+        return (kind, value.tobytes())
+    hash(value)  # unhashable values (tensors, lists) raise TypeError: compile without caching
+    return (kind, value)
+
+
+def _cache_key(n_inputs: int, kwargs: Mapping[str, Any]) -> Any:
+    try:
+        return (n_inputs, tuple((k, _value_key(v)) for k, v in sorted(kwargs.items())))
+    except TypeError:
+        return None
 
 
 def _copy_metadata(target: object, fn: Callable[..., Any]) -> None:
@@ -82,7 +113,10 @@ class Forward(Generic[P, R]):
         :class:`ste.registry.Surrogate`, or a VJP function ``rule(dy, *inputs, **hyperparams)``. ``params`` are
         bound to the rule (a surrogate's hyperparameters, or extra keywords for a function). Works as a decorator.
         """
-        return STEFunction(self.forward_fn, make_rule(rule, params))
+        made = STEFunction(self.forward_fn, make_rule(rule, params))
+        if inspect.isfunction(rule):  # perhaps decorated: remember its name for the MissingBackwardError
+            object.__setattr__(self, "_attached", callable_name(rule))
+        return made
 
     def backward_like(self, g: Callable[..., Any], /) -> STEFunction[P, R]:
         """Use the gradient of ``g`` at the same inputs as the backward pass; returns a new :class:`STEFunction`."""
@@ -90,10 +124,20 @@ class Forward(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> NoReturn:
         name = callable_name(self.forward_fn)
+        attached: str | None = getattr(self, "_attached", None)
+        if attached is not None and attached != name:
+            # @op.backward on `def other_name(dy, x)` binds the finished op to `other_name`; `name` stays a Forward.
+            raise MissingBackwardError(
+                f"ste.forward({name}) has no backward rule: @{name}.backward was applied to the rule function "
+                f"'{attached}', so the finished op was bound to the name '{attached}' and '{name}' is still the "
+                f"forward without a rule. As with property.setter, a decorated rule replaces the name it is "
+                f"defined under. Fix: name the rule like the forward (@{name}.backward followed by "
+                f"def {name}(dy, x): ...), or call '{attached}' instead."
+            )
         raise MissingBackwardError(
             f"ste.forward({name}) has no backward rule yet, so it cannot be called. Fix: attach one, e.g. "
             f"ste.forward({name}).backward('straight_through'), .backward_like(tf.tanh), or decorate a rule "
-            f"def rule(dy, x): ... with @{name}.backward."
+            f"def {name}(dy, x): ... with @{name}.backward (under the same name, as with property.setter)."
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -154,10 +198,7 @@ class STEFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         rule: Rule = self._rule  # type: ignore[attr-defined]
-        head = f"ste.forward({callable_name(self.forward_fn)})"
-        if isinstance(rule, LikeRule):
-            return f"{head}.backward_like({callable_name(rule.g)})"
-        return f"{head}.backward({rule.describe()})"
+        return f"ste.forward({callable_name(self.forward_fn)}).{rule.describe()}"
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ste.STEFunction is immutable; .backward(...) returns a new one")
@@ -191,12 +232,8 @@ class STEFunction(Generic[P, R]):
     def _label(self) -> str:
         return f"ste op '{callable_name(self.forward_fn)}' [{self!r}]"
 
-    def _compiled(self, n_inputs: int, kwargs: dict[str, Any]) -> Callable[..., Any]:
-        try:
-            key: Any = (n_inputs, tuple((k, type(v), v) for k, v in sorted(kwargs.items())))
-            hash(key)
-        except TypeError:  # unhashable hyperparameters (tensors, lists): compile without caching
-            key = None
+    def _compiled(self, n_inputs: int, kwargs: dict[str, Any], numbers: Sequence[int] = ()) -> Callable[..., Any]:
+        key = _cache_key(n_inputs, kwargs)
         cache: dict[Any, Callable[..., Any]] = self._cache  # type: ignore[attr-defined]
         if key is not None:
             found = cache.get(key)
@@ -204,7 +241,7 @@ class STEFunction(Generic[P, R]):
                 return found
         rule: Rule = self._rule  # type: ignore[attr-defined]
         label = self._label()
-        self._check_signature(n_inputs, kwargs, label)
+        self._check_signature(n_inputs, kwargs, label, numbers)
         compiled = compile_op(self.forward_fn, rule, kwargs, callable_name(self.forward_fn), label)
         if key is not None:
             with self._lock:  # type: ignore[attr-defined]
@@ -213,7 +250,14 @@ class STEFunction(Generic[P, R]):
                 cache[key] = compiled
         return compiled
 
-    def _check_signature(self, n_inputs: int, kwargs: dict[str, Any], label: str) -> None:
+    def _check_signature(self, n_inputs: int, kwargs: dict[str, Any], label: str, numbers: Sequence[int]) -> None:
+        # A Python number given positionally becomes a differentiable input; say so when the call does not fit.
+        hint = (
+            f" Positional input(s) {list(numbers)} are Python numbers: positional arguments are the differentiable "
+            f"tensors, so a hyperparameter must be passed by keyword, e.g. op(x, name=3.0)."
+            if numbers
+            else ""
+        )
         try:
             signature = inspect.signature(self.forward_fn)
         except (TypeError, ValueError):
@@ -224,10 +268,15 @@ class STEFunction(Generic[P, R]):
             except TypeError as error:
                 raise CallError(
                     f"{label}: the forward function {callable_name(self.forward_fn)}{signature} cannot be called "
-                    f"with {n_inputs} positional input(s) and keyword(s) {sorted(kwargs)} ({error})."
+                    f"with {n_inputs} positional input(s) and keyword(s) {sorted(kwargs)} ({error}).{hint}"
                 ) from None
         rule: Rule = self._rule  # type: ignore[attr-defined]
-        rule.check_call(n_inputs, False, kwargs, label)
+        try:
+            rule.check_call(n_inputs, kwargs, label)
+        except RuleError as error:
+            if not hint:
+                raise
+            raise RuleError(f"{error}{hint}") from None
 
     @_do_not_convert
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -238,13 +287,16 @@ class STEFunction(Generic[P, R]):
             )
         label = None
         tensors = []
+        numbers = []
         for position, value in enumerate(args):
             if isinstance(value, tf.Tensor) and value.dtype.is_floating:
                 tensors.append(value)
                 continue
+            if isinstance(value, numbers_.Number) and position > 0:
+                numbers.append(position)
             label = label or self._label()
             tensors.append(to_input_tensor(value, position, label))
-        compiled = self._compiled(len(tensors), kwargs)
+        compiled = self._compiled(len(tensors), kwargs, numbers)
         result: R = compiled(*tensors)
         return result
 
@@ -275,3 +327,9 @@ def backward_like(g: Callable[..., Any], /) -> Callable[[Callable[P, R]], STEFun
         return STEFunction(fn, made)
 
     return decorate
+
+
+def rule_of(op: STEFunction[..., Any]) -> Rule:
+    """The :class:`ste._rules.Rule` behind an op (for ``ste.testing``; users see :attr:`STEFunction.rule`)."""
+    rule: Rule = op._rule  # type: ignore[attr-defined]
+    return rule

@@ -14,9 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from ._describe import callable_name
-from ._dsl import Forward, STEFunction
+from ._dsl import Forward, STEFunction, rule_of
 from ._errors import CallError
-from ._rules import LikeRule, SurrogateRule
 from .registry import Surrogate, get
 
 __all__ = ["CheckTarget", "check_finite", "check_gradient", "default_tolerances"]
@@ -251,30 +250,30 @@ def check_gradient(
         assert op is not None
         rule_grads, dys = _vjp(lambda *t: op(*t, **kwargs), xs, None, seed)
         rule_values = _numpy(rule_grads)
-        rule = op._rule  # type: ignore[attr-defined]
+        rule = rule_of(op)
         if reference is not None:
-            auto_elementwise = len(xs) == 1 and isinstance(rule, SurrogateRule)
             ref_values = _finite_differences(
                 lambda *t: reference(*t, **kwargs),
                 xs,
                 dys,
                 step,
-                auto_elementwise if elementwise is None else elementwise,
+                (len(xs) == 1 and rule.elementwise) if elementwise is None else elementwise,
             )
             what = f"central differences of {callable_name(reference)}"
-        elif isinstance(rule, SurrogateRule) and rule.surrogate.has_primitive:
-            ref_values = _numpy(_vjp(rule.surrogate.primitive, _in_float64(xs), _in_float64(dys), seed)[0])
-            what = f"the autodiff gradient of {rule.surrogate!r}'s primitive (in float64)"
-        elif isinstance(rule, LikeRule):
-            g = rule.g
-            ref_values = _numpy(_vjp(lambda *t: g(*t, **kwargs), xs, dys, seed)[0])
-            what = f"the autodiff gradient of {callable_name(g)}"
         else:
-            raise CallError(
-                f"check_gradient({label}): the rule has no primitive to differentiate automatically. Fix: pass "
-                f"reference=f, a smooth function of the same inputs whose gradient the rule should equal; it is "
-                f"compared by central finite differences."
-            )
+            known = rule.reference(kwargs)
+            if known is None:
+                raise CallError(
+                    f"check_gradient({label}): the rule has no primitive to differentiate automatically. Fix: pass "
+                    f"reference=f, a smooth function of the same inputs whose gradient the rule should equal; it is "
+                    f"compared by central finite differences."
+                )
+            if known.in_float64:
+                ref_values = _numpy(_vjp(known.fn, _in_float64(xs), _in_float64(dys), seed)[0])
+                what = f"{known.what} (in float64)"
+            else:
+                ref_values = _numpy(_vjp(known.fn, xs, dys, seed)[0])
+                what = known.what
     dtype = xs[0].dtype
     default_rtol, default_atol = default_tolerances(dtype, use_fd)
     rtol = default_rtol if rtol is None else rtol

@@ -46,7 +46,8 @@ def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor,
     # Zero-element views keep every dimension: Pack fails unless the two shapes are equal (XLA: at compile time).
     grad_view = tf.expand_dims(grad, 0)[:0]
     input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
-    pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
+    with tf.control_dependencies([assert_op]):  # the assert, with its message, runs first (graph mode)
+        pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
     with tf.control_dependencies([assert_op]):
         # A data dependency on the Pack (a free reshape; adding zero times its shape): a control dependency alone is
         # dropped when XLA folds a constant gradient. The target is the input's shape, so that the gradient's static
@@ -69,8 +70,11 @@ def normalize_gradient_structure(result: Any, n_inputs: int, op: str) -> list[An
     return grads
 
 
-def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf.Tensor | None]:
-    """Validate a rule's gradients against the inputs' specs; returns them, with run-time checks attached."""
+def check_gradients(result: Any, specs: Sequence[InputSpec], op: str, shape_hint: str = "") -> list[tf.Tensor | None]:
+    """Validate a rule's gradients against the inputs' specs; returns them, with run-time checks attached.
+
+    ``shape_hint`` replaces the advice of a shape mismatch (a registry rule's user wrote no rule to fix).
+    """
     grads = normalize_gradient_structure(result, len(specs), op)
     checked: list[tf.Tensor | None] = []
     for position, (grad, spec) in enumerate(zip(grads, specs)):
@@ -79,6 +83,12 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf
             checked.append(None)
             continue
         if isinstance(grad, tf.IndexedSlices):
+            if grad.dense_shape is None:
+                raise RuleError(
+                    f"{where} is a tf.IndexedSlices without dense_shape, so the dense gradient's shape is unknown. "
+                    f"Fix: build it as tf.IndexedSlices(values, indices, dense_shape=tf.shape(x)), or return a "
+                    f"dense tensor (e.g. tf.scatter_nd or tf.math.unsorted_segment_sum)."
+                )
             grad = tf.convert_to_tensor(grad)
         if not isinstance(grad, tf.Tensor):
             raise RuleError(
@@ -105,14 +115,17 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str) -> list[tf
                 else ""
             )
             raise GradientShapeError(
-                f"{where} has shape {gshape}; expected {xshape}, exactly the input's shape.{note} Fix: return a "
-                f"gradient of the input's shape (tf.broadcast_to(g, tf.shape(x)), or tf.reduce_sum over "
-                f"broadcast axes)."
+                f"{where} has shape {gshape}; expected {xshape}, exactly the input's shape.{note} "
+                + (
+                    shape_hint
+                    or "Fix: return a gradient of the input's shape (tf.broadcast_to(g, tf.shape(x)), or "
+                    "tf.reduce_sum over broadcast axes)."
+                )
             )
         if gshape.is_fully_defined() and xshape.is_fully_defined():
             checked.append(grad)
             continue
         x_dynamic = spec.dynamic_shape if spec.dynamic_shape is not None else tf.constant(xshape.as_list(), tf.int32)
-        message = f"ste: {where} does not have the shape of its input (checked at run time)"
+        message = f"ste: {where} does not have the shape of its input (checked at run time). {shape_hint}".rstrip()
         checked.append(_runtime_shape_check(grad, spec, x_dynamic, message))
     return checked

@@ -1,12 +1,31 @@
-"""The three kinds of backward rule, behind one interface used by the compiler (``_compile.py``).
+"""The three kinds of backward rule, behind the one :class:`Rule` interface the rest of the package uses.
 
 * :class:`SurrogateRule`: a registry entry; the VJP is ``dy * d(x)``.
 * :class:`CallableRule`: a user VJP ``rule(dy, *inputs, **hyperparams)``.
 * :class:`LikeRule`: ``backward_like(g)``; the VJP of ``g`` at the same inputs.
+
+Nothing outside this module branches on these classes: the compiler (``_compile.py``), the ``tf.vectorized_map`` and
+forward-mode paths, ``ste.testing.check_gradient``, ``STEFunction.__repr__`` and saving an op go through
+:class:`Rule` only.
+
+Rebuilding an op from ordinary ops (:meth:`Rule.rebuild`) is for the places where TensorFlow ignores custom
+gradients (``tf.vectorized_map`` and forward-mode autodiff)::
+
+    y = stop_gradient(f(x)) + term,    term = 0 in value, with the rule's derivative
+
+* a registry surrogate: ``term = stop_gradient(d(x)) · (x − stop_gradient(x))``, computed as the surrogate's own
+  ``vjp`` of the zero-valued tangent ``x − stop_gradient(x)`` (so entries that override ``vjp`` keep their formula):
+  its VJP is ``dy·d(x)`` and its JVP ``d(x)·t``.
+* ``backward_like(g)``: ``term = g(x) − stop_gradient(g(x))``: autodiff of ``g`` in either direction.
+* a hand-written VJP has no such form (and no JVP): :class:`ste.RuleError`, naming the situation and the fix.
+
+Where ``x`` (or ``g(x)``) is ±inf or NaN, ``x − stop_gradient(x)`` would be NaN, so those elements are masked with
+``tf.where``: the forward value stays exactly ``f(x)`` and their derivative is 0.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -16,32 +35,105 @@ import tensorflow as tf
 from ._bitmask import keep_bits, pack_bits, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
-from ._gradients import InputSpec
+from ._gradients import InputSpec, check_gradients, input_spec
 from .registry import Surrogate, get
 
-__all__ = ["CallableRule", "LikeRule", "Rule", "SurrogateRule", "accepted_keywords", "make_rule"]
+__all__ = [
+    "CallableRule",
+    "LikeRule",
+    "Reference",
+    "Rule",
+    "RuleParts",
+    "Situation",
+    "SurrogateRule",
+    "accepted_keywords",
+    "make_rule",
+]
+
+
+class Situation(NamedTuple):
+    """Where an op is rebuilt from ordinary ops, for error messages: ``where``, and the way out for a VJP rule."""
+
+    where: str  # "inside tf.vectorized_map (a pfor loop body)"
+    why: str  # why custom gradients do not apply there
+    fix: str  # what to do with a hand-written rule
+
+
+class Reference(NamedTuple):
+    """What ``ste.testing.check_gradient`` compares a rule with when no reference is given."""
+
+    fn: Callable[..., Any]  # a function of the op's positional inputs; its autodiff gradient is the expected one
+    what: str  # how the failure message names it
+    in_float64: bool  # differentiate it in float64 (a surrogate's primitive: the most accurate reference)
+
+
+class RuleParts(NamedTuple):
+    """How a rule was attached, for saving an op: ``kind`` is "surrogate", "like" or "function"."""
+
+    kind: str
+    rule: Any  # the Surrogate, g, or the rule function
+    params: dict[str, Any]  # hyperparameters bound by .backward(fn, **params) (a function rule only)
 
 
 class Rule(Protocol):
-    """What the compiler needs of a backward rule."""
+    """Everything the package needs of a backward rule."""
 
     @property
-    def needs_inputs(self) -> bool: ...
-
-    @property
-    def public(self) -> Any: ...
-
-    def describe(self) -> str: ...
-
-    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
-        """What the op keeps for :meth:`gradients` (called only when :attr:`needs_inputs`): the inputs, or less."""
+    def needs_inputs(self) -> bool:
+        """Whether :meth:`gradients` reads the forward's inputs (else only their shapes are kept)."""
         ...
 
-    def check_call(self, n_inputs: int, multiple_outputs: bool, kwargs: Mapping[str, Any], op: str) -> None: ...
+    @property
+    def public(self) -> Any:
+        """What ``STEFunction.rule`` shows: the Surrogate, the rule function, or ``g``."""
+        ...
+
+    @property
+    def elementwise(self) -> bool:
+        """Whether the op must be elementwise (one input, one output of the input's shape)."""
+        ...
+
+    def describe(self) -> str:
+        """How the rule was attached: ``backward(sigmoid_surrogate(beta=1.0))``, ``backward_like(tanh)``."""
+        ...
+
+    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+        """What the op keeps for :meth:`gradients` (called only when :attr:`needs_inputs`): the inputs, or less
+        (a mask-only surrogate: a :class:`PackedMask`)."""
+        ...
+
+    def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
+        """Before tracing: can the rule serve ``n_inputs`` positional inputs and these keyword hyperparameters?"""
+        ...
+
+    def check_outputs(self, xs: Sequence[tf.Tensor], result: Any, op: str) -> None:
+        """While tracing, once the forward has run: can the rule serve these outputs?"""
+        ...
 
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
-    ) -> Any: ...
+    ) -> Any:
+        """One gradient per positional input (``inputs`` is None unless :attr:`needs_inputs`)."""
+        ...
+
+    def rebuild(
+        self,
+        forward_fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+        xs: Sequence[tf.Tensor],
+        op: str,
+        situation: Situation,
+    ) -> Any:
+        """The op made of ordinary differentiable ops (no custom gradient), or :class:`ste.RuleError`."""
+        ...
+
+    def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
+        """The differentiable function the rule's gradient should equal; None for a hand-written VJP."""
+        ...
+
+    def parts(self) -> RuleParts:
+        """What saving the op records: the kind, the public object and the hyperparameters bound to it."""
+        ...
 
 
 def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:
@@ -65,6 +157,34 @@ def _select(kwargs: Mapping[str, Any], accepted: frozenset[str] | None) -> dict[
     return {key: value for key, value in kwargs.items() if key in accepted}
 
 
+# -- rebuilding from ordinary ops -----------------------------------------------------------------------------
+
+
+def _zero_tangent(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(x − stop_gradient(x), stop_gradient(x))`` with non-finite elements replaced by 0 (value exactly 0)."""
+    held = tf.stop_gradient(x)
+    finite = tf.math.is_finite(held)
+    zeros = tf.zeros_like(held)
+    return tf.where(finite, x - held, zeros), tf.where(finite, held, zeros)
+
+
+def _exact_zero(term: tf.Tensor) -> tf.Tensor:
+    """``term`` where its value is finite, else 0: the added term never changes the forward value."""
+    return tf.where(tf.math.is_finite(tf.stop_gradient(term)), term, tf.zeros_like(term))
+
+
+def _check_same_shape(out: tf.Tensor, ref: tf.Tensor, what: str, op: str, situation: Situation) -> None:
+    if out.shape.rank is not None and ref.shape.rank is not None and not out.shape.is_compatible_with(ref.shape):
+        raise GradientShapeError(
+            f"{op}: {situation.where} the output of the forward function has shape {out.shape} but {what} has shape "
+            f"{ref.shape}; ste builds the derivative there elementwise, so they must be equal. Fix: make the forward "
+            f"elementwise."
+        )
+
+
+# -- registry surrogates ------------------------------------------------------------------------------------
+
+
 class PackedMask(NamedTuple):
     """What a mask-only surrogate keeps for the backward pass: its predicate, 1 bit per element, and the shape."""
 
@@ -77,7 +197,7 @@ def _keep_inputs(xs: Sequence[tf.Tensor]) -> Sequence[tf.Tensor]:
 
 
 class SurrogateRule:
-    """A registry surrogate used as the rule of a one-input op."""
+    """A registry surrogate used as the rule of an elementwise one-input, one-output op."""
 
     def __init__(self, surrogate: Surrogate) -> None:
         self.surrogate = surrogate
@@ -90,8 +210,10 @@ class SurrogateRule:
     def public(self) -> Surrogate:
         return self.surrogate
 
+    elementwise = True
+
     def describe(self) -> str:
-        return repr(self.surrogate)
+        return f"backward({self.surrogate!r})"
 
     def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
         x = xs[0]
@@ -100,26 +222,48 @@ class SurrogateRule:
             return PackedMask(pack_bits(self.surrogate.mask(x)), shape)
         return xs
 
-    def check_call(self, n_inputs: int, multiple_outputs: bool, kwargs: Mapping[str, Any], op: str) -> None:
-        if n_inputs != 1 or multiple_outputs:
+    def _fix(self) -> str:
+        return (
+            f"Fix: write a rule rule(dy, *inputs) returning one gradient per input (apply the surrogate inside it: "
+            f"ste.registry.get({repr(self.surrogate)!r}).vjp(dy, x)), or use .backward_like(g) with a "
+            f"differentiable g of the same inputs and outputs."
+        )
+
+    def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
+        if n_inputs != 1:
             raise RuleError(
-                f"{op}: the surrogate {self.surrogate!r} is the derivative of an elementwise one-input, one-output op; "
-                f"this op has {n_inputs} positional input(s){' and several outputs' if multiple_outputs else ''}. "
-                f"Fix: write a rule rule(dy, *inputs) that returns one gradient per input, or apply the "
-                f"surrogate inside it: surrogate.vjp(dy, x)."
+                f"{op}: the surrogate {self.surrogate!r} is the derivative of an elementwise one-input, one-output "
+                f"op; this op has {n_inputs} positional inputs. {self._fix()}"
+            )
+
+    def check_outputs(self, xs: Sequence[tf.Tensor], result: Any, op: str) -> None:
+        if not isinstance(result, tf.Tensor):
+            count = len(tf.nest.flatten(result))
+            raise RuleError(
+                f"{op}: the surrogate {self.surrogate!r} is the derivative of an elementwise one-input, one-output "
+                f"op; this forward returns a {type(result).__name__} of {count} tensor(s), and one dy·d(x) cannot "
+                f"say which output each gradient comes from. {self._fix()}"
+            )
+        (x,) = xs
+        self.surrogate.check_dtype(x.dtype, op)  # hyperparameters that overflow this dtype: ParameterError
+        out_shape, in_shape = result.shape, x.shape
+        if out_shape.rank is not None and in_shape.rank is not None and not out_shape.is_compatible_with(in_shape):
+            raise RuleError(
+                f"{op}: registry surrogates such as {self.surrogate!r} need an elementwise forward (output shape = "
+                f"input shape); this forward maps shape {in_shape} to {out_shape}, so dy·d(x) has no meaning. "
+                f"{self._fix()}"
             )
 
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
-        self.surrogate.check_dtype(specs[0].dtype)  # hyperparameters that overflow this dtype: ParameterError
-        constant = self.surrogate.constant_derivative
         if isinstance(inputs, PackedMask):
             # Unpack only once the upstream gradient exists: without the dependency, TensorFlow's executor runs the
             # unpacking (which depends on forward tensors only) during the forward pass and keeps its result alive.
             with tf.control_dependencies(tf.nest.flatten(dy)):
                 bits = tf.identity(inputs.bits)
             return self.surrogate.vjp_from_mask(dy, unpack_bits(bits, inputs.shape), specs[0].dtype)
+        constant = self.surrogate.constant_derivative
         if constant is None:
             assert inputs is not None
             return self.surrogate.vjp(dy, inputs[0])
@@ -130,6 +274,81 @@ class SurrogateRule:
         grad = tf.cast(dy, spec.dtype)
         return grad if constant == 1 else grad * tf.constant(constant, spec.dtype)
 
+    def rebuild(
+        self,
+        forward_fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+        xs: Sequence[tf.Tensor],
+        op: str,
+        situation: Situation,
+    ) -> Any:
+        (x,) = xs  # check_call has already required exactly one input
+        result = forward_fn(tf.stop_gradient(x), **kwargs)
+        self.check_outputs(xs, result, op)  # one output of the input's shape
+        specs = [input_spec(x)]
+        tangent, held = _zero_tangent(x)
+        if self.surrogate.constant_derivative == 0:
+            # zero: keep the derivative a tensor of zeros (never None) without multiplying an infinite dy by 0.
+            term = tf.math.multiply_no_nan(tangent, tf.zeros_like(held))
+        else:
+            (term,) = check_gradients(self.gradients(tangent, [held], specs, kwargs), specs, op)
+            assert term is not None
+            term = _exact_zero(term)
+        return tf.stop_gradient(result) + tf.cast(term, result.dtype)
+
+    def parts(self) -> RuleParts:
+        return RuleParts("surrogate", self.surrogate, {})
+
+    def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
+        if not self.surrogate.has_primitive:
+            return None
+        return Reference(self.surrogate.primitive, f"the autodiff gradient of {self.surrogate!r}'s primitive", True)
+
+
+# -- hand-written VJPs --------------------------------------------------------------------------------------
+
+# Functions of these packages compute values, not VJPs: ``.backward(tf.tanh)`` would compute tanh(dy).
+_VALUE_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras", "numpy", "jax", "scipy", "torch"})
+
+
+def _defining_package(fn: Any) -> str:
+    """The top-level package that defines ``fn`` (``tensorflow`` for ``tf.tanh``, ``numpy`` for ``np.tanh``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = getattr(fn, "__module__", None)
+    if not isinstance(module, str):
+        module = type(fn).__module__
+    return module.split(".")[0]
+
+
+def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
+    """Refuse, at ``.backward(fn)``, a callable that cannot be a VJP ``rule(dy, *inputs)``."""
+    name = callable_name(fn)
+    hint = (
+        "To use the derivative of a function g as the backward pass, write .backward_like(g), e.g. "
+        "ste.forward(tf.sign).backward_like(tf.tanh); for a local derivative use a registry name, e.g. "
+        ".backward('tanh_surrogate')."
+    )
+    package = _defining_package(fn)
+    if package in _VALUE_PACKAGES:
+        raise RuleError(
+            f".backward({name}): {name} is a {package} function computing values, but a callable rule is a "
+            f"vector-Jacobian product rule(dy, *inputs) returning one gradient per input; {name}(dy, x) would give "
+            f"a silently wrong gradient. {hint}"
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind_partial(0, 0, **params)
+    except TypeError as error:
+        raise RuleError(
+            f".backward({name}): a callable rule is a vector-Jacobian product rule(dy, *inputs, **hyperparams) "
+            f"taking the upstream gradient and at least one input; {name}{signature} cannot be called as "
+            f"{name}(dy, x{''.join(f', {k}=...' for k in params)}) ({error}). {hint}"
+        ) from None
+
 
 class CallableRule:
     """A user-written VJP ``rule(dy, *inputs, **hyperparams)``."""
@@ -137,11 +356,13 @@ class CallableRule:
     def __init__(self, fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
         if not callable(fn):
             raise RuleError(f"a backward rule must be callable; received {type(fn).__name__} {fn!r}.")
+        _refuse_value_function(fn, params)
         self.fn = fn
         self.params = dict(params)
         self._accepted = accepted_keywords(fn)
 
     needs_inputs = True
+    elementwise = False
     saved_for_backward = staticmethod(_keep_inputs)
 
     @property
@@ -150,12 +371,12 @@ class CallableRule:
 
     def describe(self) -> str:
         extra = format_params(self.params)
-        return f"{callable_name(self.fn)}, {extra}" if extra else callable_name(self.fn)
+        return f"backward({callable_name(self.fn)}{', ' + extra if extra else ''})"
 
     def _keywords(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.params, **_select(kwargs, self._accepted)}
 
-    def check_call(self, n_inputs: int, multiple_outputs: bool, kwargs: Mapping[str, Any], op: str) -> None:
+    def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
         clash = sorted(set(self.params) & set(kwargs))
         if clash:
             raise RuleError(
@@ -178,11 +399,37 @@ class CallableRule:
                 f"then the hyperparameters."
             ) from None
 
+    def check_outputs(self, xs: Sequence[tf.Tensor], result: Any, op: str) -> None:
+        return None  # the rule receives dy in the forward's output structure and returns one gradient per input
+
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
         assert inputs is not None
         return self.fn(dy, *inputs, **self._keywords(kwargs))
+
+    def rebuild(
+        self,
+        forward_fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+        xs: Sequence[tf.Tensor],
+        op: str,
+        situation: Situation,
+    ) -> Any:
+        raise RuleError(
+            f"{op}: called {situation.where}. {situation.why}, and the hand-written rule "
+            f"{callable_name(self.fn)} is a vector-Jacobian product that cannot be rebuilt from ordinary ops, so "
+            f"the result would be silently wrong. Fix: {situation.fix}"
+        )
+
+    def parts(self) -> RuleParts:
+        return RuleParts("function", self.fn, dict(self.params))
+
+    def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
+        return None
+
+
+# -- backward_like(g) ---------------------------------------------------------------------------------------
 
 
 class LikeRule:
@@ -195,6 +442,7 @@ class LikeRule:
         self._accepted = accepted_keywords(g)
 
     needs_inputs = True
+    elementwise = False
     saved_for_backward = staticmethod(_keep_inputs)
 
     @property
@@ -202,10 +450,38 @@ class LikeRule:
         return self.g
 
     def describe(self) -> str:
-        return f"like {callable_name(self.g)}"
+        return f"backward_like({callable_name(self.g)})"
 
-    def check_call(self, n_inputs: int, multiple_outputs: bool, kwargs: Mapping[str, Any], op: str) -> None:
+    def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
         return None
+
+    def check_outputs(self, xs: Sequence[tf.Tensor], result: Any, op: str) -> None:
+        return None  # g's outputs are compared with the forward's where g runs (gradients, rebuild)
+
+    def _call_g(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any], like: Any) -> list[tf.Tensor]:
+        """``g(*xs)`` flattened, checked against the forward's flattened outputs ``like``."""
+        reference = self.g(*xs, **_select(kwargs, self._accepted))
+        flat_ref: list[Any] = tf.nest.flatten(reference)
+        flat_like = tf.nest.flatten(like)
+        name = callable_name(self.g)
+        if len(flat_ref) != len(flat_like):
+            raise RuleError(
+                f"backward_like({name}): g returned {len(flat_ref)} output(s); the forward returns {len(flat_like)}. "
+                f"g must return outputs like the forward's, so that the forward's upstream gradient fits them."
+            )
+        for index, (ref, out) in enumerate(zip(flat_ref, flat_like)):
+            if not isinstance(ref, tf.Tensor):
+                raise RuleError(f"backward_like({name}): output {index} of g is a {type(ref).__name__}, not a tensor.")
+            if (
+                ref.shape.rank is not None
+                and out.shape.rank is not None
+                and not ref.shape.is_compatible_with(out.shape)
+            ):
+                raise GradientShapeError(
+                    f"backward_like({name}): output {index} of g has shape {ref.shape}; the forward's output has "
+                    f"shape {out.shape}. g must map the inputs to outputs of the forward's shape."
+                )
+        return flat_ref
 
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
@@ -213,32 +489,38 @@ class LikeRule:
         assert inputs is not None
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(inputs)
-            reference = self.g(*inputs, **_select(kwargs, self._accepted))
-        flat_ref = tf.nest.flatten(reference)
-        flat_dy = tf.nest.flatten(dy)
-        name = callable_name(self.g)
-        if len(flat_ref) != len(flat_dy):
-            raise RuleError(
-                f"backward_like({name}): g returned {len(flat_ref)} output(s); the forward returns {len(flat_dy)}. "
-                f"g must return outputs like the forward's, so that the forward's upstream gradient fits them."
-            )
-        for index, (ref, upstream) in enumerate(zip(flat_ref, flat_dy)):
-            if not isinstance(ref, tf.Tensor):
-                raise RuleError(f"backward_like({name}): output {index} of g is a {type(ref).__name__}, not a tensor.")
-            if (
-                ref.shape.rank is not None
-                and upstream.shape.rank is not None
-                and not ref.shape.is_compatible_with(upstream.shape)
-            ):
-                raise GradientShapeError(
-                    f"backward_like({name}): output {index} of g has shape {ref.shape}; the forward's output has "
-                    f"shape {upstream.shape}. g must map the inputs to outputs of the forward's shape."
-                )
-        upstream = [tf.cast(u, r.dtype) for u, r in zip(flat_dy, flat_ref)]
+            flat_ref = self._call_g(inputs, kwargs, dy)
+        upstream = [tf.cast(u, r.dtype) for u, r in zip(tf.nest.flatten(dy), flat_ref)]
         grads = tape.gradient(
             flat_ref, list(inputs), output_gradients=upstream, unconnected_gradients=tf.UnconnectedGradients.ZERO
         )
         return tuple(grads)
+
+    def rebuild(
+        self,
+        forward_fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+        xs: Sequence[tf.Tensor],
+        op: str,
+        situation: Situation,
+    ) -> Any:
+        result = forward_fn(*(tf.stop_gradient(x) for x in xs), **kwargs)
+        flat_result = tf.nest.flatten(result)
+        flat_reference = self._call_g(xs, kwargs, result)
+        outputs = []
+        for index, (out, ref) in enumerate(zip(flat_result, flat_reference)):
+            _check_same_shape(out, ref, f"output {index} of backward_like g", op, situation)
+            term = _exact_zero(ref - tf.stop_gradient(ref))
+            outputs.append(tf.stop_gradient(out) + tf.cast(term, out.dtype))
+        return tf.nest.pack_sequence_as(result, outputs)
+
+    def parts(self) -> RuleParts:
+        return RuleParts("like", self.g, {})
+
+    def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
+        g = self.g
+        chosen = _select(kwargs, self._accepted)
+        return Reference(lambda *xs: g(*xs, **chosen), f"the autodiff gradient of {callable_name(g)}", False)
 
 
 def make_rule(rule: Any, params: Mapping[str, Any]) -> Rule:

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from ._describe import callable_name
 from ._errors import SerializationError, STEError
-from ._rules import LikeRule
+from ._rules import RuleParts
 from .registry import Surrogate
 
 __all__ = ["install_save_check", "op_config", "op_from_config", "op_reduce", "rebuild_op"]
@@ -220,12 +220,8 @@ def _module_function(module_name: str, qualname: str, role: str) -> Any:
 
 def _rule_parts(op: Any) -> tuple[str, Any, dict[str, Any]]:
     """(kind, rule object, bound hyperparameters): kind is 'surrogate', 'like' or 'function'."""
-    rule = op.rule
-    if isinstance(rule, Surrogate):
-        return "surrogate", rule, {}
-    if isinstance(op._rule, LikeRule):
-        return "like", rule, {}
-    return "function", rule, dict(getattr(op._rule, "params", {}))
+    parts: RuleParts = op._rule.parts()
+    return parts.kind, parts.rule, parts.params
 
 
 def op_config(op: Any) -> dict[str, Any]:

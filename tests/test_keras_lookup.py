@@ -143,6 +143,11 @@ LAYERS: dict[str, tuple[tuple[Any, ...], tuple[int, ...]]] = {
     "QuantConv2D": ((2, 3), (2, 6, 6, 3)),
     "QuantDepthwiseConv2D": ((3,), (2, 6, 6, 3)),
     "QuantSeparableConv2D": ((2, 3), (2, 6, 6, 3)),
+    "QuantConv1DTranspose": ((2, 3), (2, 8, 3)),
+    "QuantConv2DTranspose": ((2, 3), (2, 6, 6, 3)),
+    "QuantConv3D": ((2, 3), (2, 6, 6, 6, 3)),
+    "QuantConv3DTranspose": ((2, 3), (2, 4, 4, 4, 3)),
+    "QuantSeparableConv1D": ((2, 3), (2, 8, 3)),
 }
 
 

@@ -36,7 +36,7 @@ def heaviside(x: tf.Tensor) -> tf.Tensor:
     return tf.cast(x > 0, x.dtype)
 
 
-def _mean_abs(x: tf.Tensor, axis: list[int] | None) -> tf.Tensor:
+def _mean_abs(x: tf.Tensor, axis: list[int] | tf.Tensor | None) -> tf.Tensor:
     """mean(abs(x)) over ``axis`` (all axes when None), accumulated in at least float32, returned in x's dtype."""
     wide = tf.float64 if x.dtype == tf.float64 else tf.float32
     return tf.cast(tf.reduce_mean(tf.abs(tf.cast(x, wide)), axis=axis), x.dtype)
@@ -52,8 +52,14 @@ def ternarize(x: tf.Tensor, *, threshold: float, ternary_weight_networks: bool) 
 
 
 def magnitude_scale(x: tf.Tensor) -> tf.Tensor:
-    """α = mean(abs(x)) over every axis but the last (shape ``[channels]``; a scalar input is its own scale)."""
-    return _mean_abs(x, list(range(x.shape.rank - 1)) if x.shape.rank else None)
+    """α = mean(abs(x)) over every axis but the last (shape ``[channels]``; a scalar input is its own scale).
+
+    With a rank unknown while tracing (``tf.TensorSpec(None)``) the axes are computed at run time, the same ones.
+    """
+    rank = x.shape.rank
+    if rank is None:
+        return _mean_abs(x, tf.range(tf.maximum(tf.rank(x) - 1, 0)))
+    return _mean_abs(x, list(range(rank - 1)) if rank else None)
 
 
 def magnitude_aware_sign(x: tf.Tensor) -> tf.Tensor:
@@ -79,6 +85,7 @@ class _SurrogateQuantizer(Quantizer):
         super().__init__(**kwargs)
         self.surrogate: Surrogate = resolve_surrogate(type(self).__name__, surrogate)
         self.op: STEFunction[..., tf.Tensor] = self._make_op()
+        self.built = True  # no weights: Keras need not build it (it cannot for an input of unknown rank)
 
     def _make_op(self) -> STEFunction[..., tf.Tensor]:
         return forward(type(self).forward_fn).backward(self.surrogate)

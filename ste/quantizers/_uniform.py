@@ -10,7 +10,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._dsl import forward
+from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from ._base import Quantizer, as_tensor, check_bits, check_number, register
 
@@ -80,16 +80,40 @@ class DoReFa(Quantizer):
             if bits != 2:
                 raise ParameterError(f"DoReFa: give bits= or larq's k_bit=, not both (bits={bits!r}, k_bit={k_bit!r}).")
             bits = k_bit
-        self.bits = check_bits("DoReFa", bits)
-        if mode not in _MODES:
-            raise ParameterError(f"DoReFa: mode must be 'activations' or 'weights'; received {mode!r}.")
-        self.mode = mode
-        self.precision = self.bits
         super().__init__(**kwargs)
-        self.op = dorefa_activations_op if mode == "activations" else dorefa_weights_op
+        self.bits = bits
+        self.mode = mode
+
+    # ``bits`` and ``mode`` are read by ``call`` and saved by ``get_config``: setting them validates the new value,
+    # so that what is saved is always what is computed.
+    @property
+    def bits(self) -> int:
+        """The bit width, an integer from 1 to 16 (settable; validated)."""
+        return self._bits
+
+    @bits.setter
+    def bits(self, value: int) -> None:
+        self._bits = check_bits("DoReFa", value)
+        self.precision = self._bits
+
+    @property
+    def mode(self) -> str:
+        """``"activations"`` or ``"weights"`` (settable; validated; :meth:`call` reads it at each call)."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if not isinstance(value, str) or value not in _MODES:
+            raise ParameterError(f"DoReFa: mode must be 'activations' or 'weights'; received {value!r}.")
+        self._mode = value
+
+    @property
+    def op(self) -> STEFunction[..., tf.Tensor]:
+        """The ste op of the current :attr:`mode`."""
+        return dorefa_activations_op if self._mode == "activations" else dorefa_weights_op
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return self.op(as_tensor(inputs), bits=self.bits)
+        return self.op(as_tensor(inputs), bits=self._bits)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "bits": self.bits, "mode": self.mode}

@@ -138,3 +138,16 @@ def test_invalid_parameters_raise_ste_errors():
         Sign(surrogate="straight_throug")
     with pytest.raises(ste.ParameterError, match="not both"):
         MagnitudeAwareSign(surrogate="identity", clip_value=0.5)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_magnitude_aware_sign_with_unknown_rank_is_per_channel(jit: bool) -> None:
+    """tf.function(input_signature=[TensorSpec(None)]): the same per-channel scale as eager mode (issue 11.4)."""
+    q = MagnitudeAwareSign()
+    traced = tf.function(q, input_signature=[tf.TensorSpec(None, tf.float32)], jit_compile=jit)
+    x = np.array([[1.0, -4.0], [3.0, 2.0]], np.float32)
+    scale = np.mean(np.abs(x), axis=0)  # [2, 3]
+    np.testing.assert_array_equal(traced(tf.constant(x)).numpy(), scale * np.where(x >= 0, 1.0, -1.0))
+    np.testing.assert_array_equal(traced(tf.constant(x)).numpy(), q(tf.constant(x)).numpy())
+    for other in (np.float32(-3.0), np.array([1.0, -2.0], np.float32), np.arange(-12.0, 12.0, 1.0).reshape(2, 3, 4)):
+        np.testing.assert_array_equal(traced(tf.constant(other, tf.float32)).numpy(), q(tf.constant(other)).numpy())

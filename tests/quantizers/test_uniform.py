@@ -108,3 +108,27 @@ def test_invalid_parameters():
         Uniform(min=1.0, max=1.0)
     with pytest.raises(ste.ParameterError, match="bits"):
         Uniform(bits=2.5)
+
+
+def test_dorefa_mode_and_bits_set_later_are_what_call_computes_and_saves() -> None:
+    """Configuration and behaviour never disagree (issue 11.7): a set mode is used by call and by get_config."""
+    x64 = np.array([-2.0, -0.3, 0.2, 0.7, 1.5])
+    x = tf.constant(x64, tf.float32)
+    q = DoReFa(bits=2)
+    np.testing.assert_allclose(q(x).numpy(), np.round(np.clip(x64, 0.0, 1.0) * 3) / 3, rtol=1e-6)
+    q.mode = "weights"
+    t = np.tanh(x64)
+    expected_weights = 2 * np.round(3 * (t / (2 * np.max(np.abs(t))) + 0.5)) / 3 - 1
+    np.testing.assert_allclose(q(x).numpy(), expected_weights, rtol=1e-6, atol=1e-6)
+    assert q.get_config()["mode"] == "weights"
+    np.testing.assert_allclose(DoReFa.from_config(q.get_config())(x).numpy(), expected_weights, rtol=1e-6, atol=1e-6)
+    for bad in ("unknown", None, 1):
+        with pytest.raises(ste.ParameterError, match="mode"):
+            q.mode = bad
+    assert q.mode == "weights"
+    with pytest.raises(ste.ParameterError, match="bits"):
+        q.bits = 0
+    q.bits = 3
+    assert q.precision == 3 and q.get_config()["bits"] == 3
+    expected_3 = 2 * np.round(7 * (t / (2 * np.max(np.abs(t))) + 0.5)) / 7 - 1
+    np.testing.assert_allclose(q(x).numpy(), expected_3, rtol=1e-6, atol=1e-6)

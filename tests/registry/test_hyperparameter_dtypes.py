@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import ste
 from tests.helpers import FLOAT_DTYPES, TOLERANCE
-from tests.reliability.references import builtin_names, reference_derivative
+from tests.references import builtin_names, reference_derivative
 
 EXTREME_VALUES = [1e-300, 1e-40, 1e-6, 3e-5, 1e5, 7e4, 2e38, 1e39, 1e300]
 

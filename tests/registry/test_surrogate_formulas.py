@@ -1,13 +1,10 @@
-"""Every surrogate entry against an independent numpy transcription of the issue's table, against autodiff of its
-own primitive, through ``.backward(name)`` vs ``.backward_like(primitive)``, and for finiteness at extreme inputs.
-
-The numpy formulas below are written from the table in issue 3 (literally, without the numerical rewrites the
-library uses), so a wrong rewrite in ``ste/registry`` shows up as a mismatch here.
+"""Every surrogate entry against its independent numpy formula (the shared table, tests/references.py), against
+autodiff of its own primitive, through ``.backward(name)`` vs ``.backward_like(primitive)``, and for finiteness at
+extreme inputs.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,89 +14,20 @@ import tensorflow as tf
 
 import ste
 from tests.helpers import FLOAT_DTYPES, as_float64
+from tests.references import builtin_names, case_id, entry_cases, reference_derivative
 
 DTYPES = FLOAT_DTYPES
 
-# (name, params): the defaults, plus one non-default setting per hyperparameter (binary fractions where the
-# derivative is discontinuous, so that both sides compare the same threshold).
-CASES: list[tuple[str, dict[str, Any]]] = [
-    ("identity", {}),
-    ("straight_through", {}),
-    ("straight_through", {"clip": 0.5}),
-    ("straight_through", {"clip": None}),
-    ("zero", {}),
-    ("sigmoid_surrogate", {}),
-    ("sigmoid_surrogate", {"beta": 4.0}),
-    ("approx_sign", {}),
-    ("swish_sign", {}),
-    ("swish_sign", {"beta": 1.5}),
-    ("fast_sigmoid", {}),
-    ("fast_sigmoid", {"slope": 2.0}),
-    ("atan", {}),
-    ("atan", {"alpha": 0.7}),
-    ("triangle", {}),
-    ("triangle", {"width": 2.5}),
-    ("gaussian", {}),
-    ("gaussian", {"sigma": 1.3}),
-    ("tanh_surrogate", {}),
-    ("tanh_surrogate", {"beta": 3.0}),
-    ("piecewise_exp", {}),
-    ("piecewise_exp", {"alpha": 2.5}),
-    ("erf_surrogate", {}),
-    ("erf_surrogate", {"alpha": 0.6}),
-    ("soft_sign", {}),
-    ("soft_sign", {"alpha": 5.0}),
-    ("piecewise_quadratic", {}),
-    ("piecewise_quadratic", {"alpha": 3.0}),
-    ("boxcar", {}),
-    ("boxcar", {"width": 0.5}),
-]
-CASE_IDS = [f"{name}({', '.join(f'{k}={v}' for k, v in params.items())})" for name, params in CASES]
+# (name, params): the defaults plus non-default settings, from the shared table (tests/references.py); a built-in
+# entry without a reference there fails at collection instead of being skipped.
+CASES: list[tuple[str, dict[str, Any]]] = entry_cases()
+CASE_IDS = [case_id(name, params) for name, params in CASES]
 
-BUILTIN_NAMES = sorted({name for name, _ in CASES})
-
-
-def _table(name: str, p: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray]:
-    """d(x) exactly as the issue's table writes it, in float64 numpy."""
-    pi = math.pi
-
-    def sigmoid(z: np.ndarray) -> np.ndarray:
-        return 1 / (1 + np.exp(-z))
-
-    formulas: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-        "identity": lambda x: np.ones_like(x),
-        "straight_through": lambda x: (
-            np.ones_like(x) if p.get("clip", 1.0) is None else (np.abs(x) <= p.get("clip", 1.0)).astype(np.float64)
-        ),
-        "zero": lambda x: np.zeros_like(x),
-        "sigmoid_surrogate": lambda x: (
-            p.get("beta", 1.0) * sigmoid(p.get("beta", 1.0) * x) * (1 - sigmoid(p.get("beta", 1.0) * x))
-        ),
-        "approx_sign": lambda x: (2 - 2 * np.abs(x)) * (np.abs(x) <= 1),
-        "swish_sign": lambda x: (
-            p.get("beta", 5.0)
-            * (2 - p.get("beta", 5.0) * x * np.tanh(p.get("beta", 5.0) * x / 2))
-            / (1 + np.cosh(p.get("beta", 5.0) * x))
-        ),
-        "fast_sigmoid": lambda x: 1 / (1 + p.get("slope", 25.0) * np.abs(x)) ** 2,
-        "atan": lambda x: (p.get("alpha", 2.0) / 2) / (1 + (pi * p.get("alpha", 2.0) * x / 2) ** 2),
-        "triangle": lambda x: np.maximum(0, 1 - np.abs(x) / p.get("width", 1.0)),
-        "gaussian": lambda x: (
-            np.exp(-(x**2) / (2 * p.get("sigma", 0.5) ** 2)) / (p.get("sigma", 0.5) * math.sqrt(2 * pi))
-        ),
-        "tanh_surrogate": lambda x: p.get("beta", 1.0) * (1 - np.tanh(p.get("beta", 1.0) * x) ** 2),
-        "piecewise_exp": lambda x: (p.get("alpha", 1.0) / 2) * np.exp(-p.get("alpha", 1.0) * np.abs(x)),
-        "erf_surrogate": lambda x: (p.get("alpha", 2.0) / math.sqrt(pi)) * np.exp(-(p.get("alpha", 2.0) ** 2) * x**2),
-        "soft_sign": lambda x: p.get("alpha", 2.0) / (2 * (1 + p.get("alpha", 2.0) * np.abs(x)) ** 2),
-        "piecewise_quadratic": lambda x: np.maximum(0, p.get("alpha", 1.0) - p.get("alpha", 1.0) ** 2 * np.abs(x)),
-        "boxcar": lambda x: (np.abs(x) < p.get("width", 1.0) / 2) / p.get("width", 1.0),
-    }
-    return formulas[name]
+BUILTIN_NAMES = sorted(builtin_names())
 
 
 def reference(name: str, params: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        return np.asarray(_table(name, params)(np.asarray(x, np.float64)), np.float64)
+    return reference_derivative(name, x, params)
 
 
 # Moderate inputs where the formulas vary, exact kinks/thresholds, and large ones (where the numpy formulas are

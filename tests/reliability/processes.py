@@ -23,9 +23,9 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.references import tf_sign
 
 from . import models
-from .references import tf_sign
 
 WORKER = Path(__file__).with_name("_worker.py")
 ROOT = Path(__file__).resolve().parents[2]  # the repository: subprocesses import this checkout's ste

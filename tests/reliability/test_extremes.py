@@ -16,8 +16,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-
-from .references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
+from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
 
 CASES = entry_cases()
 

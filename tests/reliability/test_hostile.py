@@ -15,8 +15,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-
-from .references import tf_sign
+from tests.references import tf_sign
 
 TOUCH = "__import__('os').system('touch pwned')"
 

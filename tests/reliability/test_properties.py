@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import ste
-
-from .references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
+from tests.references import DTYPES, FORWARDS, as_f64, entry_cases, eps, peak, reference_derivative
 
 CASES = entry_cases()
 DEFAULT_CASES = [(name, params) for name, params in CASES if not params]
@@ -161,3 +160,42 @@ def test_jit_compile_on_scalars_zero_size_and_rank_5() -> None:
             np.testing.assert_array_equal(y.numpy(), np.where(x64 >= 0, 1.0, -1.0))
             expected = 0.5 * reference_derivative(name, x64, params)
             np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+# -- forward mode: JVP = d(x)·t -------------------------------------------------------------------------------
+
+_JVP_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def _jvps(ops: list[Any], x: tf.Tensor, t: tf.Tensor) -> list[tf.Tensor]:
+    with tf.autodiff.ForwardAccumulator(x, t) as acc:
+        ys = [op(x) for op in ops]
+    return [acc.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO) for y in ys]
+
+
+def _compiled_jvps(dtype: tf.DType) -> Callable[..., Any]:
+    """One tf.function per dtype (unknown shape: traced once) with the accumulator inside, default parameters
+    (tracing forward mode costs about 0.15 s per op; every parameter set runs eagerly in tests/test_forward_mode.py)."""
+    if dtype.name not in _JVP_FUNCTIONS:
+        spec = tf.TensorSpec(None, dtype)
+        ops = [ste.forward(FORWARDS["sign"][0]).backward(name, **params) for name, params in DEFAULT_CASES]
+        _JVP_FUNCTIONS[dtype.name] = tf.function(lambda x, t: _jvps(ops, x, t), input_signature=[spec, spec])
+    return _JVP_FUNCTIONS[dtype.name]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@settings(max_examples=max(6, settings().max_examples // 3))
+@given(data=st.data())
+def test_forward_mode_jvp_is_derivative_times_tangent(dtype: tf.DType, data: st.DataObject) -> None:
+    """Every entry, in every dtype, on random shapes and values, in tf.function: JVP = d(x)·t."""
+    shape = data.draw(array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=3), label="shape")
+    x = tf.cast(tf.constant(data.draw(arrays(np.float64, shape, elements=VALUES), label="x")), dtype)
+    t = tf.cast(tf.constant(data.draw(arrays(np.float64, shape, elements=UPSTREAM), label="t")), dtype)
+    xv, tv = as_f64(x), as_f64(t)
+    tol = 8 * eps(dtype)
+    for (name, params), jvp in zip(DEFAULT_CASES, _compiled_jvps(dtype)(x, t)):
+        where = f"{name}{params} {dtype.name} shape {shape}"
+        assert jvp.dtype == dtype and tuple(jvp.shape) == shape, where
+        expected = reference_derivative(name, xv, params) * tv
+        atol = tol * peak(name, params) * max(1.0, float(np.max(np.abs(tv), initial=0.0)))
+        np.testing.assert_allclose(as_f64(jvp), expected, rtol=tol, atol=atol, err_msg=where)

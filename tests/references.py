@@ -1,4 +1,5 @@
-"""Independent numpy references for the reliability tests: surrogate derivatives d(x) and forward functions.
+"""The one table of independent numpy references shared by every test module: surrogate derivatives d(x),
+quantizer forwards and gradients, and forward functions.
 
 Every formula is written from the tables in the issues (the surrogate library and REFERENCE.md), in float64 numpy,
 in a form that does not overflow for any finite float64 input (so it also serves as the reference at the extremes).
@@ -138,7 +139,7 @@ def entry_cases() -> list[tuple[str, dict[str, Any]]]:
     for name in builtin_names():
         if name not in REFERENCES:
             raise AssertionError(
-                f"registry entry {name!r} has no independent numpy reference in tests/reliability/references.py; "
+                f"registry entry {name!r} has no independent numpy reference in tests/references.py; "
                 f"add its formula there."
             )
         cases.extend((name, params) for params in REFERENCES[name][0])
@@ -188,3 +189,89 @@ def peak(name: str, params: dict[str, Any]) -> float:
     """max |d| over a fine grid (for absolute tolerances)."""
     grid = np.linspace(-4.0, 4.0, 8001)
     return float(np.max(np.abs(reference_derivative(name, grid, params)))) or 1.0
+
+
+def case_id(name: str, params: dict[str, Any]) -> str:
+    return f"{name}({', '.join(f'{k}={v}' for k, v in params.items())})"
+
+
+# -- quantizers: forward value and gradient with respect to x, at default arguments ------------------------------
+#
+# Each maps a float64 array x (of a float32 input, rank 2: [rows, channels]) to (y, dy/dx) with the formulas of
+# REFERENCE.md §2. ``tf.round`` and ``np.round`` both round half to even.
+
+
+def _sign_q(x: Array) -> tuple[Array, Array]:
+    return np.where(x >= 0, 1.0, -1.0), _straight_through(x)
+
+
+def _approx_sign_q(x: Array) -> tuple[Array, Array]:
+    return np.where(x >= 0, 1.0, -1.0), _approx_sign(x)
+
+
+def _swish_sign_q(x: Array) -> tuple[Array, Array]:
+    return np.where(x >= 0, 1.0, -1.0), _swish_sign(x, 5.0)
+
+
+def _heaviside_q(x: Array) -> tuple[Array, Array]:
+    return (x > 0).astype(np.float64), _straight_through(x)
+
+
+def _ternary_q(x: Array) -> tuple[Array, Array]:
+    delta = 0.05
+    return np.where(x >= delta, 1.0, np.where(x <= -delta, -1.0, 0.0)), _straight_through(x)
+
+
+def _magnitude_aware_sign_q(x: Array) -> tuple[Array, Array]:
+    scale = np.mean(np.abs(x), axis=0)  # every axis but the last
+    return scale * np.where(x >= 0, 1.0, -1.0), scale * _straight_through(x)
+
+
+def _dorefa_q(x: Array) -> tuple[Array, Array]:
+    n = 2**2 - 1
+    return np.round(np.clip(x, 0.0, 1.0) * n) / n, ((x >= 0) & (x <= 1)).astype(np.float64)
+
+
+def _uniform_q(x: Array) -> tuple[Array, Array]:
+    step = 2.0 / (2**8 - 1)
+    return -1.0 + np.round((np.clip(x, -1.0, 1.0) + 1.0) / step) * step, (np.abs(x) <= 1).astype(np.float64)
+
+
+def _lsq_q(x: Array) -> tuple[Array, Array]:
+    q_n, q_p = 8, 7  # 4 bits, signed
+    s = float(np.float32(2.0 * np.mean(np.abs(x)) / math.sqrt(q_p)))  # initialised from the first batch, float32
+    v = x / s
+    return np.round(np.clip(v, -q_n, q_p)) * s, ((v > -q_n) & (v < q_p)).astype(np.float64)
+
+
+def _pact_q(x: Array) -> tuple[Array, Array]:
+    alpha, n = 6.0, 2**4 - 1
+    return np.round(np.clip(x, 0.0, alpha) * n / alpha) * alpha / n, ((x >= 0) & (x <= alpha)).astype(np.float64)
+
+
+#: quantizer name -> (y, dy/dx) at default arguments.
+QUANTIZERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {
+    "sign": _sign_q,
+    "ste_sign": _sign_q,
+    "approx_sign": _approx_sign_q,
+    "swish_sign": _swish_sign_q,
+    "heaviside": _heaviside_q,
+    "ste_heaviside": _heaviside_q,
+    "ternary": _ternary_q,
+    "ste_tern": _ternary_q,
+    "magnitude_aware_sign": _magnitude_aware_sign_q,
+    "dorefa": _dorefa_q,
+    "dorefa_quantizer": _dorefa_q,
+    "uniform": _uniform_q,
+    "lsq": _lsq_q,
+    "pact": _pact_q,
+}
+
+
+def quantizer_reference(name: str) -> Callable[[Array], tuple[Array, Array]]:
+    """The reference of a quantizer name; a name without one is an error (so a new quantizer cannot be skipped)."""
+    if name not in QUANTIZERS:
+        raise AssertionError(
+            f"quantizer {name!r} has no independent numpy reference in tests/references.py; add its formula there."
+        )
+    return QUANTIZERS[name]
