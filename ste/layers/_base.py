@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from .. import constraints as ste_constraints
 from .. import quantizers as ste_quantizers
-from .._bitmask import keep_bits, pack_bits, unpack_bits
+from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
 
@@ -234,8 +234,7 @@ class QuantLayerMixin:
 
             def grad(dy: tf.Tensor) -> list[tf.Tensor]:
                 with tf.control_dependencies([dy]):  # recompute in the backward pass, not in the forward one
-                    unpacked = unpack_bits(bits, shape)
-                one = tf.where(unpacked, tf.constant(high, x.dtype), tf.constant(low, x.dtype))
+                    one = unpack_values(bits, shape, low, high, x.dtype)
                 with tf.GradientTape() as tape:
                     tape.watch([one, *kernels])
                     out = fn(one, *kernels)  # not run in a tf.function: only its gradient ops are used
