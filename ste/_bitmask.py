@@ -18,6 +18,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -107,7 +108,16 @@ def pack_bits(mask: tf.Tensor) -> tf.Tensor:
 def unpack_bits(packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     """The boolean tensor of ``shape`` that :func:`pack_bits` packed."""
     bits = tf.not_equal(tf.bitwise.bitwise_and(packed[:, None], tf.constant(_BITS, tf.uint8)), 0)
-    return tf.reshape(tf.reshape(bits, [-1])[: tf.reduce_prod(shape)], shape)
+    return _unpadded(bits, shape)
+
+
+def _unpadded(groups: tf.Tensor, shape: Any) -> tf.Tensor:
+    """``groups`` (``[bytes, 8]``) without the padding :func:`pack_bits` added, in ``shape``; no slice (a copy)
+    when the shape is known and its size a multiple of 8."""
+    static = tf.get_static_value(shape)
+    if static is not None and int(np.prod(static)) % 8 == 0:
+        return tf.reshape(groups, shape)
+    return tf.reshape(tf.reshape(groups, [-1])[: tf.reduce_prod(shape)], shape)
 
 
 def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, dtype: tf.DType) -> tf.Tensor:
@@ -115,5 +125,4 @@ def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, 
     in a 256 × 8 table."""
     bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)  # the order pack_bits uses
     table = tf.constant(np.where(bits, high, low), dtype)
-    values = tf.reshape(tf.gather(table, tf.cast(packed, tf.int32)), [-1])
-    return tf.reshape(values[: tf.reduce_prod(shape)], shape)
+    return _unpadded(tf.gather(table, tf.cast(packed, tf.int32)), shape)

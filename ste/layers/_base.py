@@ -230,7 +230,7 @@ class QuantLayerMixin:
         @tf.custom_gradient  # type: ignore[untyped-decorator]
         def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
             bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
-            shape = tf.shape(x)
+            shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
 
             def grad(dy: tf.Tensor) -> list[tf.Tensor]:
                 with tf.control_dependencies([dy]):  # recompute in the backward pass, not in the forward one
