@@ -29,7 +29,7 @@ import tensorflow as tf
 
 import ste
 
-from . import binary_net, elementwise, latency, memory, tracing, training
+from . import binary_net, elementwise, latency, memory, spiking, tracing, training
 from ._report import markdown
 from ._timing import LoadSampler, load_average
 
@@ -45,6 +45,15 @@ FULL: dict[str, dict[str, Any]] = {
     "training": {"batch": 64, "width": 32, "rounds": 20, "inner": 3},
     "memory": {"size": 2**22, "length": 50, "subprocesses": True},
     "binary_net": {"batch": 64, "blocks": 8, "width": 32, "size": 32, "rounds": 10, "inner": 2},
+    "spiking": {
+        "steps": 25,
+        "batch": 64,
+        "units": 256,
+        "rounds": 12,
+        "inner": 3,
+        "memory_steps": 25,
+        "memory_units": 1024,
+    },
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "elementwise": {
@@ -59,6 +68,16 @@ SMOKE: dict[str, dict[str, Any]] = {
     "training": {"batch": 2, "width": 4, "rounds": 2, "inner": 1, "warmup": 1},
     "memory": {"size": 2**16, "length": 5, "subprocesses": False},
     "binary_net": {"batch": 2, "blocks": 2, "width": 4, "size": 8, "rounds": 2, "inner": 1, "warmup": 1},
+    "spiking": {
+        "steps": 3,
+        "batch": 2,
+        "units": 8,
+        "rounds": 2,
+        "inner": 1,
+        "warmup": 1,
+        "memory_steps": 3,
+        "memory_units": 64,
+    },
 }
 SECTIONS = tuple(FULL)
 
@@ -134,6 +153,7 @@ def run(smoke: bool, sections: Sequence[str] = SECTIONS, larq_venv: str | None =
         "training": training.run,
         "memory": memory.run,
         "binary_net": binary_net.run,
+        "spiking": spiking.run,
     }
     with LoadSampler() as sampler:
         for name in sections:

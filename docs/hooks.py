@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 GALLERY_TITLE = "Surrogate gallery"
 _ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?=<code>)")
 _FIGSIZE = (5.6, 3.6)
-_DPI = 72
+_DPI = 100  # 560 x 360 px on the entry's page
+_THUMBNAIL_WIDTH = 280  # px in the overview table (at least 240, so that each curve's shape reads)
 
 
 def _entries() -> list[Any]:
@@ -32,10 +33,18 @@ def _entries() -> list[Any]:
     return [describe(name) for name in ste.registry.names()]
 
 
+def _range(name: str) -> tuple[float, float]:
+    """The x range ste.plot chooses for the entry at its defaults: the peak ± 4 half-widths at half-maximum."""
+    import ste
+    from ste._plot import auto_range
+
+    return auto_range(ste.registry.get(name))
+
+
 def _png(name: str) -> bytes:
     import ste
 
-    figure = ste.plot(name, x=(-3.0, 3.0), points=401, dtype="float64", figsize=_FIGSIZE, dpi=_DPI)
+    figure = ste.plot(name, x=_range(name), points=801, dtype="float64", figsize=_FIGSIZE, dpi=_DPI)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=_DPI)
     return buffer.getvalue()
@@ -63,7 +72,10 @@ def _entry_page(info: Any) -> str:
         f"![{info.name}: primitive and derivative]({info.name}.png)",
         "",
         "Drawn by `ste.plot` from the code at the defaults"
-        + (": the primitive above, its derivative below." if info.has_primitive else ": the derivative."),
+        + (": the primitive above, its derivative below" if info.has_primitive else ": the derivative")
+        + ", over x in [{:g}, {:g}] (the peak ± 4 half-widths at half-maximum; (−3, 3) when d has no peak).".format(
+            *_range(info.name)
+        ),
         "",
         "## Use it",
         "",
@@ -90,7 +102,9 @@ def _index_page(entries: list[Any]) -> str:
         "",
         "Every entry of `ste.registry`, generated from the code when the documentation is built: the derivative"
         " d(x) a rule built from the entry uses (its VJP is `dy · d(x)`), the defaults, the peak of d computed on a"
-        " grid, the reference, and a plot of the primitive P (where one exists, P' = d) above d. Print the same"
+        " grid, the reference, and a plot of the primitive P (where one exists, P' = d) above d, each over a range"
+        " chosen from its own width (the peak ± 4 half-widths at half-maximum): mind the x axis when comparing."
+        " Print the same"
         " from the shell with `python -m ste list` and `python -m ste show NAME`.",
         "",
         'The same name means different functions across libraries ("SuperSpike" is 1/(1+k|x|)² in snnTorch and'
@@ -104,7 +118,7 @@ def _index_page(entries: list[Any]) -> str:
         peak = info.peak.describe() if info.peak is not None else "-"
         lines.append(
             f"| [`{info.name}`]({info.name}.md) | `{_cell(info.formula)}` | `{_cell(info.parameter_text())}` "
-            f'| {peak} | {_cell(info.reference)} | ![{info.name}]({info.name}.png){{ width="220" }} |'
+            f'| {peak} | {_cell(info.reference)} | ![{info.name}]({info.name}.png){{ width="{_THUMBNAIL_WIDTH}" }} |'
         )
     lines.append("")
     return "\n".join(lines)

@@ -5,7 +5,11 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from . import constraints, layers, quantizers, registry, testing
+from ._cli import answer_without_tensorflow as _answer_without_tensorflow
+
+_answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
+
+from . import constraints, layers, quantizers, registry, spiking, testing
 from ._bitmask import bit_masks, set_bit_masks
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
@@ -70,6 +74,7 @@ __all__ = [
     "quantizers",
     "registry",
     "set_bit_masks",
+    "spiking",
     "summary",
     "testing",
 ]

@@ -7,7 +7,7 @@ show the same facts, read from the code (the class attributes, the docstring) or
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from .registry import Surrogate, get, lookup
 
-__all__ = ["REQUIRED", "EntryInfo", "Peak", "describe", "find_peak", "format_value"]
+__all__ = ["REQUIRED", "EntryInfo", "Peak", "describe", "find_peak", "format_value", "plateau_edge"]
 
 #: Marks a hyperparameter that has no default (a user entry may declare one).
 REQUIRED = inspect.Parameter.empty
@@ -75,12 +75,36 @@ def format_value(value: float) -> str:
     return f"{value:.6g}"
 
 
+def plateau_edge(values: Callable[[np.ndarray], np.ndarray], inside: float, outside: float, level: float) -> float:
+    """Where ``values >= level`` ends between a point inside and a grid neighbour outside (to 1/65536 of the gap)."""
+    for _ in range(2):
+        points = np.linspace(inside, outside, 257)
+        on = np.flatnonzero(values(points) >= level)
+        last = int(on.max()) if on.size else 0
+        inside, outside = float(points[last]), float(points[min(last + 1, 256)])
+    return inside
+
+
 def find_peak(surrogate: Surrogate) -> Peak:
-    """The maximum of ``surrogate.derivative`` on a float64 grid over [-8, 8] and where it is attained."""
-    values = surrogate.derivative(tf.constant(_PEAK_GRID, tf.float64)).numpy()
+    """The maximum of ``surrogate.derivative`` on a float64 grid over [-8, 8] and where it is attained.
+
+    A plateau's ends are located between grid points (``boxcar``'s is [-0.5, 0.5], not the grid's [-0.499, 0.499]).
+    """
+
+    def derivative(points: np.ndarray) -> np.ndarray:
+        return np.asarray(surrogate.derivative(tf.constant(points, tf.float64)).numpy())
+
+    values = derivative(_PEAK_GRID)
     top = float(np.max(values))
-    at = _PEAK_GRID[values >= top - 1e-12 * max(1.0, abs(top))]
-    return Peak(top, float(at.min()), float(at.max()))
+    level = top - 1e-12 * max(1.0, abs(top))
+    at = np.flatnonzero(values >= level)
+    first, last = int(at.min()), int(at.max())
+    low, high = float(_PEAK_GRID[first]), float(_PEAK_GRID[last])
+    if first < last and first > 0:
+        low = plateau_edge(derivative, low, float(_PEAK_GRID[first - 1]), level)
+    if first < last and last < len(_PEAK_GRID) - 1:
+        high = plateau_edge(derivative, high, float(_PEAK_GRID[last + 1]), level)
+    return Peak(top, low, high)
 
 
 def describe(entry: str | Surrogate) -> EntryInfo:

@@ -1,49 +1,230 @@
-"""The command line: ``python -m ste list | show NAME | plot NAME -o FILE.png | check SPEC`` (also ``ste ...``).
+"""The command line: ``python -m ste [--import MODULE] list | show NAME | plot NAME -o FILE.png | check SPEC``.
 
-Results go to stdout; errors go to stderr with exit status 2 (bad usage, unknown name: with suggestions), and a
-failed ``check`` exits with status 1.
+Results go to stdout; errors go to stderr as one line with exit status 2 (bad usage, unknown name: with
+suggestions), and a failed ``check`` exits with status 1. ``--import MODULE`` (repeatable) imports the user's modules
+first, so that the rules they register are listed, shown, plotted and checked.
+
+Answering ``--help``, ``--version`` and usage errors needs no TensorFlow: ``ste/__init__.py`` calls
+:func:`answer_without_tensorflow` before it imports anything heavy. That function acts only in the process
+``python -m ste`` (or the ``ste`` console script), while Python imports ``ste`` to start it: it parses the arguments
+(argparse exits there on help and usage errors), then hides TensorFlow's native start-up log lines for the command.
+This module imports nothing heavy at module level.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import math
+import os
 import sys
 import textwrap
-from collections.abc import Sequence
-from typing import TextIO
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NoReturn, TextIO
 
-import numpy as np
-
-__all__ = ["main"]
+__all__ = ["answer_without_tensorflow", "main"]
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 
+#: File types ``plot -o`` writes: matplotlib's standard savefig formats (tested against matplotlib's own list).
+IMAGE_TYPES = ("png", "svg", "svgz", "pdf", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
 
-def _parser() -> argparse.ArgumentParser:
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error message (no usage block): ``ste plot: error: ... (see: ste plot --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def _points(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2; received {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2; received {value}")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two finite numbers LOW HIGH; received {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected two finite numbers LOW HIGH; received {text!r}")
+    return value
+
+
+def _image_path(text: str) -> str:
+    suffix = Path(text).suffix.lower().lstrip(".")
+    if suffix not in IMAGE_TYPES:
+        raise argparse.ArgumentTypeError(
+            f"unknown image type {('.' + suffix) if suffix else '(no extension)'} in {text!r}; "
+            f"use one of {', '.join('.' + t for t in IMAGE_TYPES)}"
+        )
+    parent = Path(text).parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the directory {str(parent)!r} of {text!r} does not exist")
+    return text
+
+
+def _parser() -> _Parser:
     from ._version import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ste",
         description="Inspect, plot and check ste's registry of straight-through and surrogate gradients.",
+        epilog="Rules registered in your own code: python -m ste --import mypackage.rules show my_rule",
     )
     parser.add_argument("--version", action="version", version=f"ste {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser("list", help="every registered surrogate with its parameters and defaults")
-    show = commands.add_parser("show", help="formula, defaults, peak and reference of one surrogate")
-    show.add_argument("name", metavar="NAME", help="a registry name or spec string, e.g. 'atan(alpha=4)'")
-    plot = commands.add_parser("plot", help="save a plot of a surrogate's primitive and derivative")
-    plot.add_argument("name", metavar="NAME", help="a registry name or spec string")
-    plot.add_argument("-o", "--output", required=True, metavar="FILE", help="image file to write (.png, .svg, .pdf)")
-    plot.add_argument("--range", nargs=2, type=float, default=(-3.0, 3.0), metavar=("LOW", "HIGH"))
-    check = commands.add_parser(
-        "check", help="check a surrogate's derivative against the autodiff of its primitive, and its finiteness"
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (a dotted module name, or a path to a .py file) first, e.g. the module that registers "
+        "your own rules; repeatable",
     )
-    check.add_argument("spec", metavar="SPEC", help="a registry name or spec string, e.g. 'sigmoid_surrogate(beta=4)'")
-    check.add_argument("--range", nargs=2, type=float, default=(-4.0, 4.0), metavar=("LOW", "HIGH"))
-    check.add_argument("--points", type=int, default=1001, help="grid points (default 1001)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub_import = _Parser(add_help=False)  # after the command too: python -m ste show NAME --import M
+    sub_import.add_argument("--import", dest="sub_imports", action="append", default=[], metavar="MODULE")
+    commands.add_parser(
+        "list", parents=[sub_import], help="every registered surrogate with its parameters and defaults"
+    )
+    show = commands.add_parser("show", parents=[sub_import], help="formula, defaults, peak and reference")
+    show.add_argument("name", metavar="NAME", help="a registry name or spec string, e.g. 'atan(alpha=4)'")
+    plot = commands.add_parser(
+        "plot", parents=[sub_import], help="save a plot of a surrogate's primitive and derivative (or a quantizer)"
+    )
+    plot.add_argument("name", metavar="NAME", help="a registry name or spec string, or a quantizer name")
+    plot.add_argument(
+        "-o", "--output", required=True, type=_image_path, metavar="FILE", help="image file to write (.png, .svg, .pdf)"
+    )
+    plot.add_argument(
+        "--range",
+        nargs=2,
+        type=_finite,
+        default=None,
+        metavar=("LOW", "HIGH"),
+        help="x range (default: chosen from the derivative's width)",
+    )
+    plot.add_argument("--points", type=_points, default=601, help="grid points (default 601)")
+    check = commands.add_parser(
+        "check",
+        parents=[sub_import],
+        help="check a surrogate's derivative against the autodiff of its primitive, and its finiteness",
+    )
+    check.add_argument(
+        "spec", metavar="SPEC", help="a registry name or spec string, e.g. 'sigmoid_surrogate(beta=4)', or a quantizer"
+    )
+    check.add_argument("--range", nargs=2, type=_finite, default=(-4.0, 4.0), metavar=("LOW", "HIGH"))
+    check.add_argument("--points", type=_points, default=1001, help="grid points (default 1001)")
     return parser
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = _parser()
+    args = parser.parse_args(list(argv))
+    x_range = getattr(args, "range", None)
+    if x_range is not None and not x_range[0] < x_range[1]:
+        parser.exit(
+            EXIT_USAGE,
+            f"ste {args.command}: error: --range needs LOW < HIGH; received {x_range[0]:g} {x_range[1]:g} "
+            f"(see: ste {args.command} --help)\n",
+        )
+    args.imports = [*args.imports, *getattr(args, "sub_imports", [])]
+    return args
+
+
+def _launched_as_command_line() -> bool:
+    """Whether this process is the command line and ``ste`` is being imported to start it.
+
+    ``python -m ste``: while ``-m`` locates its module, ``sys.argv[0]`` is ``"-m"`` (documented for the ``-m``
+    option) and ``sys.orig_argv`` says which module was asked for. The ``ste`` console script: the ``__main__``
+    module is the launcher that pip writes, which imports ``ste.__main__``.
+    """
+    if sys.argv[:1] == ["-m"]:
+        original: list[str] = list(getattr(sys, "orig_argv", []))
+        for index, item in enumerate(original[1:], start=1):
+            if item == "-m":
+                return original[index + 1 : index + 2] == ["ste"]
+            if item.startswith("-m"):
+                return item == "-mste"
+        return False
+    script = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not isinstance(script, str) or Path(script).stem not in ("ste", "ste-script"):
+        return False
+    try:
+        return "from ste.__main__ import main" in Path(script).read_text(errors="replace")[:4096]
+    except OSError:
+        return False
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null (TensorFlow's C++ start-up lines bypass Python's logging)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _import_tensorflow_quietly() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with _native_stderr_silenced():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()  # device discovery logs too (e.g. a failed cuInit)
+
+
+def answer_without_tensorflow() -> None:
+    """In ``python -m ste ...`` (or ``ste ...``) only: exit on help and usage errors before TensorFlow loads.
+
+    Otherwise (a command will run), import TensorFlow with its native start-up log lines hidden. In any other
+    process (``import ste``) this does nothing.
+    """
+    if not _launched_as_command_line() or "tensorflow" in sys.modules:
+        return
+    _parse(sys.argv[1:])  # argparse exits with status 0 (help, version) or 2 (usage error)
+    _import_tensorflow_quietly()
+
+
+def _import_user_modules(modules: Sequence[str]) -> None:
+    """Import each ``--import`` argument: a dotted module name (found from the current directory too) or a file."""
+    from ._errors import CallError
+
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            if module.endswith(".py"):
+                path = Path(module).resolve()
+                if not path.is_file():
+                    raise FileNotFoundError(f"no file {module!r}")
+                if getattr(sys.modules.get(path.stem), "__file__", None) == str(path):
+                    continue  # imported already: a module runs once, as with `import`
+                spec = importlib.util.spec_from_file_location(path.stem, path)
+                assert spec is not None and spec.loader is not None
+                loaded = importlib.util.module_from_spec(spec)
+                sys.modules[path.stem] = loaded
+                spec.loader.exec_module(loaded)
+            else:
+                importlib.import_module(module)
+        except Exception as error:  # the user's module: any failure is reported in one line
+            raise CallError(f"--import {module}: {type(error).__name__}: {error}") from None
 
 
 def _list(out: TextIO) -> int:
@@ -80,61 +261,81 @@ def _show(name: str, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _plot(name: str, output: str, x_range: Sequence[float], out: TextIO) -> int:
+def _plot(name: str, output: str, x_range: Sequence[float] | None, points: int, out: TextIO) -> int:
     from ._plot import plot
 
-    figure = plot(name, (float(x_range[0]), float(x_range[1])))
+    x = None if x_range is None else (float(x_range[0]), float(x_range[1]))
+    figure = plot(name, x, points=points)
     figure.savefig(output)
     print(f"wrote {output}", file=out)
     return EXIT_OK
 
 
 def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: TextIO) -> int:
+    import numpy as np
+
     from ._gradcheck import check_finite, check_gradient
+    from ._targets import as_quantizer, quantizer_surrogate
     from .registry import get
 
-    surrogate = get(spec)
+    quantizer = as_quantizer(spec)
+    target = quantizer if quantizer is not None else get(spec)
+    surrogate = quantizer_surrogate(quantizer) if quantizer is not None else get(spec)
+    what = "gradient = d(x) of its surrogate" if quantizer is not None else "derivative = autodiff of the primitive"
     # A grid shifted off round numbers: kinks (|x| = clip, width/2, ...) have no derivative to compare with.
     grid = np.linspace(x_range[0], x_range[1], points) + 1.234567e-4
     failed = False
-    if surrogate.has_primitive:
+    if surrogate is not None and surrogate.has_primitive:
         try:
-            check_gradient(surrogate, grid)
-            print(f"ok    {surrogate!r}: derivative = autodiff of the primitive at {points} points (float64)", file=out)
+            check_gradient(target, grid)
+            print(f"ok    {target!r}: {what} at {points} points (float64)", file=out)
         except AssertionError as error:
             failed = True
             print(f"FAIL  {error}", file=err)
     else:
-        print(f"skip  {surrogate!r}: no primitive to compare the derivative with", file=out)
+        print(f"skip  {target!r}: no primitive to compare the derivative with", file=out)
     try:
-        check_finite(surrogate)
-        print(
-            f"ok    {surrogate!r}: finite at 0, ±1e-30, ±1e4 and ±max in float16, bfloat16, float32, float64", file=out
-        )
+        check_finite(target)
+        print(f"ok    {target!r}: finite at 0, ±1e-30, ±1e4 and ±max in float16, bfloat16, float32, float64", file=out)
     except AssertionError as error:
         failed = True
         print(f"FAIL  {error}", file=err)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 
+def _message(error: Exception, imports: Sequence[str]) -> str:
+    """The error as one line; an unknown name also says how to load the user's module that registers it."""
+    from ._errors import UnknownQuantizerError, UnknownSurrogateError
+
+    text = " ".join(str(error).split())
+    if isinstance(error, (UnknownSurrogateError, UnknownQuantizerError)):
+        loaded = f" (imported so far: {', '.join(imports)})" if imports else ""
+        text += f" On the command line, import the module that registers it{loaded}: python -m ste --import MODULE ..."
+    return text
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _import_user_modules(args.imports)
+    if args.command == "list":
+        return _list(out)
+    if args.command == "show":
+        return _show(args.name, out)
+    if args.command == "plot":
+        return _plot(args.name, args.output, args.range, args.points, out)
+    return _check(args.spec, args.range, args.points, out, err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = _parse(sys.argv[1:] if argv is None else argv)
+    except SystemExit as done:  # argparse: --help, --version (0) or a usage error (2), already printed
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
     from ._errors import STEError
 
     out, err = sys.stdout, sys.stderr
     try:
-        if args.command == "list":
-            return _list(out)
-        if args.command == "show":
-            return _show(args.name, out)
-        if args.command == "plot":
-            return _plot(args.name, args.output, args.range, out)
-        return _check(args.spec, args.range, args.points, out, err)
-    except STEError as error:
-        print(f"ste {args.command}: error: {error}", file=err)
-        return EXIT_USAGE
-    except OSError as error:  # e.g. the output file cannot be written
-        print(f"ste {args.command}: error: {error}", file=err)
+        return _run(args, out, err)
+    except (STEError, OSError) as error:  # OSError: e.g. the output file cannot be written
+        print(f"ste {args.command}: error: {_message(error, args.imports)}", file=err)
         return EXIT_USAGE

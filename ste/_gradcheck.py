@@ -16,12 +16,17 @@ import tensorflow as tf
 from ._describe import callable_name
 from ._dsl import Forward, STEFunction, rule_of
 from ._errors import CallError
+from ._targets import check_target
+from .quantizers import Quantizer
 from .registry import Surrogate, get
 
 __all__ = ["CheckTarget", "check_finite", "check_gradient", "default_tolerances"]
 
-#: What :func:`check_gradient` checks: an ste op, or a surrogate (name, spec string, instance, class or config).
-CheckTarget = Union[STEFunction[..., Any], str, Surrogate, "type[Surrogate]", Mapping[str, Any]]
+#: What :func:`check_gradient` checks: an ste op, a surrogate (name, spec string, instance, class or config), or a
+#: quantizer (instance, class, name or spec string).
+CheckTarget = Union[
+    STEFunction[..., Any], str, Surrogate, "type[Surrogate]", Mapping[str, Any], Quantizer, "type[Quantizer]"
+]
 
 # (rtol, atol) by dtype: comparing two exact formulas (autodiff), and comparing with central differences.
 _AUTODIFF_TOLERANCES = {
@@ -205,7 +210,11 @@ def check_gradient(
 ) -> None:
     """Check that a backward rule is the derivative it claims to be; raise ``AssertionError`` where it is not.
 
-    ``op_or_surrogate`` is an ste op or a surrogate (registry name, spec string or :class:`ste.registry.Surrogate`).
+    ``op_or_surrogate`` is an ste op, a surrogate (registry name, spec string or :class:`ste.registry.Surrogate`)
+    or a quantizer (:class:`ste.quantizers.Quantizer`, or a quantizer name or spec string such as ``"ste_sign"``;
+    a name that is also a surrogate's means the surrogate). A quantizer is checked as the op it computes; its
+    reference defaults to its surrogate's primitive when it has one, so the check says whether its gradient is
+    ``dy·d(x)``.
     ``x`` is the input at which to check: an array or tensor (its dtype is used; Python numbers and lists become
     float64), or a tuple of them for an op with several positional inputs.
 
@@ -226,6 +235,10 @@ def check_gradient(
     On a mismatch the ``AssertionError`` lists the ``show`` worst points (input, index, x, rule, reference).
     """
     __tracebackhide__ = True  # pytest: report the failure at the caller's line
+    sample = x[0] if isinstance(x, tuple) else x
+    op_or_surrogate, reference, elementwise = check_target(
+        op_or_surrogate, sample, reference, elementwise, "check_gradient"
+    )
     label, op, surrogate = _resolve(op_or_surrogate)
     xs = _as_inputs(x)
     kwargs = dict(hyperparams or {})
@@ -304,6 +317,7 @@ def check_finite(
     the dtypes and points where a gradient is not finite.
     """
     __tracebackhide__ = True
+    op_or_surrogate = check_target(op_or_surrogate, [0.0], None, None, "check_finite")[0]
     label, op, surrogate = _resolve(op_or_surrogate)
     problems = []
     for dtype in (tf.as_dtype(d) for d in dtypes):

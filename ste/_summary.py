@@ -24,6 +24,7 @@ import keras
 from ._errors import NotBuiltError
 from ._export import walk_layers
 from .layers import QuantLayerMixin
+from .spiking import SpikingCell
 
 __all__ = ["LayerSummary", "ModelSummary", "summary"]
 
@@ -38,6 +39,7 @@ class LayerSummary:
     kernel_bits: tuple[int, ...]
     params: dict[int, int]  # bit width -> number of parameters
     macs: dict[int, int]  # bit width -> multiply-accumulates per sample
+    neurons: int = 0  # spiking neurons (a layer whose cell is an ste.spiking.SpikingCell); 0 for other layers
 
     @property
     def memory_bytes(self) -> float:
@@ -80,6 +82,16 @@ class ModelSummary:
     def float32_bytes(self) -> float:
         """Model size with every parameter in float32."""
         return sum(layer.float32_bytes for layer in self.layers)
+
+    @property
+    def spiking_layers(self) -> int:
+        """Number of spiking layers (``ste.spiking`` neurons, or ``keras.layers.RNN`` over a spiking cell)."""
+        return sum(1 for layer in self.layers if layer.neurons)
+
+    @property
+    def neurons(self) -> int:
+        """Spiking neurons in all spiking layers."""
+        return sum(layer.neurons for layer in self.layers)
 
     @property
     def compression_ratio(self) -> float:
@@ -187,6 +199,7 @@ def _layer_summary(path: str, layer: Any) -> LayerSummary:
         ]
     )
     shown_kernel_bits = tuple(sorted(set(kernel_bits.values())))
+    cell = getattr(layer, "cell", None)
     return LayerSummary(
         name=path,
         kind=type(layer).__name__,
@@ -194,6 +207,7 @@ def _layer_summary(path: str, layer: Any) -> LayerSummary:
         kernel_bits=shown_kernel_bits,
         params=params,
         macs=macs,
+        neurons=int(cell.units or 0) if isinstance(cell, SpikingCell) else 0,
     )
 
 
@@ -250,6 +264,8 @@ def _render(summary: ModelSummary) -> str:
         f"Model size: {_fmt_bytes(summary.memory_bytes)} at the quantized bit widths, "
         f"{_fmt_bytes(summary.float32_bytes)} in float32; compression ratio {summary.compression_ratio:.2f}x"
     )
+    if summary.spiking_layers:
+        out.append(f"Spiking layers: {summary.spiking_layers}, with {summary.neurons:,} neurons in all")
     return "\n".join(out)
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import runpy
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -90,3 +93,161 @@ def test_entry_with_a_required_parameter_is_listed_without_a_peak(capsys):
         assert "peak:       3 everywhere" in capsys.readouterr().out
     finally:
         ste.registry.unregister("cli_needs_k")
+
+
+# --- the process `python -m ste`: fast answers, one-line errors, user modules ------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args, timeout=120, importtime=False):
+    """``python -m ste ARGS`` in a fresh process with this checkout's ste; (status, stdout, stderr lines)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the command line must silence TensorFlow itself
+    flags = ["-X", "importtime"] if importtime else []
+    done = subprocess.run(
+        [sys.executable, *flags, "-m", "ste", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    lines = done.stderr.splitlines()
+    imported = [line for line in lines if line.startswith("import time:")]
+    other = [line for line in lines if not line.startswith("import time:")]
+    return done.returncode, done.stdout, other, imported
+
+
+def test_help_answers_without_importing_tensorflow():
+    status, out, err, imported = _run("--help", timeout=30, importtime=True)
+    assert status == 0 and err == []
+    assert "usage: ste" in out and "--import MODULE" in out
+    modules = {line.split("|")[-1].strip().split(".")[0] for line in imported}
+    assert "ste" in modules and "tensorflow" not in modules and "keras" not in modules and "numpy" not in modules
+
+
+def test_console_script_answers_help_without_importing_tensorflow(tmp_path):
+    launcher = tmp_path / "ste"  # what pip writes for [project.scripts] ste = "ste.__main__:main"
+    launcher.write_text(
+        "import re\nimport sys\nfrom ste.__main__ import main\nif __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args, status in ((["--help"], 0), (["check", "atan", "--points", "0"], 2)):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", str(launcher), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+        assert done.returncode == status
+        assert "tensorflow" not in done.stderr  # -X importtime lists every imported module on stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["check", "atan", "--points", "-5"], "--points: expected an integer >= 2; received -5"),
+        (["check", "atan", "--points", "many"], "--points: expected an integer >= 2"),
+        (["check", "atan", "--range", "nan", "1"], "--range: expected two finite numbers"),
+        (["plot", "atan", "--range", "-1", "inf", "-o", "a.png"], "--range: expected two finite numbers"),
+        (["check", "atan", "--range", "2", "-2"], "--range needs LOW < HIGH"),
+        (["plot", "atan", "-o", "plot.txt"], "unknown image type .txt"),
+        (["plot", "atan", "-o", "plot"], "unknown image type (no extension)"),
+        (["plot", "atan", "-o", "no-such-dir/plot.png"], "does not exist"),
+        (["plot", "atan"], "required: -o/--output"),
+        ([], "required: COMMAND"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line_and_no_tensorflow(args, needle, tmp_path):
+    status, out, err, imported = _run(*args, timeout=30, importtime=True)
+    assert status == 2 and out == ""
+    assert len(err) == 1 and err[0].startswith("ste") and ": error: " in err[0], err
+    assert needle in err[0]
+    assert not any(line.split("|")[-1].strip().startswith("tensorflow") for line in imported)
+
+
+def test_a_command_imports_the_users_module_and_prints_no_tensorflow_log(tmp_path):
+    (tmp_path / "my_rules_cli.py").write_text(
+        "import tensorflow as tf\nimport ste\n\n"
+        "@ste.registry.register('cli_user_rule')\n"
+        "def cli_user_rule(x, k=3.0):\n"
+        "    return k * tf.ones_like(x)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "ste", "--import", "my_rules_cli", "show", "cli_user_rule"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,  # the module is found from the current directory, as `python -m` users expect
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "cli_user_rule(k=3.0)"
+    assert "peak:       3 everywhere" in done.stdout  # k·1
+    assert done.stderr == ""  # no TensorFlow start-up lines (oneDNN, CUDA, cpu_feature_guard)
+
+
+def test_import_option_in_process_by_module_and_by_path_and_after_the_command(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cli_rules_a.py").write_text(
+        "import tensorflow as tf\nimport ste\nste.registry.register('cli_rule_a', lambda x: 2.0 * tf.ones_like(x))\n"
+    )
+    (tmp_path / "cli_rules_b.py").write_text(
+        "import tensorflow as tf\nimport ste\nste.registry.register('cli_rule_b', lambda x: 5.0 * tf.ones_like(x))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert main(["--import", "cli_rules_a", "--import", str(tmp_path / "cli_rules_b.py"), "list"]) == 0
+        names = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]}
+        assert {"cli_rule_a", "cli_rule_b"} <= names
+        assert main(["show", "cli_rule_b", "--import", str(tmp_path / "cli_rules_b.py")]) == 0
+        assert "peak:       5 everywhere" in capsys.readouterr().out
+    finally:
+        for name in ("cli_rule_a", "cli_rule_b"):
+            if name in ste.registry.names():
+                ste.registry.unregister(name)
+        sys.modules.pop("cli_rules_a", None)
+        sys.modules.pop("cli_rules_b", None)
+
+
+def test_import_failures_are_one_line_usage_errors(capsys):
+    assert main(["--import", "no_such_module_for_ste", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ModuleNotFoundError" in err and "no_such_module_for_ste" in err
+    assert main(["--import", "missing_file.py", "list"]) == 2
+    assert "missing_file.py" in capsys.readouterr().err
+
+
+def test_unknown_name_suggests_import_not_registration(capsys):
+    assert main(["show", "my_own_rule"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--import MODULE" in err and "Register your own" not in err
+    assert main(["--import", "json", "show", "sigmoid_surogate"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'sigmoid_surrogate'" in err and "(imported so far: json)" in err
+
+
+def test_every_image_type_offered_is_one_matplotlib_writes():
+    pytest.importorskip("matplotlib")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from ste._cli import IMAGE_TYPES
+
+    assert set(IMAGE_TYPES) <= set(FigureCanvasBase.get_supported_filetypes())
+
+
+def test_plot_of_a_quantizer_name_and_default_range(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "ste_sign.svg"
+    assert main(["plot", "ste_sign", "-o", str(path), "--points", "51"]) == 0
+    assert path.read_text().lstrip().startswith("<?xml") and "SteSign" in path.read_text()
+
+
+def test_check_takes_a_quantizer_name(capsys):
+    assert main(["check", "ste_sign(clip_value=2.0)", "--points", "101"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok ") == 2 and "SteSign(clip_value=2.0)" in out
+    assert main(["check", "dorefa(bits=2)", "--points", "51"]) == 0  # no surrogate: finiteness only
+    assert capsys.readouterr().out.startswith("skip")

@@ -72,3 +72,43 @@ def test_pages_and_api_reference_are_built(site):
     assert ":class:" not in api and ":meth:" not in api  # Sphinx roles are dropped by the hook
     recipe = (site / "recipes" / "differentiable-mask" / "index.html").read_text()
     assert re.search(r"def.*learn_mask", recipe), "the recipe page includes its script"
+
+
+def _extra(name: str) -> set[str]:
+    """The requirement names an extra installs, following ``ste[other]`` self-references."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    found: set[str] = set()
+    for requirement in extras[name]:
+        base = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+        if base == "ste":
+            for other in re.search(r"\[(.*)\]", requirement).group(1).split(","):
+                found |= _extra(other.strip())
+        else:
+            found.add(base)
+    return found
+
+
+def test_readme_docs_command_installs_everything_the_build_imports():
+    """A fresh venv with only the docs extra must build: mkdocs, its plugins, and matplotlib for the gallery."""
+    readme = (ROOT / "README.md").read_text()
+    # The README keeps exactly two command blocks (main example, tests); the docs command is inline prose.
+    assert readme.count("```bash") == 2
+    command = re.search(r"`([^`]*mkdocs build[^`]*)`", readme).group(1)
+    assert '.venv/bin/pip install -e ".[docs]"' in command and ".venv/bin/mkdocs build --strict" in command
+    assert {"mkdocs-material", "mkdocstrings", "matplotlib"} <= _extra("docs")
+
+
+def test_gallery_is_readable(site):
+    """Thumbnails at least 240 px wide, each entry over its own width, plateaus as intervals."""
+    index = (site / "gallery" / "index.html").read_text()
+    widths = [int(w) for w in re.findall(r'<img alt="[^"]*" src="[^"]*\.png" width="(\d+)"', index)]
+    assert len(widths) == len(ste.registry.names()) and min(widths) >= 240
+    fast = (site / "gallery" / "fast_sigmoid" / "index.html").read_text()
+    # 1/(1+25|x|)² falls to half at |x| = (√2 − 1)/25 ≈ 0.0166: 4 half-widths is 0.066, rounded up to 0.08
+    assert "over x in [-0.08, 0.08]" in fast
+    assert "1 for x in [-0.5, 0.5]" in (site / "gallery" / "boxcar" / "index.html").read_text()
+    assert "0 everywhere" in (site / "gallery" / "zero" / "index.html").read_text()
+    png = (site / "gallery" / "fast_sigmoid.png").read_bytes()
+    assert int.from_bytes(png[16:20], "big") >= 2 * 240  # the image itself is wider than its thumbnail

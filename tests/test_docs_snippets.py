@@ -1,45 +1,95 @@
-"""Run the Python code blocks of the documentation pages, in order, one namespace per page.
+"""Every Python code block of README.md and docs/ runs as written: in order, one session per page.
 
-A block whose first line is ``# raises ste.SomeError`` must raise that error; blocks that import larq (the
-"before" half of the migration page) are skipped, since larq does not import on Keras 3.
+A page's blocks run like a reader's session: a later block may use the functions and values an earlier block
+defined, but every block imports the modules it uses itself, so a block copied on its own has its imports. A block
+whose first line is ``# raises ste.SomeError`` must raise that error. A block that cannot run here is marked, on the
+line right before its fence, with ``<!-- not run: REASON -->``; the marker is rare (see ``MAX_NOT_RUN``) and must
+give its reason. Blocks that include a file (``--8<--``) show the example scripts, which tests/test_recipes.py runs.
 """
 
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
 
 import pytest
 
 import ste
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT))
+)
+BLOCK = re.compile(r"^(?:(?P<marker><!--[^\n]*-->)\n)?```python\n(?P<code>.*?)^```", re.S | re.M)
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
-PAGES = ["index.md", "guide.md", "tools.md", "quantizers.md", "larq.md", "saving.md", "deploying.md"]
+MAX_NOT_RUN = 3  # fragments are the exception: more than this means pages are drifting from runnable code
+# Pages whose blocks need an optional tool: the module, and why the page is skipped without it.
+NEEDS = {"docs/deploying.md": ("larq_compute_engine", "deploying.md converts with larq-compute-engine (ste[deploy])")}
 
 
-def _blocks(page: str) -> list[str]:
-    text = (DOCS / page).read_text()
-    return [block for block in BLOCK.findall(text) if "import larq" not in block and "--8<--" not in block]
+def _blocks(path: Path) -> list[tuple[str, str | None]]:
+    """(code, reason it is not run or None) of every python block of the page."""
+    blocks = []
+    for match in BLOCK.finditer(path.read_text()):
+        marker = NOT_RUN.fullmatch(match.group("marker") or "")
+        blocks.append((match.group("code"), marker.group("reason") if marker else None))
+    return blocks
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if (DOCS / p).exists()])
-def test_page_code_runs(page, tmp_path, monkeypatch):
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if _blocks(p)], ids=_name)
+def test_page_code_runs(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # blocks that save files write here
-    if page == "deploying.md":
-        pytest.importorskip(
-            "larq_compute_engine", reason="deploying.md converts with larq-compute-engine (ste[deploy])"
-        )
-    namespace: dict = {"__name__": f"docs_{page[:-3]}"}
-    blocks = _blocks(page)
-    assert blocks, f"{page} has no python blocks"
-    for number, block in enumerate(blocks):
-        expected = RAISES.match(block.lstrip())
-        code = compile(block, f"{page}[block {number}]", "exec")
-        if expected is None:
-            exec(code, namespace)
+    if _name(path) in NEEDS:
+        pytest.importorskip(NEEDS[_name(path)][0], reason=NEEDS[_name(path)][1])
+    namespace: dict = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
+    for number, (block, not_run) in enumerate(_blocks(path)):
+        if not_run is not None or "--8<--" in block:
             continue
-        error = getattr(ste, expected.group(1))
-        with pytest.raises(error):
-            exec(code, namespace)
+        # Each block runs in its own globals: the earlier blocks' names but not their modules (functions defined
+        # earlier keep theirs), so a block that uses a module it does not import fails.
+        scope = {name: value for name, value in namespace.items() if not isinstance(value, types.ModuleType)}
+        expected = RAISES.match(block.lstrip())
+        code = compile(block, f"{_name(path)}[block {number}]", "exec")
+        if expected is None:
+            exec(code, scope)
+        else:
+            with pytest.raises(getattr(ste, expected.group(1))):
+                exec(code, scope)
+        namespace.update(scope)
+
+
+def test_blocks_not_run_are_rare_and_say_why():
+    reasons = [(_name(path), reason) for path in PAGES for _, reason in _blocks(path) if reason is not None]
+    assert len(reasons) <= MAX_NOT_RUN, reasons
+    for page, reason in reasons:
+        assert len(reason.split()) >= 4, f"{page}: '<!-- not run: ... -->' needs a reason, got {reason!r}"
+
+
+def test_every_python_fence_is_found():
+    """A fence the pattern misses (indented, ```py) would silently escape the test above."""
+    for path in PAGES:
+        fences = len(re.findall(r"^\s*```\s*py(?:thon)?\b", path.read_text(), re.M))
+        assert fences == len(_blocks(path)), f"{_name(path)}: write code blocks as an unindented ```python fence"
+
+
+def test_gallery_pages_code_runs():
+    """The "Use it" block that docs/hooks.py writes on every generated gallery page."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    for info in hooks._entries():
+        blocks = [match.group("code") for match in BLOCK.finditer(hooks._entry_page(info))]
+        assert blocks, info.name
+        for block in blocks:
+            namespace: dict = {}
+            exec(compile(block, f"gallery/{info.name}.md", "exec"), namespace)
+            assert isinstance(namespace["op"], ste.STEFunction), info.name

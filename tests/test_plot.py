@@ -94,3 +94,74 @@ def test_missing_matplotlib_raises_an_ste_error(monkeypatch):
     with pytest.raises(ste.MissingDependencyError, match=r"pip install 'ste\[plot\]'") as caught:
         ste.plot("identity")
     assert isinstance(caught.value, ImportError) and isinstance(caught.value, ValueError)
+
+
+# --- ranges that show each entry's shape, peak marks, quantizers ------------------------------------------------
+
+
+def _annotations(fig):
+    return [text.get_text() for text in fig.axes[-1].texts]
+
+
+@pytest.mark.parametrize(
+    ("spec", "half_width"),
+    [
+        ("fast_sigmoid(slope=25.0)", (np.sqrt(2.0) - 1.0) / 25.0),  # 1/(1+k|x|)² = 1/2
+        ("sigmoid_surrogate(beta=1.0)", np.log((1 + np.sqrt(0.5)) / (1 - np.sqrt(0.5)))),  # σ(1−σ) = 1/8
+        ("gaussian(sigma=0.5)", 0.5 * np.sqrt(2.0 * np.log(2.0))),
+        ("boxcar(width=1.0)", 0.5),  # the plateau
+        ("straight_through(clip=2.0)", 2.0),
+    ],
+)
+def test_default_range_spans_four_half_widths_at_half_maximum(spec, half_width):
+    fig = ste.plot(spec, points=11)
+    x, _ = _lines(fig)[-1]
+    assert x[0] == -x[-1]  # centred on the peak at 0
+    assert 4.0 * half_width * (1 - 1e-3) <= x[-1] <= 4.0 * half_width * 1.5  # rounded up to a round number
+
+
+@pytest.mark.parametrize("name", ["identity", "zero"])
+def test_constant_derivative_keeps_minus_3_to_3_and_has_no_peak_mark(name):
+    fig = ste.plot(name)
+    x, derivative = _lines(fig)[-1]
+    assert (x[0], x[-1]) == (-3.0, 3.0)
+    assert np.all(derivative == derivative[0])
+    assert _annotations(fig) == [] and len(fig.axes[-1].lines) == 3  # the curve and the two axis lines
+
+
+def test_plateau_is_marked_as_an_interval_with_its_exact_ends():
+    fig = ste.plot("boxcar(width=1.0)")  # 1/width on |x| < width/2: the grid never hits ±0.5
+    assert _annotations(fig) == ["peak 1 for x in [-0.5, 0.5]"]
+    fig = ste.plot("straight_through(clip=0.7)", x=(-2.0, 2.0), points=100)
+    assert _annotations(fig) == ["peak 1 for x in [-0.7, 0.7]"]
+
+
+def test_single_peak_is_a_point():
+    fig = ste.plot("sigmoid_surrogate(beta=4.0)", x=(-2.0, 2.0), points=401)
+    assert _annotations(fig) == ["peak 1 at x = 0"]  # beta/4
+
+
+@pytest.mark.parametrize("quantizer", ["ste_sign", "ste_sign(clip_value=1.0)", ste.quantizers.SteSign])
+def test_quantizer_names_classes_and_instances_are_drawn_as_forward_and_gradient(quantizer):
+    if isinstance(quantizer, type):
+        quantizer = quantizer()
+    fig = ste.plot(quantizer, x=(-2.0, 2.0), points=41)
+    (x, forward), (_, gradient) = _lines(fig)
+    np.testing.assert_array_equal(forward, np.where(x >= 0, 1.0, -1.0))
+    np.testing.assert_array_equal(gradient, (np.abs(x) <= 1.0).astype(np.float64))
+    assert "SteSign" in fig.texts[0].get_text()
+
+
+def test_multi_bit_quantizer_and_a_shared_name_means_the_surrogate():
+    (x, forward), (_, gradient) = _lines(ste.plot("dorefa(bits=2)", x=(-1.0, 2.0), points=61, dtype="float64"))
+    np.testing.assert_allclose(forward, np.round(3.0 * np.clip(x, 0.0, 1.0)) / 3.0)
+    np.testing.assert_array_equal(gradient, ((x >= 0) & (x <= 1)).astype(np.float64))
+    fig = ste.plot("approx_sign", x=(-2.0, 2.0), points=41)  # a surrogate and a quantizer: the surrogate
+    assert fig.texts[0].get_text() == "approx_sign()"
+    fig = ste.plot(ste.quantizers.get("approx_sign"), x=(-2.0, 2.0), points=41)
+    assert "ApproxSign" in fig.texts[0].get_text()
+
+
+def test_quantizer_with_keyword_parameters_is_refused():
+    with pytest.raises(ste.CallError, match="spec string"):
+        ste.plot("ste_sign", clip_value=2.0)

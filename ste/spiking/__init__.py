@@ -1,0 +1,43 @@
+"""Spiking neural networks: neurons trained with the registry's surrogate gradients, encoders, readouts, a loss.
+
+>>> import keras, ste
+>>> model = keras.Sequential([keras.Input((25, 64)), keras.layers.Dense(100), ste.spiking.LIF(beta=0.9),
+...                           keras.layers.Dense(10), ste.spiking.LIF(beta=0.9)])
+"""
+
+from ._alif import ALIF, ALIFCell
+from ._cell import SpikingCell
+from ._constraint import Interval
+from ._encoders import delta_encode, latency_encode, rate_encode
+from ._if import IF, IFCell
+from ._layer import SpikingRNN
+from ._lif import LIF, LIFCell
+from ._loss import RateCrossEntropy, rate_cross_entropy
+from ._plot import plot_membrane, plot_raster
+from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
+from ._spike import heaviside
+
+__all__ = [
+    "ALIF",
+    "IF",
+    "LIF",
+    "ALIFCell",
+    "IFCell",
+    "Interval",
+    "LIFCell",
+    "RateCrossEntropy",
+    "Readout",
+    "SpikingCell",
+    "SpikingRNN",
+    "delta_encode",
+    "heaviside",
+    "last_membrane",
+    "latency_encode",
+    "max_membrane",
+    "plot_membrane",
+    "plot_raster",
+    "rate_cross_entropy",
+    "rate_encode",
+    "spike_count",
+    "spike_rate",
+]

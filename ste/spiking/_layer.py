@@ -1,0 +1,119 @@
+"""``SpikingRNN``: a spiking cell run over the time axis of ``[batch, time, features]`` input currents.
+
+A ``keras.layers.RNN`` whose cell the layer builds from its own arguments (as ``keras.layers.LSTM`` does), so
+``return_sequences``, ``return_state``, ``stateful``, ``go_backwards``, ``unroll`` and masking behave as in Keras.
+Two defaults differ from ``keras.layers.RNN``: ``return_sequences=True`` (a spike train is the usual output) and
+``zero_output_for_mask=True`` (a masked step emits no spike and leaves the states unchanged).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+import keras
+
+from .._errors import CallError
+from ._cell import SpikingCell
+
+__all__ = ["SpikingRNN"]
+
+_LAYER_KEYS = ("dtype", "trainable")
+
+
+_KEYS: dict[type[SpikingCell], frozenset[str]] = {}
+
+
+def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
+    """The keyword arguments the cell class (and its spiking base classes) take."""
+    if cell_class in _KEYS:
+        return _KEYS[cell_class]
+    keys: set[str] = set()
+    for klass in cell_class.__mro__:
+        if isinstance(klass, type) and issubclass(klass, SpikingCell):
+            for name, parameter in inspect.signature(klass.__init__).parameters.items():
+                if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+                    keys.add(name)
+    _KEYS[cell_class] = frozenset(keys)
+    return _KEYS[cell_class]
+
+
+class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
+    """Base class of the spiking layers over a time axis (``LIF``, ``IF``, ``ALIF``).
+
+    Positional and neuron keyword arguments go to the cell (``cell_class``); the others are those of
+    ``keras.layers.RNN`` and ``keras.layers.Layer``:
+
+    Args:
+        return_sequences: the output at every step ``[batch, time, units]`` (default True) or at the last one.
+        return_state: also return the final states (``[U, S]``, ALIF ``[U, S, b]``).
+        stateful: keep the states between batches (needs a fixed batch size; ``reset_state()`` clears them).
+        zero_output_for_mask: a masked step outputs 0 (default True); the states are kept either way.
+        go_backwards: run over the time axis in reverse (as ``keras.layers.RNN``).
+        unroll: unroll the time loop (as ``keras.layers.RNN``; needs a fixed number of steps).
+    """
+
+    cell_class: ClassVar[type[SpikingCell]] = SpikingCell
+
+    def __init__(
+        self,
+        *args: Any,
+        return_sequences: bool = True,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        keys = _cell_keys(self.cell_class)
+        cell_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in keys}
+        cell_kwargs.update({key: kwargs[key] for key in _LAYER_KEYS if key in kwargs})
+        if kwargs.get("name"):
+            cell_kwargs["name"] = f"{kwargs['name']}_cell"
+        cell = self.cell_class(*args, **cell_kwargs)
+        super().__init__(
+            cell,
+            return_sequences=return_sequences,
+            return_state=return_state,
+            go_backwards=go_backwards,
+            stateful=stateful,
+            unroll=unroll,
+            zero_output_for_mask=zero_output_for_mask,
+            **kwargs,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # The neuron's parameters read through the layer: LIF(...).beta, .threshold, .surrogate, ...
+        if name in _cell_keys(type(self).cell_class) or name in ("surrogate", "learned_surrogate"):
+            return getattr(self.__dict__.get("cell"), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def build(self, sequences_shape: Any, initial_state_shape: Any = None) -> None:
+        if len(sequences_shape) != 3:
+            raise CallError(
+                f"{type(self).__name__} '{self.name}' takes input currents of shape [batch, time, features]; "
+                f"received shape {tuple(sequences_shape)}. Fix: repeat a static input over time "
+                f"(ste.spiking.rate_encode, or keras.layers.RepeatVector) or add a time axis."
+            )
+        super().build(sequences_shape, initial_state_shape)
+        self.state_size = list(self.cell.state_size)
+
+    def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
+        self.cell.start_sequence()
+        try:
+            result = super().call(sequences, initial_state=initial_state, mask=mask, training=training)
+        finally:
+            self.cell.end_sequence(f"{type(self).__name__} '{self.name}'")
+        return result
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        del config["cell"]
+        cell_config = self.cell.get_config()
+        config.update({key: value for key, value in cell_config.items() if key in _cell_keys(self.cell_class)})
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> SpikingRNN:
+        return cls(**config)

@@ -1,0 +1,133 @@
+"""An independent numpy model of the spiking neurons: the equations forward, and BPTT written out by hand.
+
+Nothing here uses ste or TensorFlow. One recursion covers LIF (scale = 0, rho = 0), IF (beta = 1) and ALIF:
+
+    b[t] = rho·b[t−1] + (1 − rho)·S[t−1]          A[t] = theta + scale·b[t]
+    U[t] = beta·U[t−1] + I[t] − A[t−1]·S[t−1]      (reset "subtract")
+         = beta·(1 − S[t−1])·U[t−1] + I[t]         (reset "zero")
+         = beta·U[t−1] + I[t]                      (reset "none")
+    S[t] = 1[U[t] − A[t] > 0],   backward through S: d(U[t] − A[t]) (the surrogate)
+
+with U[−1] = S[−1] = b[−1] = 0. The loss is L = Σ_t Σ G[t]·S[t] + Σ H·U[T−1]; ``backward`` returns dL/dI and the
+derivatives with respect to beta, theta and the surrogate's parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """d(x) and ∂P/∂a of the primitive P(x; a), for the entries the tests use."""
+
+    name: str
+    a: float
+
+    def d(self, x: np.ndarray) -> np.ndarray:
+        if self.name == "atan":  # P = arctan(π·a·x/2)/π + 1/2
+            return (self.a / 2) / (1 + (np.pi * self.a * x / 2) ** 2)
+        if self.name == "fast_sigmoid":  # P = x/(1 + a·|x|)
+            return 1 / (1 + self.a * np.abs(x)) ** 2
+        if self.name == "boxcar":  # width a
+            return (np.abs(x) < self.a / 2) / self.a
+        raise KeyError(self.name)
+
+    def dp_da(self, x: np.ndarray) -> np.ndarray:
+        if self.name == "atan":
+            return (x / 2) / (1 + (np.pi * self.a * x / 2) ** 2)
+        if self.name == "fast_sigmoid":  # d/da [x/(1 + a|x|)] = −x·|x|/(1 + a|x|)²
+            return -x * np.abs(x) / (1 + self.a * np.abs(x)) ** 2
+        raise KeyError(self.name)
+
+
+@dataclass
+class Neuron:
+    beta: float = 0.9
+    theta: float = 1.0
+    reset: str = "subtract"
+    detach: bool = True
+    rho: float = 0.0
+    scale: float = 0.0
+    surrogate: Surrogate = Surrogate("atan", 2.0)
+
+
+def forward(n: Neuron, current: np.ndarray) -> dict[str, np.ndarray]:
+    """current: [batch, time, units] -> U, S, b, A (each [time, batch, units])."""
+    steps = current.shape[1]
+    shape = (current.shape[0], current.shape[2])
+    u_prev, s_prev, b_prev = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    out: dict[str, list[np.ndarray]] = {"U": [], "S": [], "b": [], "A": []}
+    for t in range(steps):
+        b = n.rho * b_prev + (1 - n.rho) * s_prev
+        a_prev = n.theta + n.scale * b_prev
+        if n.reset == "subtract":
+            u = n.beta * u_prev + current[:, t] - a_prev * s_prev
+        elif n.reset == "zero":
+            u = n.beta * (1 - s_prev) * u_prev + current[:, t]
+        else:
+            u = n.beta * u_prev + current[:, t]
+        a = n.theta + n.scale * b
+        s = (u - a > 0).astype(np.float64)
+        for key, value in zip("USbA", (u, s, b, a)):
+            out[key].append(value)
+        u_prev, s_prev, b_prev = u, s, b
+    return {key: np.stack(value) for key, value in out.items()}
+
+
+def backward(n: Neuron, current: np.ndarray, g_spikes: np.ndarray, h_membrane: np.ndarray) -> dict[str, np.ndarray]:
+    """Reverse-mode derivatives of L = Σ G[t]·S[t] + Σ H·U[T−1]; g_spikes is [batch, time, units]."""
+    f = forward(n, current)
+    steps = current.shape[1]
+    zeros = np.zeros(f["U"][0].shape)
+    g_u = [zeros.copy() for _ in range(steps)]
+    g_s = [g_spikes[:, t].astype(np.float64).copy() for t in range(steps)]
+    g_b = [zeros.copy() for _ in range(steps)]
+    g_u[-1] += h_membrane
+    g_current = np.zeros_like(current, dtype=np.float64)
+    g_beta = g_theta = g_a = 0.0
+    for t in reversed(range(steps)):
+        x = f["U"][t] - f["A"][t]
+        gx = g_s[t] * n.surrogate.d(x)
+        if n.surrogate.name != "boxcar":
+            g_a += float(np.sum(g_s[t] * n.surrogate.dp_da(x)))
+        g_u[t] += gx
+        g_theta -= float(np.sum(gx))  # A[t] = theta + scale·b[t]
+        g_b[t] -= n.scale * gx
+        # U[t] from U[t−1], S[t−1], b[t−1]
+        g_current[:, t] = g_u[t]
+        u_prev = f["U"][t - 1] if t else zeros
+        s_prev = f["S"][t - 1] if t else zeros
+        b_prev = f["b"][t - 1] if t else zeros
+        if n.reset == "subtract":
+            g_beta += float(np.sum(g_u[t] * u_prev))
+            g_prev_u = n.beta * g_u[t]
+            g_a_prev = -g_u[t] * s_prev  # ∂U/∂A[t−1]
+            g_theta += float(np.sum(g_a_prev))
+            g_prev_b = n.scale * g_a_prev
+            g_prev_s = np.zeros_like(zeros) if n.detach else -g_u[t] * (n.theta + n.scale * b_prev)
+        elif n.reset == "zero":
+            g_beta += float(np.sum(g_u[t] * (1 - s_prev) * u_prev))
+            g_prev_u = n.beta * (1 - s_prev) * g_u[t]
+            g_prev_b = np.zeros_like(zeros)
+            g_prev_s = np.zeros_like(zeros) if n.detach else -g_u[t] * n.beta * u_prev
+        else:
+            g_beta += float(np.sum(g_u[t] * u_prev))
+            g_prev_u = n.beta * g_u[t]
+            g_prev_b = np.zeros_like(zeros)
+            g_prev_s = np.zeros_like(zeros)
+        # b[t] = rho·b[t−1] + (1 − rho)·S[t−1] (never detached)
+        g_prev_b = g_prev_b + n.rho * g_b[t]
+        g_prev_s = g_prev_s + (1 - n.rho) * g_b[t] if n.scale else g_prev_s
+        if t:
+            g_u[t - 1] += g_prev_u
+            g_s[t - 1] += g_prev_s
+            g_b[t - 1] += g_prev_b
+    return {
+        "current": g_current,
+        "beta": np.float64(g_beta),
+        "threshold": np.float64(g_theta),
+        "alpha": np.float64(g_a),
+    }
