@@ -7,6 +7,8 @@ binarized with sign and a clipped straight-through estimator, activations likewi
 
 * ``ste``: ``ste.layers.QuantConv2D`` / ``ste.layers.QuantDense`` when ``ste.layers`` exists; otherwise Keras layers
   whose quantizer is ``ste.forward(sign).backward("straight_through")`` (the JSON says which).
+* ``ste_flip_ratio``: the ``ste`` network with ``metrics=["flip_ratio"]`` on every quantized layer (larq's flip-ratio
+  metric); ``flip_ratio_cost`` is its median per-round time ratio to ``ste`` (target ≤ 1.05).
 * ``custom_gradient``: the same Keras layers with a hand-written ``tf.custom_gradient`` quantizer (the baseline),
   whose forward uses the same ops as ``ste.quantizers.Sign``; a second copy is timed as an A/A noise check.
 
@@ -15,6 +17,7 @@ The step is ``tf.function``-compiled (forward, loss, gradients, Adam update, con
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -82,8 +85,9 @@ class _QDense(_Quantized, keras.layers.Dense):  # type: ignore[misc]
 def _build(kind: str, width: int) -> keras.Model:
     keras.utils.set_random_seed(6)
     common: dict[str, Any] = {"padding": "same", "use_bias": False}
-    if kind == "ste_layers":
+    if kind in ("ste_layers", "ste_flip_ratio"):
         layers = ste.layers
+        extra: dict[str, Any] = {"metrics": ["flip_ratio"]} if kind == "ste_flip_ratio" else {}
 
         def conv(filters: int, first: bool) -> Any:
             return layers.QuantConv2D(
@@ -93,6 +97,7 @@ def _build(kind: str, width: int) -> keras.Model:
                 kernel_quantizer="sign",
                 kernel_constraint="weight_clip",
                 **common,
+                **extra,
             )
 
         def dense(units: int) -> Any:
@@ -102,6 +107,7 @@ def _build(kind: str, width: int) -> keras.Model:
                 kernel_quantizer="sign",
                 kernel_constraint="weight_clip",
                 use_bias=False,
+                **extra,
             )
     else:
         quantizer: Quantizer = _clipped_ste
@@ -150,8 +156,10 @@ def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dic
         "custom_gradient": _train_step(_build("custom_gradient", width)),
         "ste": _train_step(_build("ste_layers", width)),
         "custom_gradient_copy": _train_step(_build("custom_gradient", width)),  # A/A: the noise level
+        "ste_flip_ratio": _train_step(_build("ste_flip_ratio", width)),
     }
-    counts = {name: _op_counts(steps[name], x, y) for name in ("custom_gradient", "ste")}
+    counts = {name: _op_counts(steps[name], x, y) for name in ("custom_gradient", "ste", "ste_flip_ratio")}
+    flip_ops = counts.pop("ste_flip_ratio")
     difference = {
         op: counts["ste"][op] - counts["custom_gradient"][op]
         for op in sorted(set(counts["ste"]) | set(counts["custom_gradient"]))
@@ -159,14 +167,17 @@ def run(batch: int, width: int, rounds: int, inner: int, warmup: int = 2) -> dic
     }
     load_before = load_average()
     samples = alternate({name: (lambda s=step: s(x, y)) for name, step in steps.items()}, rounds=rounds, inner=inner)
+    flip_cost = statistics.median(f / s for f, s in zip(samples["ste_flip_ratio"], samples["ste"]))
     return {
         "batch": batch,
         "width": width,
         "ste_network": "ste.layers.QuantConv2D / QuantDense",
         "graph_ops": {name: sum(found.values()) for name, found in counts.items()},
+        "flip_ratio_graph_ops": sum(flip_ops.values()),
         "graph_op_difference": difference,
         "load_before": load_before,
         "rounds": rounds,
         "inner": inner,
         "results": summarize(samples, "custom_gradient"),
+        "flip_ratio_cost": flip_cost,
     }

@@ -9,7 +9,18 @@ from ._cli import answer_without_tensorflow as _answer_without_tensorflow
 
 _answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
 
-from . import constraints, layers, quantizers, registry, spiking, testing
+from . import (
+    activations,
+    callbacks,
+    constraints,
+    layers,
+    metrics,
+    optimizers,
+    quantizers,
+    registry,
+    spiking,
+    testing,
+)
 from ._bitmask import bit_masks, set_bit_masks
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
@@ -31,6 +42,7 @@ from ._errors import (
     UnknownQuantizerError,
     UnknownSurrogateError,
     UnsupportedLayerError,
+    VariableAssignmentError,
 )
 from ._export import export_quantized_weights
 from ._plot import plot
@@ -62,14 +74,19 @@ __all__ = [
     "UnknownQuantizerError",
     "UnknownSurrogateError",
     "UnsupportedLayerError",
+    "VariableAssignmentError",
     "__version__",
+    "activations",
     "backward",
     "backward_like",
     "bit_masks",
+    "callbacks",
     "constraints",
     "export_quantized_weights",
     "forward",
     "layers",
+    "metrics",
+    "optimizers",
     "plot",
     "quantizers",
     "registry",

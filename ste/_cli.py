@@ -183,7 +183,8 @@ def _native_stderr_silenced() -> Iterator[None]:
 
 
 def _import_tensorflow_quietly() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with _native_stderr_silenced():
         import tensorflow as tf
 

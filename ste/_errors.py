@@ -32,6 +32,7 @@ __all__ = [
     "UnknownQuantizerError",
     "UnknownSurrogateError",
     "UnsupportedLayerError",
+    "VariableAssignmentError",
 ]
 
 
@@ -165,6 +166,14 @@ class SerializationError(STEError, TypeError):
 class UnsupportedLayerError(STEError, ValueError):
     """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
     layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class VariableAssignmentError(STEError, ValueError):
+    """:class:`ste.optimizers.CaseOptimizer` cannot give every variable to exactly one optimizer (a variable claimed
+    by two predicates, an optimizer that claims none, or a restored assignment that does not fit the model)."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -14,6 +14,8 @@ strings. So the quantizer and constraint tables publish their names into those t
   saves and loads with ``safe_mode=True``. Only stateless quantizers (no ``build`` of their own, hence no weights)
   are published: a quantizer with a trainable step or clipping level (``lsq``, ``pact``) is a layer, not an
   activation function.
+* A quantizer or constraint class registered by ste name only is also registered with Keras's serialization, so that
+  a model using it loads again (after importing the module that registers it).
 """
 
 from __future__ import annotations
@@ -49,8 +51,20 @@ def _publish(table: dict[str, Any], name: str, value: Any) -> None:
         ours[name] = value
 
 
+def _make_serializable(package: str, cls: type[Any] | None) -> None:
+    """Register ``cls`` with Keras's serialization (``"package>module.QualName"``) unless it already is, so that a
+    model using a class registered by ste name only loads again (Keras would save it, then fail at load with
+    "Could not locate class"). The key names the class, not the ste name, so that a name later given to another
+    class with ``replace=True`` cannot make a saved model load the wrong class. Keras's own classes need nothing."""
+    if cls is None or cls.__module__.split(".")[0] == "keras":
+        return
+    if keras.saving.get_registered_name(cls) == cls.__name__:  # not registered with Keras yet
+        keras.saving.register_keras_serializable(package=package, name=f"{cls.__module__}.{cls.__qualname__}")(cls)
+
+
 def publish_constraint(name: str, cls: type[Any] | None) -> None:
     """Make ``keras.constraints.get(name)`` return ``cls()`` (``None``: remove a name ste published)."""
+    _make_serializable("ste.constraint", cls)
     _publish(_keras_constraints.ALL_OBJECTS_DICT, name, cls)
 
 
@@ -81,6 +95,7 @@ def publish_activation(name: str, cls: type[Any] | None) -> None:
 
     Quantizers with weights are not published (and a name they replace is removed).
     """
+    _make_serializable("ste.quantizer", cls)
     table = _keras_activations.ALL_OBJECTS_DICT
     if cls is None or not is_stateless(cls):
         _publish(table, name, None)

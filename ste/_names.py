@@ -39,6 +39,13 @@ def normalize_name(name: str) -> str:
     return unicodedata.normalize("NFKC", name)
 
 
+def _reachable(name: str, kind: str) -> str:
+    """A name close to ``name`` that a spec string reaches (``class`` -> ``class_``, as PEP 8 spells it)."""
+    if name.isidentifier():
+        return name + "_"  # a keyword (identifiers that are not keywords are accepted)
+    return f"my_{kind}"
+
+
 class NameTable(Generic[T]):
     """A thread-safe name → entry table; ``kind`` ("surrogate", "quantizer", ...) appears in every message."""
 
@@ -70,7 +77,7 @@ class NameTable(Generic[T]):
             raise RegistrationError(
                 f"cannot register the {self.kind} name {name!r}: a name must be a Python identifier and not a "
                 f"keyword, so that a spec string such as '{self.kind}_name(...)' can reach it. Fix: e.g. "
-                f"{(normal if normal.isidentifier() else 'my_' + self.kind)!r} with letters, digits and underscores."
+                f"{_reachable(normal, self.kind)!r} with letters, digits and underscores."
             )
         return normal
 

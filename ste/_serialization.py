@@ -306,15 +306,8 @@ def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
 # -- saving: fail before the file is opened ----------------------------------------------------------------------
 
 
-def install_save_check() -> None:
-    """Make Keras's ``.keras`` saving raise ste's errors before it opens (and truncates) the file."""
-    try:
-        from keras.src.saving import saving_lib
-    except ImportError:  # pragma: no cover - another Keras layout: ste's errors then come from inside the save
-        return
-    original = saving_lib.save_model
-    if getattr(original, "_ste_checks_first", False):
-        return
+def _checked_first(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (a Keras saver taking the model first) preceded by a config check that raises ste's errors."""
 
     @functools.wraps(original)
     def save_model(model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -329,4 +322,18 @@ def install_save_check() -> None:
         return original(model, *args, **kwargs)
 
     save_model._ste_checks_first = True  # type: ignore[attr-defined]
-    saving_lib.save_model = save_model
+    return save_model
+
+
+def install_save_check() -> None:
+    """Make Keras's savers (``.keras``, and the legacy ``.h5``) raise ste's errors before they open (and truncate)
+    the file."""
+    try:
+        from keras.src.legacy.saving import legacy_h5_format
+        from keras.src.saving import saving_lib
+    except ImportError:  # pragma: no cover - another Keras layout: ste's errors then come from inside the save
+        return
+    for module, name in ((saving_lib, "save_model"), (legacy_h5_format, "save_model_to_hdf5")):
+        original = getattr(module, name)
+        if not getattr(original, "_ste_checks_first", False):
+            setattr(module, name, _checked_first(original))

@@ -186,6 +186,16 @@ def test_a_command_imports_the_users_module_and_prints_no_tensorflow_log(tmp_pat
     assert done.stdout.splitlines()[0] == "cli_user_rule(k=3.0)"
     assert "peak:       3 everywhere" in done.stdout  # k·1
     assert done.stderr == ""  # no TensorFlow start-up lines (oneDNN, CUDA, cpu_feature_guard)
+    checked = subprocess.run(  # float16 kernels log an oneDNN line at error level on CPUs without AVX-512 FP16
+        [sys.executable, "-m", "ste", "--import", "my_rules_cli", "check", "cli_user_rule"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert checked.returncode == 0 and "finite at 0" in checked.stdout, checked.stderr
+    assert checked.stderr == ""
 
 
 def test_import_option_in_process_by_module_and_by_path_and_after_the_command(tmp_path, monkeypatch, capsys):

@@ -130,6 +130,26 @@ def test_user_registered_names_are_found_by_keras_until_unregistered() -> None:
         keras.constraints.get("negate_test")
 
 
+def test_classes_registered_by_ste_name_only_load_again_in_safe_mode(tmp_path: Any) -> None:
+    """A quantizer or constraint registered with ste's register only (no Keras decorator) saves and loads."""
+    ste.quantizers.register("halve_saved")(_Halve)
+    ste.constraints.register("negate_saved")(_Negate)
+    try:
+        layer = ste.layers.QuantDense(
+            3, input_quantizer=_Halve(), kernel_quantizer="halve_saved", kernel_constraint="negate_saved"
+        )
+        model = keras.Sequential([keras.Input((4,)), layer])
+        path = os.path.join(tmp_path, "m.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path, safe_mode=True)
+    finally:
+        ste.quantizers.unregister("halve_saved")
+        ste.constraints.unregister("negate_saved")
+    kernel, bias = loaded.get_weights()
+    np.testing.assert_allclose(np.asarray(loaded(X)), (X / 2) @ (kernel / 2) + bias, rtol=1e-6, atol=1e-6)
+    assert isinstance(loaded.layers[0].kernel_constraint, _Negate)
+
+
 def test_keras_constraint_lookup_finds_weight_clip() -> None:
     constraint = keras.constraints.get("weight_clip")
     assert isinstance(constraint, ste.constraints.WeightClip) and constraint.clip_value == 1.0
@@ -163,16 +183,21 @@ def _layer_cases() -> list[tuple[str, str]]:
     return [(n, arg) for n in names for arg in _constraint_arguments(getattr(ste.layers, n))]
 
 
+@pytest.mark.parametrize(("spec", "clip"), [("weight_clip", 1.0), ("weight_clip(clip_value=0.5)", 0.5)])
 @pytest.mark.parametrize(("layer", "argument"), _layer_cases())
-def test_every_constraint_argument_of_every_ste_layer_takes_weight_clip(layer: str, argument: str) -> None:
+def test_every_constraint_argument_of_every_ste_layer_takes_weight_clip(
+    layer: str, argument: str, spec: str, clip: float
+) -> None:
     args, shape = LAYERS[layer]
-    made = getattr(ste.layers, layer)(*args, **{argument: "weight_clip"})
+    made = getattr(ste.layers, layer)(*args, **{argument: spec})
     made(np.zeros(shape, "float32"))
     constraint = getattr(made, argument)
-    assert isinstance(constraint, ste.constraints.WeightClip) and constraint.clip_value == 1.0
+    w = np.linspace(-2.0, 2.0, 9).astype("float32")
+    assert isinstance(constraint, ste.constraints.WeightClip)
+    np.testing.assert_array_equal(np.asarray(constraint(w)), np.clip(w, -clip, clip))
     config = made.get_config()
     rebuilt = type(made).from_config(config)
-    assert isinstance(getattr(rebuilt, argument), ste.constraints.WeightClip)
+    np.testing.assert_array_equal(np.asarray(getattr(rebuilt, argument)(w)), np.clip(w, -clip, clip))
 
 
 def test_constraints_by_name_apply_after_save_and_load(tmp_path: Any) -> None:

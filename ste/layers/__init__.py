@@ -8,7 +8,7 @@
 from typing import Any
 
 from .._errors import UnsupportedLayerError
-from ._base import KernelSlot, QuantLayerMixin
+from ._base import KernelSlot, QuantLayerMixin, kernel_precision
 from ._conv import (
     QuantConv1D,
     QuantConv1DTranspose,
@@ -35,6 +35,7 @@ __all__ = [
     "QuantLayerMixin",
     "QuantSeparableConv1D",
     "QuantSeparableConv2D",
+    "kernel_precision",
 ]
 
 _NOT_IN_KERAS_3 = ("QuantLocallyConnected1D", "QuantLocallyConnected2D")

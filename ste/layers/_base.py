@@ -11,6 +11,7 @@ import inspect
 import os
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -18,12 +19,13 @@ import keras
 import tensorflow as tf
 
 from .. import constraints as ste_constraints
+from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
 
-__all__ = ["KernelSlot", "QuantLayerMixin"]
+__all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
 
 
 class KernelSlot(NamedTuple):
@@ -48,11 +50,28 @@ def _precision(quantizer: Any) -> int | None:
     return precision if isinstance(precision, int) else None
 
 
+_KERNEL_TAG = "_ste_quantized_kernel_of"
+
+
+def kernel_precision(variable: Any) -> int | None:
+    """The bit width a quantized layer's quantizer gives ``variable`` (e.g. 1 for a kernel quantized by ``"sign"`` or
+    ``NoOp(precision=1)``), read from the layer's quantizer when asked.
+
+    ``None`` for a variable that is not the kernel of a built ``ste`` quantized layer (or whose quantizer has no fixed
+    precision); a variable carrying larq's ``precision`` attribute reports that instead.
+    """
+    owner = getattr(variable, _KERNEL_TAG, None)
+    if owner is not None:
+        layer, attribute = owner[0](), owner[1]
+        if layer is not None and getattr(layer, attribute, None) is variable:
+            return layer.kernel_precisions.get(attribute)  # type: ignore[no-any-return]
+    return _precision(variable)
+
+
 _MIGRATION = "docs/larq.md (Migrating from larq)"
 
 #: larq keywords ste's layers do not take (or that this layer does not take), with what to do instead.
 _LARQ_KEYWORDS = {
-    "metrics": "larq's per-layer metrics (flip_ratio) are not a layer argument in ste",
     "pad_values": "only convolutions pad their input",
     "input_quantizer": "this layer has no quantized input",
     "kernel_quantizer": "this layer's kernels are quantized by the arguments listed below",
@@ -118,7 +137,7 @@ class QuantLayerMixin:
     def options(cls) -> dict[str, tuple[Any, str]]:
         """The keyword-only arguments this class adds to its Keras parent: ``{name: (default, annotation)}``."""
         names = ["input_quantizer", *(slot.quantizer for slot in cls.slots), *cls.quantizer_aliases]
-        return {name: (None, "QuantizerLike") for name in names}
+        return {**{name: (None, "QuantizerLike") for name in names}, "metrics": (None, "Sequence[str] | None")}
 
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
 
@@ -143,14 +162,15 @@ class QuantLayerMixin:
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
-        """Let constraint arguments also be ste names such as ``"weight_clip"`` (before Keras sees them)."""
-        for slot in cls.slots:
-            value = kwargs.get(slot.constraint)
-            if isinstance(value, str):
-                kwargs[slot.constraint] = ste_constraints.get(value)
+        """Let every constraint argument (``bias_constraint`` included) also be an ste name or spec string such as
+        ``"weight_clip"`` or ``"weight_clip(clip_value=0.5)"`` (before Keras sees them)."""
+        for name, value in kwargs.items():
+            if name.endswith("_constraint") and isinstance(value, str):
+                kwargs[name] = ste_constraints.get(value)
 
     def _apply_options(self, options: dict[str, Any]) -> None:
         """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""
+        self._set_metrics(options["metrics"])
         for alias, target in self.quantizer_aliases.items():
             if options[alias] is not None:
                 if options[target] is not None:
@@ -186,7 +206,27 @@ class QuantLayerMixin:
         config = {"input_quantizer": ste_quantizers.serialize(self.input_quantizer)}
         for slot in self.slots:
             config[slot.quantizer] = ste_quantizers.serialize(getattr(self, slot.quantizer))
-        return config
+        return {**config, **self._metrics_config()}
+
+    def _set_metrics(self, metrics: Any) -> None:
+        """``metrics``: larq's per-layer training metrics, e.g. ``["flip_ratio"]`` (see :mod:`ste.metrics`); the
+        metrics themselves are created with the kernels, in ``build``."""
+        self._metric_names = ste_metrics.check_metric_names(type(self).__name__, metrics)
+        self._flip_ratios: dict[str, ste_metrics.FlipRatio] = {}
+
+    def _build_metrics(self) -> None:
+        """One :class:`ste.metrics.FlipRatio` per kernel when ``"flip_ratio"`` was asked for."""
+        if "flip_ratio" not in self._metric_names or self._flip_ratios:
+            return
+        name = f"flip_ratio/{getattr(self, 'name', '')}"
+        for slot in self.slots:
+            kernel = getattr(self, slot.kernel)
+            metric = ste_metrics.FlipRatio(name=name if len(self.slots) == 1 else f"{name}/{slot.kernel}")
+            metric.build_for(tuple(kernel.shape), kernel.dtype)
+            self._flip_ratios[slot.kernel] = metric
+
+    def _metrics_config(self) -> dict[str, Any]:
+        return {"metrics": list(self._metric_names)} if self._metric_names else {}
 
     def build(self, input_shape: Any) -> None:
         """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
@@ -213,6 +253,8 @@ class QuantLayerMixin:
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
             claim(quantizer, self, slot.quantizer)
+            setattr(getattr(self, slot.kernel), _KERNEL_TAG, (weakref.ref(self), slot.kernel))  # kernel_precision
+        self._build_metrics()
 
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
@@ -250,7 +292,10 @@ class QuantLayerMixin:
         if isinstance(kernel, keras.Variable):
             kernel = kernel.value  # read here, in this layer's autocast scope (a quantizer layer clears it)
         quantizer = getattr(self, slot.quantizer)
-        return kernel if quantizer is None else quantizer(kernel)
+        quantized = kernel if quantizer is None else quantizer(kernel)
+        if self._flip_ratios and ste_metrics.in_training():
+            self._flip_ratios[slot.kernel].update_state(quantized)
+        return quantized
 
     @property
     def quantized_kernels(self) -> dict[str, tf.Tensor]:

@@ -10,13 +10,26 @@ Native quantizers (spec names in brackets): :class:`Sign` (``sign``), :class:`He
 :class:`Uniform` (``uniform``), :class:`LSQ` (``lsq``), :class:`PACT` (``pact``). larq 0.14 aliases:
 :class:`SteSign` (``ste_sign``), :class:`ApproxSign` (``approx_sign``), :class:`SwishSign` (``swish_sign``),
 :class:`SteHeaviside` (``ste_heaviside``), :class:`SteTern` (``ste_tern``), ``magnitude_aware_sign`` and
-``dorefa_quantizer`` (:class:`DoReFa` with ``k_bit=``), :data:`DoReFaQuantizer`.
+``dorefa_quantizer`` (:class:`DoReFa` with ``k_bit=``), :data:`DoReFaQuantizer`;
+:class:`NoOp` (identity with a declared precision; no spec name).
+larq's function forms: :func:`ste_sign`, :func:`approx_sign`, :func:`swish_sign`, :func:`ste_heaviside`,
+:func:`ste_tern`, :func:`magnitude_aware_sign`, :func:`dorefa_quantizer` (larq's keyword names).
 """
 
 from ._base import Quantizer, QuantizerLike, get, lookup, names, register, serialize, unregister
 from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
+from ._functions import (
+    approx_sign,
+    dorefa_quantizer,
+    magnitude_aware_sign,
+    ste_heaviside,
+    ste_sign,
+    ste_tern,
+    swish_sign,
+)
 from ._larq import ApproxSign, DoReFaQuantizer, SteHeaviside, SteSign, SteTern, SwishSign
 from ._learned import LSQ, PACT
+from ._noop import NoOp
 from ._uniform import DoReFa, Uniform
 
 __all__ = [
@@ -27,6 +40,7 @@ __all__ = [
     "DoReFaQuantizer",
     "Heaviside",
     "MagnitudeAwareSign",
+    "NoOp",
     "Quantizer",
     "QuantizerLike",
     "Sign",
@@ -36,10 +50,17 @@ __all__ = [
     "SwishSign",
     "Ternary",
     "Uniform",
+    "approx_sign",
+    "dorefa_quantizer",
     "get",
     "lookup",
+    "magnitude_aware_sign",
     "names",
     "register",
     "serialize",
+    "ste_heaviside",
+    "ste_sign",
+    "ste_tern",
+    "swish_sign",
     "unregister",
 ]

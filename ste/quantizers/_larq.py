@@ -12,8 +12,8 @@ larq name (spec string)    ste equivalent
 ``dorefa_quantizer``       ``DoReFa(k_bit=..., mode=...)`` (the class itself accepts larq's argument)
 =========================  =========================================================================
 
-``clip_value=None`` means no clipping, as in larq. larq's ``metrics=`` argument (flip-ratio logging) is not
-supported.
+``clip_value=None`` means no clipping, as in larq. larq's ``metrics=["flip_ratio"]`` on a quantizer is an argument
+of the quantized layer in ``ste`` (``QuantDense(..., metrics=["flip_ratio"])``, see :mod:`ste.metrics`).
 """
 
 from __future__ import annotations

@@ -440,10 +440,17 @@ class Surrogate:
         """
         from ._registry import registered_class
 
-        if not self.name or registered_class(self.name) is not type(self):
+        registered = registered_class(self.name) if self.name else None
+        if registered is not type(self):
+            why = (
+                ""
+                if not self.name
+                else f" (the name '{self.name}' "
+                + ("is no longer registered)" if registered is None else "now means another class)")
+            )
             raise RegistrationError(
                 f"cannot save surrogate {self!r}: its class {type(self).__qualname__} is not registered"
-                + (f" (the name '{self.name}' now means another class)" if self.name else "")
+                + why
                 + ", so a saved model could not rebuild it. Fix: register it under its own name with "
                 f"@ste.registry.register('my_name') on the class (or ste.registry.register('my_name', "
                 f"{type(self).__name__}))."

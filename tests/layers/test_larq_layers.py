@@ -287,7 +287,6 @@ def test_positional_arguments_bind_as_in_the_parent():
 @pytest.mark.parametrize(
     ("cls", "kwargs", "keyword"),
     [
-        (QuantConv2D, dict(filters=2, kernel_size=3, metrics=["flip_ratio"]), "metrics"),
         (QuantDense, dict(units=2, pad_values=1.0), "pad_values"),
         (QuantConv2D, dict(filters=2, kernel_size=3, pointwise_quantizer="sign"), "pointwise_quantizer"),
         (QuantSeparableConv2D, dict(filters=2, kernel_size=3, kernel_quantizer="sign"), "kernel_quantizer"),

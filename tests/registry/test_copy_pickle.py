@@ -150,6 +150,8 @@ def test_a_replaced_name_refuses_to_save_the_old_class() -> None:
         assert type(ste.registry.get(Second().get_config())) is Second
     finally:
         ste.registry.unregister("replaceable_entry")
+    with pytest.raises(ste.STEError, match="is no longer registered"):
+        old.get_config()
 
 
 def test_registered_subclass_saves_under_its_own_name() -> None:

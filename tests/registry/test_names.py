@@ -9,6 +9,7 @@ one name lets exactly one thread win.
 from __future__ import annotations
 
 import ast
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,9 +131,11 @@ def test_replacing_a_builtin_needs_replace_true(table: Table) -> None:
 @pytest.mark.parametrize("name", ["not-an-identifier", "1st", "", "with space", "class", "None", "lambda", "x.y"])
 def test_a_name_a_spec_string_cannot_reach_is_refused(table: Table, name: str) -> None:
     assert not _spec_reaches(name)
-    with pytest.raises(ste.RegistrationError, match="identifier"):
+    with pytest.raises(ste.RegistrationError, match="identifier") as caught:
         table.register(name)
     assert name not in table.names()
+    suggested = re.search(r"Fix: e\.g\. '([^']*)'", str(caught.value))
+    assert suggested is not None and _spec_reaches(suggested.group(1))  # the suggested name is one that works
 
 
 def _spec_reaches(name: str) -> bool:

@@ -1,0 +1,50 @@
+"""larq's activations for Keras 3: :func:`hard_tanh` and :func:`leaky_tanh`.
+
+Plain differentiable functions (their gradients are TensorFlow's autodiff of these formulas, as in larq); use them
+as ``activation=ste.activations.hard_tanh`` or in ``keras.layers.Activation``. Both are registered with Keras
+(package ``ste``), so a model using them saves and loads.
+
+>>> import ste
+>>> ste.activations.leaky_tanh([-3.0, 0.5, 2.0]).numpy().tolist()
+[-1.399999976158142, 0.5, 1.2000000476837158]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .quantizers._base import check_number
+
+__all__ = ["hard_tanh", "leaky_tanh"]
+
+
+def _float_tensor(x: Any) -> tf.Tensor:
+    x = x if isinstance(x, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(x)
+    return x if x.dtype.is_floating else tf.cast(x, keras.config.floatx())
+
+
+def hard_tanh(x: Any) -> tf.Tensor:
+    """clip(x, −1, 1); gradient 1 on [−1, 1] (both ends included), 0 outside. larq's ``hard_tanh``."""
+    x = _float_tensor(x)
+    one = tf.constant(1, x.dtype)
+    return tf.clip_by_value(x, -one, one)
+
+
+def leaky_tanh(x: Any, alpha: float = 0.2) -> tf.Tensor:
+    """clip(x, −1, 1) + α·(max(x, 1) − 1) + α·(min(x, −1) + 1): hard tanh with slope ``alpha`` outside [−1, 1].
+
+    Gradient 1 inside (−1, 1), ``alpha`` outside; at x = ±1 TensorFlow's subgradients of clip, max and min add up
+    to 1 + α (as in larq). larq's ``leaky_tanh``.
+    """
+    alpha = check_number("leaky_tanh", "alpha", alpha)
+    x = _float_tensor(x)
+    one = tf.constant(1, x.dtype)
+    a = tf.constant(alpha, x.dtype)
+    return tf.clip_by_value(x, -one, one) + a * (tf.maximum(x, one) - one) + a * (tf.minimum(x, -one) + one)
+
+
+for _activation in (hard_tanh, leaky_tanh):
+    keras.saving.register_keras_serializable(package="ste")(_activation)
