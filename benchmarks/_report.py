@@ -12,6 +12,9 @@ EAGER_LIMIT = 1.3
 TRAINING_LIMIT = 1.05
 FLIP_RATIO_LIMIT = 1.05
 MEMORY_LIMIT = 1.10
+BITS_MEMORY_LIMIT = 0.5  # issue 13: binarized conv net peak, bits kept vs the plain path
+BITS_TIME_LIMIT = {"graph": 1.10, "jit": 1.05}
+CHAIN_MASK_LIMIT = 0.1
 SPIKING_LIMIT = 1.05
 
 
@@ -119,6 +122,34 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": all(r is not None and abs(r - 1.0) <= MEMORY_LIMIT - 1.0 for r in ratios.values()),
             }
         )
+    if "memory" in results and "mask_ratio" in results["memory"]:
+        ratio = results["memory"]["mask_ratio"]["function"]
+        rows.append(
+            {
+                "target": f"50-op straight_through chain peak (tf.function) ≤ {CHAIN_MASK_LIMIT}× of keeping inputs",
+                "measured": f"{ratio:.3f}× (eager {results['memory']['mask_ratio']['eager']:.2f}×)",
+                "met": ratio <= CHAIN_MASK_LIMIT,
+            }
+        )
+    if "binary_net" in results:
+        net = results["binary_net"]
+        ratio = net["memory_ratio"]["ste"]
+        rows.append(
+            {
+                "target": f"binarized conv net step peak memory ≤ {BITS_MEMORY_LIMIT}× of the plain path",
+                "measured": f"{ratio:.2f}×",
+                "met": ratio <= BITS_MEMORY_LIMIT,
+            }
+        )
+        for mode, limit in BITS_TIME_LIMIT.items():
+            ratio = net["timing"][mode]["results"]["ste"]["ratio"]
+            rows.append(
+                {
+                    "target": f"binarized conv net step time{' (jit_compile)' if mode == 'jit' else ''} ≤ {limit}×",
+                    "measured": f"{ratio:.2f}×",
+                    "met": ratio <= limit,
+                }
+            )
     if "spiking" in results:
         ratio = results["spiking"]["results"]["ste"]["ratio"]
         twin = results["spiking"]["results"]["hand_written_copy"]["ratio"]
@@ -140,6 +171,52 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b else "–"
+
+
+def _binary_net(section: dict[str, Any]) -> list[str]:
+    mib = {k: v / 2**20 for k, v in section["peak_step_bytes"].items()}
+    lines = [
+        f"### 7. Binarized residual conv net: {section['blocks']} blocks (sign, binary 3×3 conv, batch norm, "
+        f"residual add), width {section['width']}, batch {section['batch']}, {section['size']}×{section['size']}×3",
+        "",
+        "| network | step peak, MiB | ratio | ms per step | ratio | ms per step, jit_compile | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in section["peak_step_bytes"]:
+        graph = section["timing"]["graph"]["results"][kind]
+        jit = section["timing"]["jit"]["results"][kind]
+        lines.append(
+            f"| {kind} | {mib[kind]:.1f} | {section['memory_ratio'][kind]:.2f}× | {_ms(graph['median_s'])} | "
+            f"{graph['ratio']:.2f}× | {_ms(jit['median_s'])} | {jit['ratio']:.2f}× |"
+        )
+    lines += [
+        "",
+        f"Ratios to `{section['baseline']}` (ste with `ste.bit_masks(False)`: the float inputs kept, as in ste 0.1). "
+        f"Step peak: TensorFlow's CPU allocator peak during one step minus the memory in use before it. "
+        f"{section['rounds']} alternating rounds × {section['inner']} steps.",
+        "",
+    ]
+    larq = section.get("larq")
+    if larq:
+        lmib = {k: v / 2**20 for k, v in larq["peak_step_bytes"].items()}
+        lines += [
+            f"larq {larq['larq']} on tf-keras (TensorFlow {larq['tensorflow']}, its own venv, a separate process):",
+            "",
+            "| network | step peak, MiB | ms per step | ste's peak / this | ste's time / this |",
+            "|---|---|---|---|---|",
+        ]
+        ste_time = section["timing"]["graph"]["results"]["ste"]["median_s"]
+        for kind in lmib:
+            lines.append(
+                f"| tf-keras {kind} | {lmib[kind]:.1f} | {_ms(larq['median_step_s'][kind])} | "
+                f"{_ratio(mib['ste'], lmib[kind])} | {_ratio(ste_time, larq['median_step_s'][kind])} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _spiking(section: dict[str, Any]) -> list[str]:
@@ -324,6 +401,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("tracing", _tracing),
         ("training", _training),
         ("memory", _memory),
+        ("binary_net", _binary_net),
         ("spiking", _spiking),
     ):
         if name in results:

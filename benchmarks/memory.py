@@ -51,6 +51,16 @@ def _tf_sign(x: tf.Tensor) -> tf.Tensor:
     return sign(x)
 
 
+def _without_bit_masks(op: Op) -> Op:
+    """``op`` as ste 0.1 ran it: the rule keeps its float input (``ste.bit_masks(False)`` while tracing/calling)."""
+
+    def plain(x: tf.Tensor) -> tf.Tensor:
+        with ste.bit_masks(False):
+            return op(x)
+
+    return plain
+
+
 CHAINS: dict[str, Callable[[], Op]] = {
     "tf.identity": lambda: tf.identity,
     "ste identity(tf.identity), rule identity": lambda: ste.forward(tf.identity).backward("identity"),
@@ -59,8 +69,13 @@ CHAINS: dict[str, Callable[[], Op]] = {
     "sign, TensorFlow's gradient": lambda: _tf_sign,
     "ste sign, rule identity": lambda: ste.forward(sign).backward("identity"),
     "custom_gradient sign, grad dy": lambda: _custom_identity(sign),
-    "ste sign, rule straight_through (keeps inputs)": lambda: ste.forward(sign).backward("straight_through"),
+    "ste sign, rule straight_through, bit masks off (keeps inputs)": lambda: _without_bit_masks(
+        ste.forward(sign).backward("straight_through")
+    ),
+    "ste sign, rule straight_through (keeps a bit mask)": lambda: ste.forward(sign).backward("straight_through"),
 }
+MASK_PLAIN = "ste sign, rule straight_through, bit masks off (keeps inputs)"
+MASK_LEAN = "ste sign, rule straight_through (keeps a bit mask)"
 REFERENCE = "tf.identity"
 TARGET = "ste identity(tf.identity), rule identity"
 
@@ -162,9 +177,14 @@ def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
     for mode in ("eager", "function"):
         reference = rows[REFERENCE][mode]["allocator_peak"]
         ratios[mode] = rows[TARGET][mode]["allocator_peak"] / reference if reference else None
+    mask_ratio = {
+        mode: rows[MASK_LEAN][mode]["allocator_peak"] / rows[MASK_PLAIN][mode]["allocator_peak"]
+        for mode in ("eager", "function")
+    }
     return {
         "size": size,
         "length": length,
+        "mask_ratio": mask_ratio,
         "dtype": "float32",
         "unit": "multiples of the input tensor's size",
         "reference": REFERENCE,

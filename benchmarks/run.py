@@ -29,7 +29,7 @@ import tensorflow as tf
 
 import ste
 
-from . import elementwise, latency, memory, spiking, tracing, training
+from . import binary_net, elementwise, latency, memory, spiking, tracing, training
 from ._report import markdown
 from ._timing import LoadSampler, load_average
 
@@ -44,6 +44,7 @@ FULL: dict[str, dict[str, Any]] = {
     "tracing": {"calls": 1000, "size": 1000, "repeats": 7},
     "training": {"batch": 64, "width": 32, "rounds": 20, "inner": 3},
     "memory": {"size": 2**22, "length": 50, "subprocesses": True},
+    "binary_net": {"batch": 64, "blocks": 8, "width": 32, "size": 32, "rounds": 10, "inner": 2},
     "spiking": {
         "steps": 25,
         "batch": 64,
@@ -66,6 +67,7 @@ SMOKE: dict[str, dict[str, Any]] = {
     "tracing": {"calls": 10, "size": 16, "repeats": 1},
     "training": {"batch": 2, "width": 4, "rounds": 2, "inner": 1, "warmup": 1},
     "memory": {"size": 2**16, "length": 5, "subprocesses": False},
+    "binary_net": {"batch": 2, "blocks": 2, "width": 4, "size": 8, "rounds": 2, "inner": 1, "warmup": 1},
     "spiking": {
         "steps": 3,
         "batch": 2,
@@ -128,9 +130,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(smoke: bool, sections: Sequence[str] = SECTIONS) -> dict[str, Any]:
+def run(smoke: bool, sections: Sequence[str] = SECTIONS, larq_venv: str | None = None) -> dict[str, Any]:
     """Run the chosen sections; returns the JSON-ready results."""
-    config = SMOKE if smoke else FULL
+    config = {name: dict(entry) for name, entry in (SMOKE if smoke else FULL).items()}
+    if larq_venv:
+        config["binary_net"]["larq_venv"] = larq_venv
     started = time.time()
     results: dict[str, Any] = {
         "mode": "smoke" if smoke else "full",
@@ -148,6 +152,7 @@ def run(smoke: bool, sections: Sequence[str] = SECTIONS) -> dict[str, Any]:
         "tracing": tracing.run,
         "training": training.run,
         "memory": memory.run,
+        "binary_net": binary_net.run,
         "spiking": spiking.run,
     }
     with LoadSampler() as sampler:
@@ -193,8 +198,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output directory")
     parser.add_argument("--update-docs", action="store_true", help="copy the table into docs/performance.md")
+    parser.add_argument(
+        "--larq-venv",
+        metavar="PATH",
+        help="a virtual environment with larq 0.14, tensorflow-cpu and tf-keras: also run the binary_net network "
+        "with larq there (a subprocess, TF_USE_LEGACY_KERAS=1)",
+    )
     args = parser.parse_args(argv)
-    results = run(args.smoke, args.only)
+    results = run(args.smoke, args.only, args.larq_venv)
     json_path, md_path = write(results, args.out)
     print(md_path.read_text())
     print(f"written: {json_path} and {md_path}", file=sys.stderr)

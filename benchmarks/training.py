@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import ste
 
+from ._bireal import train_step
 from ._timing import alternate, load_average, summarize
 
 __all__ = ["run"]
@@ -140,19 +141,7 @@ def _build(kind: str, width: int) -> keras.Model:
 
 
 def _train_step(model: keras.Model) -> Any:
-    optimizer = keras.optimizers.Adam(1e-3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    optimizer.build(model.trainable_variables)
-
-    @tf.function
-    def step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    return step
+    return train_step(keras, model)
 
 
 def _op_counts(step: Any, x: tf.Tensor, y: tf.Tensor) -> Counter[str]:

@@ -22,6 +22,7 @@ from . import (
     spiking,
     testing,
 )
+from ._bitmask import bit_masks, set_bit_masks
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -81,6 +82,7 @@ __all__ = [
     "activations",
     "backward",
     "backward_like",
+    "bit_masks",
     "callbacks",
     "constraints",
     "export_quantized_weights",
@@ -92,6 +94,7 @@ __all__ = [
     "plot",
     "quantizers",
     "registry",
+    "set_bit_masks",
     "spiking",
     "summary",
     "testing",

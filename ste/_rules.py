@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
+from ._bitmask import keep_bits, pack_bits, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
@@ -94,6 +95,11 @@ class Rule(Protocol):
 
     def describe(self) -> str:
         """How the rule was attached: ``backward(sigmoid_surrogate(beta=1.0))``, ``backward_like(tanh)``."""
+        ...
+
+    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+        """What the op keeps for :meth:`gradients` (called only when :attr:`needs_inputs`): the inputs, or less
+        (a mask-only surrogate: a :class:`PackedMask`)."""
         ...
 
     def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
@@ -179,6 +185,17 @@ def _check_same_shape(out: tf.Tensor, ref: tf.Tensor, what: str, op: str, situat
 # -- registry surrogates ------------------------------------------------------------------------------------
 
 
+class PackedMask(NamedTuple):
+    """What a mask-only surrogate keeps for the backward pass: its predicate, 1 bit per element, and the shape."""
+
+    bits: tf.Tensor  # uint8, ceil(size / 8) bytes (ste._bitmask.pack_bits)
+    shape: tf.Tensor  # int32 shape of the input
+
+
+def _keep_inputs(xs: Sequence[tf.Tensor]) -> Sequence[tf.Tensor]:
+    return xs
+
+
 class SurrogateRule:
     """A registry surrogate used as the rule of an elementwise one-input, one-output op."""
 
@@ -197,6 +214,13 @@ class SurrogateRule:
 
     def describe(self) -> str:
         return f"backward({self.surrogate!r})"
+
+    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+        x = xs[0]
+        if self.surrogate.mask_only and keep_bits(x):
+            shape = tf.constant(x.shape.as_list(), tf.int32) if x.shape.is_fully_defined() else tf.shape(x)
+            return PackedMask(pack_bits(self.surrogate.mask(x)), shape)
+        return xs
 
     def _fix(self) -> str:
         return (
@@ -233,6 +257,12 @@ class SurrogateRule:
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
+        if isinstance(inputs, PackedMask):
+            # Unpack only once the upstream gradient exists: without the dependency, TensorFlow's executor runs the
+            # unpacking (which depends on forward tensors only) during the forward pass and keeps its result alive.
+            with tf.control_dependencies(tf.nest.flatten(dy)):
+                bits = tf.identity(inputs.bits)
+            return self.surrogate.vjp_from_mask(dy, unpack_bits(bits, inputs.shape), specs[0].dtype)
         constant = self.surrogate.constant_derivative
         if constant is None:
             assert inputs is not None
@@ -355,6 +385,7 @@ class CallableRule:
 
     needs_inputs = True
     elementwise = False
+    saved_for_backward = staticmethod(_keep_inputs)
 
     @property
     def public(self) -> Callable[..., Any]:
@@ -434,6 +465,7 @@ class LikeRule:
 
     needs_inputs = True
     elementwise = False
+    saved_for_backward = staticmethod(_keep_inputs)
 
     @property
     def public(self) -> Callable[..., Any]:

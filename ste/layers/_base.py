@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import keras
@@ -20,6 +21,7 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
+from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
 
@@ -302,6 +304,32 @@ class QuantLayerMixin:
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
         return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
+
+    def apply_to_quantized_input(self, fn: Callable[..., Any], x: Any, kernels: list[tf.Tensor]) -> Any:
+        """``fn(x, *kernels)`` on the quantized input ``x``; where the input quantizer is binary (its output takes
+        two values, ``binary_values``) and bit masks are on (:func:`ste.set_bit_masks`), the backward pass keeps
+        ``x`` as packed bits and recomputes it from them instead of keeping the float tensor (same gradients)."""
+        values = getattr(self.input_quantizer, "binary_values", None)
+        if values is None or not isinstance(x, tf.Tensor) or not x.dtype.is_floating or not keep_bits(x):
+            return fn(x, *kernels)
+        low, high = values
+
+        @tf.custom_gradient  # type: ignore[untyped-decorator]
+        def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
+            bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
+            shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
+
+            def grad(dy: tf.Tensor) -> list[tf.Tensor]:
+                with tf.control_dependencies([dy]):  # recompute in the backward pass, not in the forward one
+                    one = unpack_values(bits, shape, low, high, x.dtype)
+                with tf.GradientTape() as tape:
+                    tape.watch([one, *kernels])
+                    out = fn(one, *kernels)  # not run in a tf.function: only its gradient ops are used
+                return tape.gradient(out, [one, *kernels], output_gradients=dy)  # type: ignore[no-any-return]
+
+            return fn(x, *kernels), grad
+
+        return on_bits(x, *kernels)
 
     def quantize_kernel(self, slot: KernelSlot) -> tf.Tensor:
         """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it)."""

@@ -86,10 +86,9 @@ class _QuantConv(QuantLayerMixin):
     def _options_config(self) -> dict[str, Any]:
         return {**super()._options_config(), "pad_values": self.pad_values}
 
-    def _padded_inputs(self, inputs: Any) -> tuple[Any, str]:
+    def _padded(self, x: Any) -> tuple[Any, str]:
         """The quantized input, padded here when the padding is "causal" or "same" with non-zero ``pad_values``,
         and the padding left for the convolution op."""
-        x = self.quantize_inputs(inputs)
         if not (self.padding == "causal" or (self.padding == "same" and self.pad_values != 0.0)):
             return x, self.padding
         first = 1 if self.data_format == "channels_last" else 2
@@ -105,8 +104,12 @@ class _QuantConv(QuantLayerMixin):
         return tf.pad(x, pads, constant_values=tf.constant(value, x.dtype)), "valid"
 
     def call(self, inputs: Any) -> Any:
-        x, padding = self._padded_inputs(inputs)
-        outputs = self._convolve(x, [self.quantize_kernel(slot) for slot in self.slots], padding)
+        def convolve(x: Any, *kernels: tf.Tensor) -> Any:
+            padded, padding = self._padded(x)
+            return self._convolve(padded, list(kernels), padding)
+
+        kernels = [self.quantize_kernel(slot) for slot in self.slots]
+        outputs = self.apply_to_quantized_input(convolve, self.quantize_inputs(inputs), kernels)
         if getattr(self, "use_bias", False):
             channels = self.bias.shape[0]  # type: ignore[attr-defined]
             shape = (1,) * (self.rank + 1) + (channels,)

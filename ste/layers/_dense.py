@@ -24,7 +24,9 @@ class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
     slots = (KernelSlot("kernel_quantizer", "kernel", "kernel_constraint"),)
 
     def call(self, inputs: Any, training: Any = None) -> Any:
-        x = keras.ops.matmul(self.quantize_inputs(inputs), self.quantize_kernel(self.slots[0]))
+        x = self.apply_to_quantized_input(
+            keras.ops.matmul, self.quantize_inputs(inputs), [self.quantize_kernel(self.slots[0])]
+        )
         if self.bias is not None:
             x = keras.ops.add(x, self.bias)
         if self.activation is not None:

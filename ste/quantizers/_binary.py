@@ -67,6 +67,15 @@ def magnitude_aware_sign(x: tf.Tensor) -> tf.Tensor:
     return magnitude_scale(x) * binary_sign(x)
 
 
+def _unless_overridden(
+    quantizer: Quantizer, owner: type[Quantizer], values: tuple[float, float]
+) -> tuple[float, float] | None:
+    """``values`` when ``quantizer`` computes ``owner``'s forward (its class overrides neither forward_fn nor call)."""
+    cls = type(quantizer)
+    same = getattr(cls, "forward_fn", None) is getattr(owner, "forward_fn", None) and cls.call is owner.call
+    return values if same else None
+
+
 class _SurrogateQuantizer(Quantizer):
     """A quantizer whose backward pass is one registry surrogate (``surrogate=``)."""
 
@@ -100,6 +109,12 @@ class Sign(_SurrogateQuantizer):
     precision = 1
     forward_fn = staticmethod(binary_sign)
 
+    @property
+    def binary_values(self) -> tuple[float, float] | None:
+        """(−1, +1): every output is one of them, so a layer may keep it as bits (None in a subclass that changes
+        the forward)."""
+        return _unless_overridden(self, Sign, (-1.0, 1.0))
+
 
 @keras.saving.register_keras_serializable(package="ste")
 @register("heaviside")
@@ -111,6 +126,11 @@ class Heaviside(_SurrogateQuantizer):
 
     precision = 1
     forward_fn = staticmethod(heaviside)
+
+    @property
+    def binary_values(self) -> tuple[float, float] | None:
+        """(0, 1): every output is one of them (None in a subclass that changes the forward)."""
+        return _unless_overridden(self, Heaviside, (0.0, 1.0))
 
 
 @keras.saving.register_keras_serializable(package="ste")

@@ -116,6 +116,15 @@ class Boxcar(Surrogate):
         width = self.param("width", x.dtype)
         return tf.cast(tf.abs(x) < width / 2, x.dtype) / width
 
+    def mask(self, x: tf.Tensor) -> tf.Tensor:
+        x = tf.convert_to_tensor(x)
+        x = tf.cast(x, self.compute_dtype(x.dtype))
+        return tf.abs(x) < self.param("width", x.dtype) / 2
+
+    def derivative_from_mask(self, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        wide = self.compute_dtype(dtype)
+        return tf.cast(tf.cast(mask, wide) / self.param("width", wide), dtype)
+
     @elementwise
     def primitive(self, x: tf.Tensor) -> tf.Tensor:
         width = self.param("width", x.dtype)

@@ -53,7 +53,12 @@ class StraightThrough(Surrogate):
     def derivative(self, x: tf.Tensor) -> tf.Tensor:
         if self.clip is None:
             return tf.ones_like(x)
-        return tf.cast(tf.abs(x) <= self.param("clip", x.dtype), x.dtype)
+        return self.derivative_from_mask(self.mask(x), x.dtype)
+
+    def mask(self, x: tf.Tensor) -> tf.Tensor:
+        if self.clip is None:
+            return tf.ones_like(x, dtype=tf.bool)
+        return tf.abs(x) <= self.param("clip", x.dtype)
 
     def primitive(self, x: tf.Tensor) -> tf.Tensor:
         if self.clip is None:

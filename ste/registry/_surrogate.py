@@ -293,6 +293,31 @@ class Surrogate:
         self.check_dtype(x.dtype)  # also inside a hand-written rule: never a silent NaN
         return tf.cast(dy, x.dtype) * self.derivative(x)
 
+    # -- mask-only derivatives (the op keeps one bit per element for the backward pass) ----------------------
+
+    def mask(self, x: tf.Tensor) -> tf.Tensor:
+        """The boolean predicate of ``x`` the derivative depends on, for entries whose derivative is a function of
+        one predicate only (``straight_through``: ``abs(x) <= clip``).
+
+        A surrogate that defines it (a user's too) declares itself mask-only: an op then keeps a bit-packed mask
+        (1 bit per element) for the backward pass instead of ``x``, and computes the gradient with
+        :meth:`vjp_from_mask`. ``derivative(x)`` must equal ``derivative_from_mask(mask(x), x.dtype)`` exactly.
+        """
+        raise NotImplementedError(f"surrogate '{self.name or type(self).__name__}' is not mask-only")
+
+    @property
+    def mask_only(self) -> bool:
+        """Whether the surrogate defines :meth:`mask` (its derivative is a function of one predicate of ``x``)."""
+        return type(self).mask is not Surrogate.mask
+
+    def derivative_from_mask(self, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """The derivative in ``dtype`` from the predicate :meth:`mask` computed (default: 1 where true, else 0)."""
+        return tf.cast(mask, dtype)
+
+    def vjp_from_mask(self, dy: tf.Tensor, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """``dy * derivative_from_mask(mask, dtype)``: the same value as :meth:`vjp` for a mask-only entry."""
+        return tf.cast(dy, dtype) * self.derivative_from_mask(mask, dtype)
+
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         """Evaluate the derivative: ``surrogate(x) == surrogate.derivative(x)``."""
         return self.derivative(tf.convert_to_tensor(x))

@@ -138,7 +138,10 @@ def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Jobs
         # exports, made here with ste
         rng = np.random.default_rng(0)
         expected: dict[str, Any] = {}
-        model = models.make_model(3)
+        bits_dense = ste.layers.QuantDense(  # binary input kept as bits in the backward pass (issue 13)
+            16, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip", name="bits_dense"
+        )
+        model = models.make_model(3, extra_layers=(bits_dense,))
         keras_x = rng.normal(size=(5, 8)).astype(np.float32)
         keras_dy = rng.normal(size=(5, 3)).astype(np.float32)
         model(keras_x)

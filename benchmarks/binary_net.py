@@ -1,0 +1,116 @@
+"""Issue 13: peak memory and step time of a Bi-Real-like binarized residual conv net, bits kept or not.
+
+The network: a float 3×3 stem convolution (32 channels) and batch norm, then ``blocks`` residual blocks
+``h + BatchNorm(QuantConv2D(sign input, sign kernel, 3×3, 32 channels)(h))`` on 32×32 maps, global average pooling
+and a float dense classifier (10 classes); batch 64, 32×32×3 inputs; one ``tf.function`` training step (forward,
+loss, gradients, Adam update, weight clip).
+
+Variants, built with the same initial weights:
+
+* ``float``: the same network with ``keras.layers.Conv2D`` in the blocks (what binarizing is compared with).
+* ``ste, plain``: ``ste.layers.QuantConv2D`` traced under ``ste.bit_masks(False)`` (ste 0.1's backward pass: every
+  sign keeps its float input for the straight-through mask, every convolution its float ±1 input).
+* ``ste``: the default (the sign keeps a bit-packed mask, the convolution its input as bits).
+
+Memory: TensorFlow's CPU allocator peak during one step (after a warm-up step), minus the memory in use before it
+(weights, optimizer slots, inputs): what the step itself allocates. Time: alternating rounds, ratio to ``ste, plain``,
+without and with ``jit_compile=True``. The larq side (``--larq-venv``) runs ``benchmarks/larq_net.py`` in that venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+import ste
+
+from ._bireal import build, peak_step_bytes, train_step
+from ._timing import alternate, load_average, summarize
+
+__all__ = ["VARIANTS", "run"]
+
+VARIANTS = ("float", "ste, plain", "ste")
+BASELINE = "ste, plain"
+
+
+def _conv(width: int) -> keras.layers.Layer:
+    return ste.layers.QuantConv2D(
+        width,
+        3,
+        padding="same",
+        use_bias=False,
+        input_quantizer="sign",
+        kernel_quantizer="sign",
+        kernel_constraint="weight_clip",
+    )
+
+
+def _prepared(kind: str, jit_compile: bool, x: tf.Tensor, y: tf.Tensor, **shape: int) -> Any:
+    """A traced, warmed-up step of one variant (traced under its bit-mask setting)."""
+    with ste.bit_masks(kind != "ste, plain"):
+        step = train_step(keras, build(keras, None if kind == "float" else _conv, **shape), jit_compile)
+        step(x, y)
+    return step
+
+
+def _larq(venv: str, batch: int, blocks: int, width: int, size: int, rounds: int) -> dict[str, Any]:
+    """The same network with larq 0.14 on tf-keras, in ``venv`` (a subprocess; ste is not imported there)."""
+    script = Path(__file__).with_name("larq_net.py")
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH="")
+    args = [str(a) for a in (batch, blocks, width, size, rounds)]
+    done = subprocess.run(
+        [str(Path(venv) / "bin" / "python"), str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=1800,
+    )
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+    return result
+
+
+def run(
+    batch: int,
+    blocks: int,
+    width: int,
+    size: int,
+    rounds: int,
+    inner: int,
+    warmup: int = 2,
+    larq_venv: str | None = None,
+) -> dict[str, Any]:
+    shape = {"blocks": blocks, "width": width, "size": size}
+    x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
+    y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
+    memory = {}
+    for kind in VARIANTS:
+        memory[kind] = peak_step_bytes(_prepared(kind, False, x, y, **shape), x, y)
+    timing: dict[str, Any] = {}
+    for jit in (False, True):
+        steps = {kind: _prepared(kind, jit, x, y, **shape) for kind in VARIANTS}
+        load = load_average()
+        samples = alternate(
+            {k: (lambda s=s: s(x, y)) for k, s in steps.items()}, rounds=rounds, inner=inner, warmup=warmup
+        )
+        timing["jit" if jit else "graph"] = {"load_before": load, "results": summarize(samples, BASELINE)}
+    result: dict[str, Any] = {
+        "batch": batch,
+        **shape,
+        "rounds": rounds,
+        "inner": inner,
+        "baseline": BASELINE,
+        "peak_step_bytes": memory,
+        "memory_ratio": {k: v / memory[BASELINE] if memory[BASELINE] else float("nan") for k, v in memory.items()},
+        "timing": timing,
+    }
+    if larq_venv:
+        result["larq"] = _larq(larq_venv, batch, blocks, width, size, rounds)
+    return result

@@ -1,0 +1,128 @@
+"""Bit-packed boolean masks for the backward pass, and the switch that turns them off.
+
+A rule whose derivative is a predicate of its input (``straight_through``: ``abs(x) <= clip``) needs one bit per
+element, not the float input: the op packs the predicate into ``uint8`` (8 elements per byte, 1/32 of a float32
+tensor) in the forward pass and unpacks it in the backward pass. Packing is one multiply per 8 elements: the eight
+0/1 bytes are reinterpreted as one ``uint64`` and multiplied by 0x8040201008040201, which gathers them into the top
+byte (element ``i`` of a group lands on bit ``7 − i``; the byte order of ``tf.bitcast`` is little-endian, as on
+every platform TensorFlow ships for).
+
+``ste.set_bit_masks(False)`` (or the environment variable ``STE_BIT_MASKS=0``, or ``with ste.bit_masks(False):``)
+makes ops keep their float inputs again, as in ste 0.1. It is read when an op is traced (in ``tf.function``) or
+called (eagerly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "EAGER_MIN_ELEMENTS",
+    "bit_masks",
+    "bit_masks_enabled",
+    "keep_bits",
+    "pack_bits",
+    "set_bit_masks",
+    "unpack_bits",
+]
+
+_MAGIC = 0x8040201008040201
+_BITS = (128, 64, 32, 16, 8, 4, 2, 1)  # the bit of element i of a group of 8
+
+
+class _State(threading.local):
+    override: bool | None = None
+
+
+_STATE = _State()
+_DEFAULT = [os.environ.get("STE_BIT_MASKS", "1").strip().lower() not in ("0", "false", "no", "off")]
+
+
+#: Eagerly, packing costs about a dozen op dispatches (tens of µs): below this many elements the float input is kept.
+EAGER_MIN_ELEMENTS = 65536
+
+
+def bit_masks_enabled() -> bool:
+    """Whether ops keep bit-packed masks instead of float inputs for their backward pass (default True)."""
+    return _DEFAULT[0] if _STATE.override is None else _STATE.override
+
+
+def keep_bits(x: tf.Tensor) -> bool:
+    """Whether an op should keep ``x``'s mask as bits: bit masks are on, and ``x`` is traced (in ``tf.function``:
+    packing is a few cheap ops) or, eagerly, has at least :data:`EAGER_MIN_ELEMENTS` elements."""
+    if not bit_masks_enabled():
+        return False
+    if not tf.executing_eagerly():
+        return True
+    size = x.shape.num_elements()
+    return size is None or size >= EAGER_MIN_ELEMENTS
+
+
+def set_bit_masks(enabled: bool) -> None:
+    """Turn bit-packed backward masks on (the default) or off for every op traced or called from now on.
+
+    Off, mask-only rules keep their float inputs as in ste 0.1 (for debugging or comparison); the gradients are the
+    same either way. The environment variable ``STE_BIT_MASKS=0`` sets the default to off at import.
+    """
+    if not isinstance(enabled, bool):
+        from ._errors import ParameterError
+
+        raise ParameterError(f"ste.set_bit_masks: expected True or False; received {enabled!r}.")
+    _DEFAULT[0] = enabled
+
+
+@contextlib.contextmanager
+def bit_masks(enabled: bool) -> Iterator[None]:
+    """``with ste.bit_masks(False): ...``: the same switch as :func:`set_bit_masks`, in this thread, for a block."""
+    if not isinstance(enabled, bool):
+        from ._errors import ParameterError
+
+        raise ParameterError(f"ste.bit_masks: expected True or False; received {enabled!r}.")
+    previous, _STATE.override = _STATE.override, enabled
+    try:
+        yield
+    finally:
+        _STATE.override = previous
+
+
+def pack_bits(mask: tf.Tensor) -> tf.Tensor:
+    """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
+    flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
+    size = flat.shape.num_elements()
+    if size is None:
+        flat = tf.pad(flat, [[0, tf.math.floormod(8 - tf.math.floormod(tf.size(flat), 8), 8)]])
+    elif size % 8:
+        flat = tf.pad(flat, [[0, 8 - size % 8]])
+    groups = tf.bitcast(tf.reshape(flat, [-1, 8]), tf.uint64)
+    top = tf.bitwise.right_shift(groups * tf.constant(_MAGIC, tf.uint64), tf.constant(56, tf.uint64))
+    return tf.cast(top, tf.uint8)
+
+
+def unpack_bits(packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
+    """The boolean tensor of ``shape`` that :func:`pack_bits` packed."""
+    bits = tf.not_equal(tf.bitwise.bitwise_and(packed[:, None], tf.constant(_BITS, tf.uint8)), 0)
+    return _unpadded(bits, shape)
+
+
+def _unpadded(groups: tf.Tensor, shape: Any) -> tf.Tensor:
+    """``groups`` (``[bytes, 8]``) without the padding :func:`pack_bits` added, in ``shape``; no slice (a copy)
+    when the shape is known and its size a multiple of 8."""
+    static = tf.get_static_value(shape)
+    if static is not None and int(np.prod(static)) % 8 == 0:
+        return tf.reshape(groups, shape)
+    return tf.reshape(tf.reshape(groups, [-1])[: tf.reduce_prod(shape)], shape)
+
+
+def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, dtype: tf.DType) -> tf.Tensor:
+    """``tf.where(unpack_bits(packed, shape), high, low)`` in ``dtype``, in one pass: each byte looks up its 8 values
+    in a 256 × 8 table."""
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(bool)  # the order pack_bits uses
+    table = tf.constant(np.where(bits, high, low), dtype)
+    return _unpadded(tf.gather(table, tf.cast(packed, tf.int32)), shape)

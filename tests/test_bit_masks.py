@@ -1,0 +1,291 @@
+"""Bit-packed backward masks (issue 13): the packing, mask-only surrogates and binary layers keep bits.
+
+Every gradient is compared bit for bit with the plain path (``ste.bit_masks(False)``: the op keeps its float input, as
+in ste 0.1) and with a numpy formula.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+from ste._bitmask import pack_bits, unpack_bits
+
+
+@pytest.fixture(autouse=True)
+def _pack_small_eager_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eagerly, ops pack masks of large tensors only; these tests pack every size."""
+    monkeypatch.setattr(ste._bitmask, "EAGER_MIN_ELEMENTS", 0)
+
+
+DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+MODES = ("eager", "function", "xla")
+SIZES = ((0,), (1,), (13,), (5, 7), (2, 8, 3))
+
+
+def _run(fn: Any, mode: str) -> Any:
+    if mode == "eager":
+        return fn
+    return tf.function(fn, jit_compile=mode == "xla", reduce_retracing=True)
+
+
+def _values(shape: tuple[int, ...], dtype: tf.DType) -> tf.Tensor:
+    size = int(np.prod(shape))
+    grid = np.linspace(-2.5, 2.5, size) if size else np.zeros(0)
+    specials = np.array([0.0, 1.0, -1.0, 0.5, -0.5, 2.0])[: min(size, 6)]
+    grid[: len(specials)] = specials  # the clip and width/2 boundaries, exactly representable in every dtype
+    return tf.cast(tf.constant(grid.reshape(shape)), dtype)
+
+
+def _grad(op: Any, x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = op(x)
+    return tape.gradient(y, x, output_gradients=dy)
+
+
+def _grad_fn(op: Any, mode: str) -> Any:
+    """``(x, dy) -> dy·op'(x)`` run in ``mode`` (the op is bound by closure, not as a default argument)."""
+    return _run(lambda x, dy: _grad(op, x, dy), mode)
+
+
+def _bits(t: tf.Tensor) -> np.ndarray:
+    return np.asarray(tf.bitcast(t, {2: tf.uint16, 4: tf.uint32, 8: tf.uint64}[t.dtype.size]))
+
+
+def test_packing_matches_numpy_packbits_for_every_byte_and_odd_sizes() -> None:
+    patterns = np.array(list(itertools.product([False, True], repeat=8)))
+    np.testing.assert_array_equal(pack_bits(tf.constant(patterns)).numpy(), np.packbits(patterns, axis=None))
+    rng = np.random.default_rng(3)
+    for mode in MODES:
+        roundtrip = _run(lambda m: (pack_bits(m), unpack_bits(pack_bits(m), tf.shape(m))), mode)
+        for shape in ((0,), (1,), (9,), (3, 5), (4, 0, 2), (2, 3, 11)):
+            mask = rng.random(shape) > 0.5
+            packed, back = roundtrip(tf.constant(mask))
+            np.testing.assert_array_equal(packed.numpy(), np.packbits(mask, axis=None))
+            np.testing.assert_array_equal(back.numpy(), mask)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_mask_only_surrogates_give_bit_identical_gradients(dtype: tf.DType, mode: str) -> None:
+    cases = {
+        "straight_through": (ste.registry.get("straight_through"), lambda x: (np.abs(x) <= 1.0).astype(np.float64)),
+        "straight_through(clip=0.5)": (
+            ste.registry.get("straight_through", clip=0.5),
+            lambda x: (np.abs(x) <= 0.5).astype(np.float64),
+        ),
+        "boxcar(width=2)": (ste.registry.get("boxcar", width=2.0), lambda x: (np.abs(x) < 1.0) / 2.0),
+    }
+    for name, (surrogate, formula) in cases.items():
+        assert surrogate.mask_only, name
+        op = ste.forward(tf.sign).backward(surrogate)
+        for shape in SIZES:
+            x = _values(shape, dtype)
+            dy = tf.cast(tf.constant(np.linspace(-3.0, 3.0, x.shape.num_elements()).reshape(shape)), dtype)
+            with ste.bit_masks(True):
+                lean = _grad_fn(op, mode)(x, dy)
+            with ste.bit_masks(False):
+                plain = _grad_fn(op, mode)(x, dy)
+            assert lean.dtype == dtype
+            np.testing.assert_array_equal(_bits(lean), _bits(plain), err_msg=f"{name} {shape}")
+            expected = np.asarray(tf.cast(dy, tf.float64)) * formula(np.asarray(tf.cast(x, tf.float64)))
+            # values (XLA may turn dy·0 = −0 into +0: in the plain path alike, compared bit for bit above)
+            np.testing.assert_array_equal(
+                np.asarray(tf.cast(lean, tf.float64)), np.asarray(tf.cast(tf.cast(expected, dtype), tf.float64))
+            )
+
+
+def test_value_surrogates_are_not_mask_only_and_a_user_surrogate_can_declare_it() -> None:
+    assert not ste.registry.get("approx_sign").mask_only
+    assert not ste.registry.get("sigmoid_surrogate").mask_only
+
+    class Window(ste.registry.Surrogate):
+        """d(x) = 3 where -1 < x <= 2, else 0 (a user's mask-only surrogate)."""
+
+        def mask(self, x: tf.Tensor) -> tf.Tensor:
+            return tf.logical_and(x > -1, x <= 2)
+
+        def derivative_from_mask(self, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+            return tf.cast(mask, dtype) * 3
+
+        def derivative(self, x: tf.Tensor) -> tf.Tensor:
+            return self.derivative_from_mask(self.mask(x), x.dtype)
+
+    window = Window()
+    assert window.mask_only
+    op = ste.forward(tf.sign).backward(window)
+    x = tf.constant([-2.0, -1.0, -0.5, 0.0, 2.0, 2.5, 7.0])
+    dy = tf.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    for mode in MODES:
+        got = _grad_fn(op, mode)(x, dy)
+        np.testing.assert_array_equal(got.numpy(), dy.numpy() * 3 * ((x.numpy() > -1) & (x.numpy() <= 2)))
+
+
+def test_quantizers_keep_bits_and_match_the_plain_path() -> None:
+    x = _values((4, 9), tf.float32) * 0.9
+    dy = tf.reshape(tf.range(36, dtype=tf.float32) - 17.0, (4, 9))
+    for quantizer in (ste.quantizers.Sign(), ste.quantizers.Heaviside(), ste.quantizers.Ternary()):
+        for mode in MODES:
+            with ste.bit_masks(True):
+                lean = _grad_fn(quantizer, mode)(x, dy)
+            with ste.bit_masks(False):
+                plain = _grad_fn(quantizer, mode)(x, dy)
+            np.testing.assert_array_equal(lean.numpy(), plain.numpy())
+            np.testing.assert_array_equal(lean.numpy(), dy.numpy() * (np.abs(x.numpy()) <= 1))
+
+
+def _layer_gradients(layer: keras.layers.Layer, x: tf.Tensor, dy: tf.Tensor, mode: str) -> list[np.ndarray]:
+    def step(x: tf.Tensor, dy: tf.Tensor) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+        return [y, *tape.gradient(y, [x, *layer.trainable_variables], output_gradients=tf.cast(dy, y.dtype))]
+
+    return [np.asarray(t) for t in _run(step, mode)(x, dy)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_binary_layers_keep_bits_with_bit_identical_gradients(mode: str) -> None:
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.uniform(-1.6, 1.6, (2, 7, 5, 3)).astype(np.float32))
+    layers = [
+        ste.layers.QuantConv2D(
+            4, 3, padding="same", input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+        ),
+        ste.layers.QuantConv2D(
+            4,
+            3,
+            padding="same",
+            pad_values=1.0,
+            input_quantizer="sign",
+            kernel_quantizer="sign",
+            kernel_constraint="weight_clip",
+        ),
+        ste.layers.QuantConv2D(4, 2, strides=2, input_quantizer="heaviside", kernel_constraint="weight_clip"),
+        ste.layers.QuantDense(6, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"),
+    ]
+    for layer in layers:
+        layer(x)
+        dy = tf.constant(rng.normal(size=layer.compute_output_shape(x.shape)).astype(np.float32))
+        with ste.bit_masks(True):
+            lean = _layer_gradients(layer, x, dy, mode)
+        with ste.bit_masks(False):
+            plain = _layer_gradients(layer, x, dy, mode)
+        for a, b in zip(lean, plain):
+            np.testing.assert_array_equal(a, b)
+        # independent reference: autodiff of the same layer with the quantizer written as its STE by hand
+        q = layer.input_quantizer
+        high, low = q.binary_values[1], q.binary_values[0]
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            xq = tf.where(x >= 0 if low < 0 else x > 0, high, low)
+            xq = tf.stop_gradient(xq) + (x - tf.stop_gradient(x)) * tf.cast(tf.abs(x) <= 1, x.dtype)
+            layer.input_quantizer = None
+            try:
+                y = layer(xq)
+            finally:
+                layer.input_quantizer = q
+        gx = tape.gradient(y, x, output_gradients=dy)
+        np.testing.assert_allclose(lean[1], gx.numpy(), rtol=1e-5, atol=1e-5)  # XLA may sum in another order
+
+
+def test_binary_layer_under_mixed_precision() -> None:
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        layer = ste.layers.QuantConv2D(
+            3, 3, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+        )
+        x = tf.constant(np.random.default_rng(2).uniform(-2, 2, (2, 6, 6, 2)).astype(np.float32))
+        layer(x)
+        dy = tf.ones((2, 4, 4, 3))
+        for mode in ("eager", "function"):
+            with ste.bit_masks(True):
+                lean = _layer_gradients(layer, x, dy, mode)
+            with ste.bit_masks(False):
+                plain = _layer_gradients(layer, x, dy, mode)
+            assert lean[0].dtype == np.float16
+            for a, b in zip(lean, plain):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_the_switch() -> None:
+    assert ste._bitmask.bit_masks_enabled()
+    with ste.bit_masks(False):
+        assert not ste._bitmask.bit_masks_enabled()
+    assert ste._bitmask.bit_masks_enabled()
+    with pytest.raises(ste.ParameterError):
+        ste.set_bit_masks(0)  # type: ignore[arg-type]
+    with pytest.raises(ste.ParameterError):
+        with ste.bit_masks("no"):  # type: ignore[arg-type]
+            pass
+    ste.set_bit_masks(False)
+    try:
+        assert not ste._bitmask.bit_masks_enabled()
+    finally:
+        ste.set_bit_masks(True)
+
+
+def test_binary_conv_net_trains_identically_under_mirrored_strategy() -> None:
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (8, 6, 6, 2)).astype(np.float32)
+    y = rng.normal(size=(8, 3)).astype(np.float32)
+    weights = []
+    for on in (True, False):
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        keras.utils.set_random_seed(4)
+        with ste.bit_masks(on), strategy.scope():
+            model = keras.Sequential(
+                [
+                    keras.Input((6, 6, 2)),
+                    keras.layers.Conv2D(4, 3, padding="same"),
+                    ste.layers.QuantConv2D(
+                        4,
+                        3,
+                        padding="same",
+                        input_quantizer="sign",
+                        kernel_quantizer="sign",
+                        kernel_constraint="weight_clip",
+                    ),
+                    keras.layers.Flatten(),
+                    ste.layers.QuantDense(
+                        3, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+                    ),
+                ]
+            )
+            model.compile(keras.optimizers.SGD(0.1), "mse")
+            initial = [w.numpy() for w in model.weights]
+            model.fit(x, y, epochs=2, batch_size=8, verbose=0, shuffle=False)
+        weights.append([w.numpy() for w in model.weights])
+    assert any(np.any(a != b) for a, b in zip(weights[1], initial))  # training changed the weights
+    for lean, plain in zip(*weights):
+        np.testing.assert_array_equal(lean, plain)
+
+
+def test_a_subclass_that_changes_the_forward_is_not_kept_as_bits() -> None:
+    class HalfSign(ste.quantizers.Sign):
+        """±0.5: not the binary values of Sign, so a layer must keep the float tensor."""
+
+        forward_fn = staticmethod(lambda x: tf.where(x >= 0, 0.5, -0.5))
+
+    assert ste.quantizers.Sign().binary_values == (-1.0, 1.0)
+    assert ste.quantizers.Heaviside().binary_values == (0.0, 1.0)
+    assert HalfSign().binary_values is None
+    layer = ste.layers.QuantDense(2, input_quantizer=HalfSign(), kernel_constraint="weight_clip", use_bias=False)
+    x = tf.constant([[0.3, -0.7, 1.5]])
+    layer(x)
+    with tf.GradientTape() as tape:
+        y = layer(x)
+    (gw,) = tape.gradient(y, layer.trainable_variables)
+    np.testing.assert_array_equal(gw.numpy(), np.repeat([[0.5], [-0.5], [0.5]], 2, axis=1))
