@@ -74,7 +74,9 @@ def _copy_metadata(target: object, fn: Callable[..., Any]) -> None:
             object.__setattr__(target, attribute, getattr(fn, attribute))
         except AttributeError:
             pass
-    object.__setattr__(target, "__wrapped__", fn)
+    # No ``__wrapped__``: tf.function traces an argument that has one as the object it wraps, so an op passed to a
+    # tf.function (``f(x, op)``, ``lambda x, op=op: op(x)``) would silently run its bare forward with the forward's
+    # own gradient. The signature is copied explicitly instead (``__signature__``).
 
 
 def _check_forward(fn: Any, where: str) -> None:
@@ -92,8 +94,6 @@ class Forward(Generic[P, R]):
     Attach a rule with :meth:`backward` or :meth:`backward_like` (both also work as decorators). Calling a
     ``Forward`` itself raises :class:`ste.MissingBackwardError`.
     """
-
-    __wrapped__: Callable[P, R]
 
     def __init__(self, fn: Callable[P, R]) -> None:
         _check_forward(fn, "ste.forward()")
@@ -160,8 +160,6 @@ class STEFunction(Generic[P, R]):
     when its functions have importable names; ``copy.copy`` and ``copy.deepcopy`` return the op itself, as for a
     function. See the "Saving and loading" page.
     """
-
-    __wrapped__: Callable[P, R]
 
     def __init__(self, fn: Callable[P, R], rule: Rule) -> None:
         _check_forward(fn, "STEFunction()")

@@ -316,3 +316,21 @@ def test_eager_function_and_xla_agree_inside_control_flow() -> None:
     y1 = np.round(y0) + x64
     grad = d(y1) * (d(y0) * d(x64) + 1) + 1
     np.testing.assert_allclose(results[0][1].numpy(), grad, rtol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_an_op_passed_to_a_tf_function_keeps_its_rule(jit: bool) -> None:
+    """An op given to a tf.function as an argument (or a lambda's default) is traced as the op, not its forward."""
+    op = ste.forward(tf.sign).backward("sigmoid_surrogate", beta=1.0)
+    by_argument = tf.function(lambda x, f: f(x), jit_compile=jit)
+    by_default = tf.function(lambda x, f=op: f(x), jit_compile=jit)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    sigma = 1 / (1 + np.exp(-x.astype(np.float64)))
+    expected = sigma * (1 - sigma)  # d/dx sigmoid(x): the surrogate's gradient, where tf.sign's own is 0
+    for call in (lambda t: by_argument(t, op), by_default):
+        t = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = call(t)
+        np.testing.assert_array_equal(y.numpy(), np.sign(x))
+        np.testing.assert_allclose(tape.gradient(y, t).numpy(), expected, rtol=1e-6)
