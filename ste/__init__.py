@@ -23,6 +23,7 @@ from . import (
     testing,
 )
 from ._bitmask import bit_masks, set_bit_masks
+from ._maskrule import mask_rule
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -89,6 +90,7 @@ __all__ = [
     "forward",
     "larq",
     "layers",
+    "mask_rule",
     "metrics",
     "optimizers",
     "plot",
