@@ -23,7 +23,6 @@ from . import (
     testing,
 )
 from ._bitmask import bit_masks, set_bit_masks
-from ._maskrule import mask_rule
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -47,6 +46,7 @@ from ._errors import (
     VariableAssignmentError,
 )
 from ._export import export_quantized_weights
+from ._maskrule import mask_rule
 from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary

@@ -35,8 +35,8 @@ import tensorflow as tf
 from ._bitmask import keep_bits, pack_bits, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
-from ._maskrule import declared_mask
 from ._gradients import InputSpec, check_gradients, input_spec
+from ._maskrule import declared_mask
 from .registry import Surrogate, get
 
 __all__ = [
