@@ -20,10 +20,9 @@ from tests.test_bit_masks import (  # noqa: F401  (the fixture applies here too)
     DTYPES,
     MODES,
     SIZES,
-    _bits,
     _grad_fn,
     _pack_small_eager_tensors,
-    _values,
+    lean_equals_plain,
 )
 
 _NUMPY = {tf.float16: np.float16, tf.bfloat16: ml_dtypes.bfloat16, tf.float32: np.float32, tf.float64: np.float64}
@@ -56,14 +55,7 @@ CASES: dict[str, tuple[Any, Any]] = {
 def test_quantizer_rules_keep_bits_with_bit_identical_gradients(dtype: tf.DType, mode: str) -> None:
     for name, (quantizer, formula) in CASES.items():
         for shape in SIZES:
-            x = _values(shape, dtype)
-            dy = tf.cast(tf.constant(np.linspace(-3.0, 3.0, x.shape.num_elements()).reshape(shape)), dtype)
-            with ste.bit_masks(True):
-                lean = _grad_fn(quantizer, mode)(x, dy)
-            with ste.bit_masks(False):
-                plain = _grad_fn(quantizer, mode)(x, dy)
-            assert lean.dtype == dtype
-            np.testing.assert_array_equal(_bits(lean), _bits(plain), err_msg=f"{name} {shape}")
+            x, dy, lean = lean_equals_plain(quantizer, shape, dtype, mode, name)
             x64, dy64 = np.asarray(tf.cast(x, tf.float64)), np.asarray(tf.cast(dy, tf.float64))
             expected = tf.cast(tf.constant(formula(x64, dy64, dtype), tf.float64), dtype)
             # values (XLA may turn dy·0 = −0 into +0, in the plain path alike); α = mean(|x|) is a reduction whose
