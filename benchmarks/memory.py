@@ -61,6 +61,12 @@ def _without_bit_masks(op: Op) -> Op:
     return plain
 
 
+def _channels(op: Op, channels: int) -> Op:
+    """``op`` applied to the flat input seen as ``[-1, channels]`` (a per-channel scale is then one per channel, not
+    one per element as on a rank-1 tensor); reshapes copy nothing."""
+    return lambda x: tf.reshape(op(tf.reshape(x, [-1, channels])), tf.shape(x))
+
+
 CHAINS: dict[str, Callable[[], Op]] = {
     "tf.identity": lambda: tf.identity,
     "ste identity(tf.identity), rule identity": lambda: ste.forward(tf.identity).backward("identity"),
@@ -74,6 +80,15 @@ CHAINS: dict[str, Callable[[], Op]] = {
     ),
     "ste sign, rule straight_through (keeps a bit mask)": lambda: ste.forward(sign).backward("straight_through"),
 }
+# Quantizers whose rules are hand-written with ste.mask_rule (issue 13): each with bit masks off and on.
+QUANTIZER_CHAINS: dict[str, Callable[[], Op]] = {
+    "DoReFa(bits=2) activations": lambda: ste.quantizers.DoReFa(bits=2),
+    "Uniform(bits=8)": lambda: ste.quantizers.Uniform(bits=8),
+    "MagnitudeAwareSign, 64 channels": lambda: _channels(ste.quantizers.MagnitudeAwareSign(), 64),
+}
+for _name, _make in QUANTIZER_CHAINS.items():
+    CHAINS[f"{_name}, bit masks off (keeps inputs)"] = lambda make=_make: _without_bit_masks(make())
+    CHAINS[f"{_name} (keeps a bit mask)"] = _make
 MASK_PLAIN = "ste sign, rule straight_through, bit masks off (keeps inputs)"
 MASK_LEAN = "ste sign, rule straight_through (keeps a bit mask)"
 REFERENCE = "tf.identity"
@@ -181,10 +196,16 @@ def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
         mode: rows[MASK_LEAN][mode]["allocator_peak"] / rows[MASK_PLAIN][mode]["allocator_peak"]
         for mode in ("eager", "function")
     }
+    quantizer_mask_ratio = {
+        name: rows[f"{name} (keeps a bit mask)"]["function"]["allocator_peak"]
+        / rows[f"{name}, bit masks off (keeps inputs)"]["function"]["allocator_peak"]
+        for name in QUANTIZER_CHAINS
+    }
     return {
         "size": size,
         "length": length,
         "mask_ratio": mask_ratio,
+        "quantizer_mask_ratio_function": quantizer_mask_ratio,
         "dtype": "float32",
         "unit": "multiples of the input tensor's size",
         "reference": REFERENCE,

@@ -46,6 +46,7 @@ from ._errors import (
     VariableAssignmentError,
 )
 from ._export import export_quantized_weights
+from ._maskrule import mask_rule
 from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary
@@ -89,6 +90,7 @@ __all__ = [
     "forward",
     "larq",
     "layers",
+    "mask_rule",
     "metrics",
     "optimizers",
     "plot",

@@ -82,7 +82,7 @@ def compile_op(
         rule.check_outputs(xs, result, label)
         multiple = not isinstance(result, tf.Tensor)
         specs = [input_spec(x) for x in xs]
-        saved = rule.saved_for_backward(xs) if rule.needs_inputs else None
+        saved = rule.saved_for_backward(xs, bound) if rule.needs_inputs else None
 
         def grad(*upstream: tf.Tensor) -> list[tf.Tensor | None]:
             dy = tf.nest.pack_sequence_as(result, list(upstream)) if multiple else upstream[0]

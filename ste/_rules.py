@@ -36,6 +36,7 @@ from ._bitmask import keep_bits, pack_bits, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
+from ._maskrule import declared_mask
 from .registry import Surrogate, get
 
 __all__ = [
@@ -97,9 +98,9 @@ class Rule(Protocol):
         """How the rule was attached: ``backward(sigmoid_surrogate(beta=1.0))``, ``backward_like(tanh)``."""
         ...
 
-    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+    def saved_for_backward(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Any:
         """What the op keeps for :meth:`gradients` (called only when :attr:`needs_inputs`): the inputs, or less
-        (a mask-only surrogate: a :class:`PackedMask`)."""
+        (a mask-only surrogate or a :func:`ste.mask_rule` rule: a :class:`PackedMask`)."""
         ...
 
     def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
@@ -186,13 +187,28 @@ def _check_same_shape(out: tf.Tensor, ref: tf.Tensor, what: str, op: str, situat
 
 
 class PackedMask(NamedTuple):
-    """What a mask-only surrogate keeps for the backward pass: its predicate, 1 bit per element, and the shape."""
+    """What a mask-only rule keeps for the backward pass: its predicate, 1 bit per element, and the shape."""
 
     bits: tf.Tensor  # uint8, ceil(size / 8) bytes (ste._bitmask.pack_bits)
-    shape: tf.Tensor  # int32 shape of the input
+    shape: tf.Tensor  # int32 shape of the mask
+    kept: tuple[tf.Tensor, ...] = ()  # other tensors a ste.mask_rule predicate returned, kept as they are
 
 
-def _keep_inputs(xs: Sequence[tf.Tensor]) -> Sequence[tf.Tensor]:
+def _packed(mask: tf.Tensor, kept: tuple[tf.Tensor, ...] = ()) -> PackedMask:
+    shape = tf.constant(mask.shape.as_list(), tf.int32) if mask.shape.is_fully_defined() else tf.shape(mask)
+    return PackedMask(pack_bits(mask), shape, kept)
+
+
+def _unpacked(dy: Any, packed: PackedMask) -> tf.Tensor:
+    """The boolean mask, unpacked only once the upstream gradient exists: without the dependency, TensorFlow's
+    executor runs the unpacking (which depends on forward tensors only) during the forward pass and keeps its
+    result alive."""
+    with tf.control_dependencies(tf.nest.flatten(dy)):
+        bits = tf.identity(packed.bits)
+    return unpack_bits(bits, packed.shape)
+
+
+def _keep_inputs(xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Sequence[tf.Tensor]:
     return xs
 
 
@@ -215,11 +231,10 @@ class SurrogateRule:
     def describe(self) -> str:
         return f"backward({self.surrogate!r})"
 
-    def saved_for_backward(self, xs: Sequence[tf.Tensor]) -> Any:
+    def saved_for_backward(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Any:
         x = xs[0]
         if self.surrogate.mask_only and keep_bits(x):
-            shape = tf.constant(x.shape.as_list(), tf.int32) if x.shape.is_fully_defined() else tf.shape(x)
-            return PackedMask(pack_bits(self.surrogate.mask(x)), shape)
+            return _packed(self.surrogate.mask(x))
         return xs
 
     def _fix(self) -> str:
@@ -258,11 +273,7 @@ class SurrogateRule:
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
         if isinstance(inputs, PackedMask):
-            # Unpack only once the upstream gradient exists: without the dependency, TensorFlow's executor runs the
-            # unpacking (which depends on forward tensors only) during the forward pass and keeps its result alive.
-            with tf.control_dependencies(tf.nest.flatten(dy)):
-                bits = tf.identity(inputs.bits)
-            return self.surrogate.vjp_from_mask(dy, unpack_bits(bits, inputs.shape), specs[0].dtype)
+            return self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), specs[0].dtype)
         constant = self.surrogate.constant_derivative
         if constant is None:
             assert inputs is not None
@@ -382,10 +393,29 @@ class CallableRule:
         self.fn = fn
         self.params = dict(params)
         self._accepted = accepted_keywords(fn)
+        self._mask = declared_mask(fn)  # ste.mask_rule(predicate): the rule reads its input only through it
+        self._mask_accepted = None if self._mask is None else accepted_keywords(self._mask)
 
     needs_inputs = True
     elementwise = False
-    saved_for_backward = staticmethod(_keep_inputs)
+
+    def _predicate(self, x: tf.Tensor, kwargs: Mapping[str, Any]) -> tuple[tf.Tensor, tuple[tf.Tensor, ...]]:
+        """The declared predicate's mask and kept tensors at ``x`` (a RuleError if the mask is not boolean)."""
+        assert self._mask is not None
+        out = self._mask(x, **_select({**self.params, **kwargs}, self._mask_accepted))
+        mask, *kept = out if isinstance(out, (tuple, list)) else (out,)
+        if not isinstance(mask, tf.Tensor) or mask.dtype != tf.bool:
+            raise RuleError(
+                f"ste.mask_rule({callable_name(self._mask)}) of the rule {callable_name(self.fn)}: the predicate "
+                f"must return a boolean tensor (or a tuple whose first element is one); it returned "
+                f"{getattr(mask, 'dtype', type(mask).__name__)!r}. Fix: return a comparison such as abs(x) <= 1."
+            )
+        return mask, tuple(kept)
+
+    def saved_for_backward(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Any:
+        if self._mask is not None and keep_bits(xs[0]):
+            return _packed(*self._predicate(xs[0], kwargs))
+        return xs
 
     @property
     def public(self) -> Callable[..., Any]:
@@ -409,8 +439,16 @@ class CallableRule:
             signature = inspect.signature(self.fn)
         except (TypeError, ValueError):
             return
+        if self._mask is not None and n_inputs != 1:
+            raise RuleError(
+                f"{op}: the rule {callable_name(self.fn)} is declared with ste.mask_rule, which serves an op of one "
+                f"positional input; this op has {n_inputs}. Fix: drop the declaration or give the op one input."
+            )
         try:
-            signature.bind(*range(n_inputs + 1), **self._keywords(kwargs))
+            if self._mask is None:
+                signature.bind(*range(n_inputs + 1), **self._keywords(kwargs))
+            else:  # rule(dy, mask, *kept, **hyperparams): the number of kept tensors is known once traced
+                signature.bind_partial(0, 0, **self._keywords(kwargs))
         except TypeError as error:
             shown = ", ".join(
                 ["dy", *(f"x{i}" for i in range(n_inputs)), *(f"{k}=..." for k in self._keywords(kwargs))]
@@ -428,7 +466,13 @@ class CallableRule:
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
         assert inputs is not None
-        return self.fn(dy, *inputs, **self._keywords(kwargs))
+        if self._mask is None:
+            return self.fn(dy, *inputs, **self._keywords(kwargs))
+        if isinstance(inputs, PackedMask):
+            mask, kept = _unpacked(dy, inputs), inputs.kept
+        else:  # bit masks off, or an eager tensor too small to pack: the predicate of the kept input
+            mask, kept = self._predicate(inputs[0], kwargs)
+        return self.fn(dy, mask, *kept, **self._keywords(kwargs))
 
     def rebuild(
         self,

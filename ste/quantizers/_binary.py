@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
+from .._maskrule import mask_rule
 from ..registry import Surrogate, SurrogateLike
 from ..registry import get as get_surrogate
 from ._base import Quantizer, as_tensor, check_number, register, resolve_surrogate
@@ -207,8 +208,18 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
     def _make_op(self) -> STEFunction[..., tf.Tensor]:
         surrogate = self.surrogate
 
-        def magnitude_aware_sign_vjp(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        def from_input(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
             return surrogate.vjp(dy * magnitude_scale(x), x)
 
-        magnitude_aware_sign_vjp.__name__ = f"scaled_{surrogate!r}"
-        return forward(magnitude_aware_sign).backward(magnitude_aware_sign_vjp)
+        def mask_and_scale(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            surrogate.check_dtype(x.dtype)
+            return surrogate.mask(x), magnitude_scale(x)
+
+        @mask_rule(mask_and_scale)
+        def from_mask(dy: tf.Tensor, mask: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+            return surrogate.vjp_from_mask(dy * scale, mask, scale.dtype)
+
+        # dy·α·d(x) with a mask-only surrogate needs only the mask and α: the op keeps those (bits, one α per channel)
+        rule = from_mask if surrogate.mask_only else from_input
+        rule.__name__ = f"scaled_{surrogate!r}"
+        return forward(magnitude_aware_sign).backward(rule)

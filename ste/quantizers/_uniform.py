@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
+from .._maskrule import mask_rule
 from ._base import Quantizer, as_tensor, check_bits, check_number, register
 
 __all__ = ["DoReFa", "Uniform"]
@@ -20,19 +21,20 @@ _UNSET: Any = object()
 _MODES = ("activations", "weights")
 
 
-def _inside(x: tf.Tensor, low: tf.Tensor | float, high: tf.Tensor | float) -> tf.Tensor:
-    return tf.cast((x >= low) & (x <= high), x.dtype)
-
-
 def dorefa_activations(x: tf.Tensor, *, bits: int) -> tf.Tensor:
     """round(n·clip(x, 0, 1))/n with n = 2^bits − 1 (round half to even)."""
     n = tf.constant(2**bits - 1, x.dtype)
     return tf.round(tf.clip_by_value(x, tf.zeros([], x.dtype), tf.ones([], x.dtype)) * n) / n
 
 
-def dorefa_activations_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
-    """dy·1[0 <= x <= 1]."""
-    return dy * _inside(x, 0.0, 1.0)
+def _in_unit_interval(x: tf.Tensor) -> tf.Tensor:
+    return (x >= 0.0) & (x <= 1.0)
+
+
+@mask_rule(_in_unit_interval)
+def dorefa_activations_vjp(dy: tf.Tensor, inside: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """dy·1[0 <= x <= 1], from the mask 0 <= x <= 1 (the op keeps it as bits, not x)."""
+    return dy * tf.cast(inside, dy.dtype)
 
 
 dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp)
@@ -127,9 +129,14 @@ def uniform(x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
     return lo + tf.round((tf.clip_by_value(x, lo, hi) - lo) / step) * step
 
 
-def uniform_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
-    """dy·1[low <= x <= high]."""
-    return dy * _inside(x, tf.constant(low, x.dtype), tf.constant(high, x.dtype))
+def _in_range(x: tf.Tensor, *, low: float, high: float) -> tf.Tensor:
+    return (x >= tf.constant(low, x.dtype)) & (x <= tf.constant(high, x.dtype))
+
+
+@mask_rule(_in_range)
+def uniform_vjp(dy: tf.Tensor, inside: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
+    """dy·1[low <= x <= high], from the mask low <= x <= high (the op keeps it as bits, not x)."""
+    return dy * tf.cast(inside, dy.dtype)
 
 
 uniform_op = forward(uniform).backward(uniform_vjp)
