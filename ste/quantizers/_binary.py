@@ -211,4 +211,5 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
             return surrogate.vjp(dy * magnitude_scale(x), x)
 
         magnitude_aware_sign_vjp.__name__ = f"scaled_{surrogate!r}"
-        return forward(magnitude_aware_sign).backward(magnitude_aware_sign_vjp)
+        # dy·α·d(x) is elementwise in x (α held constant): the same formula is the JVP of a tangent.
+        return forward(magnitude_aware_sign).backward(magnitude_aware_sign_vjp, jvp=magnitude_aware_sign_vjp)

@@ -62,7 +62,25 @@ def lsq_vjp(
     return dx, ds
 
 
-lsq_op = forward(lsq).backward(lsq_vjp)
+def lsq_jvp(
+    tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1
+) -> tf.Tensor:
+    """The JVP of :func:`lsq_vjp`'s derivative: 1[inside]·t_x + (round(x/s) − x/s inside, −Q_N, Q_P)·g·t_s."""
+    tx, ts = tangents
+    s = tf.cast(step, x.dtype)
+    v = x / s
+    below = v <= -q_n
+    above = v >= q_p
+    inside = tf.logical_not(below | above)
+    wide = _wide(x.dtype)
+    vw = tf.cast(v, wide)
+    ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
+    scale = tf.math.rsqrt(tf.cast(tf.size(x), wide) * replicas * q_p)
+    dt_s = tf.cast(ds_each * scale * tf.cast(ts, wide), x.dtype)
+    return tf.cast(tx, x.dtype) * tf.cast(inside, x.dtype) + dt_s
+
+
+lsq_op = forward(lsq).backward(lsq_vjp, jvp=lsq_jvp)
 
 
 def _replicas_in_sync() -> int:
@@ -183,7 +201,15 @@ def pact_vjp(dy: tf.Tensor, x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tup
     return dx, dalpha
 
 
-pact_op = forward(pact).backward(pact_vjp)
+def pact_jvp(tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """The JVP of :func:`pact_vjp`'s derivative: 1[0 <= x <= α]·t_x + 1[x >= α]·t_α."""
+    tx, ta = tangents
+    a = tf.cast(alpha, x.dtype)
+    inside = tf.cast((x >= 0) & (x <= a), x.dtype)
+    return tf.cast(tx, x.dtype) * inside + tf.cast(x >= a, x.dtype) * tf.cast(ta, x.dtype)
+
+
+pact_op = forward(pact).backward(pact_vjp, jvp=pact_jvp)
 
 
 @keras.saving.register_keras_serializable(package="ste")

@@ -35,7 +35,8 @@ def dorefa_activations_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tens
     return dy * _inside(x, 0.0, 1.0)
 
 
-dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp)
+# Elementwise rules: the Jacobian is diagonal, so the JVP is the VJP formula applied to the tangent.
+dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp, jvp=dorefa_activations_vjp)
 
 
 def _tanh_and_max(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -59,7 +60,7 @@ def dorefa_weights_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
     return dy * (sech * sech) / m
 
 
-dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp)
+dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp, jvp=dorefa_weights_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -132,7 +133,7 @@ def uniform_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int, low: float, high: flo
     return dy * _inside(x, tf.constant(low, x.dtype), tf.constant(high, x.dtype))
 
 
-uniform_op = forward(uniform).backward(uniform_vjp)
+uniform_op = forward(uniform).backward(uniform_vjp, jvp=uniform_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
