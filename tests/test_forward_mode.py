@@ -330,3 +330,24 @@ def test_declared_jvp_misuse_is_a_rule_error() -> None:
     with pytest.raises(ste.RuleError, match="returned 2 tangent"):
         with tf.autodiff.ForwardAccumulator(x, tf.constant(T64)):
             wrong(x, x)
+
+
+def test_a_declared_jvp_also_serves_vectorized_map() -> None:
+    """Inside tf.vectorized_map the rebuilt op's own gradient is the declared JVP's transpose: the VJP (as map_fn)."""
+    op = ste.forward(_signed_product).backward(_clipped_vjp, jvp=_clipped_jvp)
+    x, b = tf.constant(X64), tf.constant(X64[::-1] + 0.5)
+
+    def grads(pair: tuple[tf.Tensor, tf.Tensor]) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(pair)
+            y = op(*pair)
+        return tape.gradient(y, list(pair), output_gradients=tf.ones_like(y))
+
+    vectorized, mapped = (
+        tf.vectorized_map(grads, (x, b)),
+        tf.map_fn(grads, (x, b), fn_output_signature=[tf.float64] * 2),
+    )
+    np.testing.assert_array_equal(vectorized[0].numpy(), (np.abs(X64) <= 1.0) * b.numpy())
+    np.testing.assert_array_equal(vectorized[1].numpy(), np.where(X64 >= 0, 1.0, -1.0))
+    for got, want in zip(vectorized, mapped):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
