@@ -47,26 +47,15 @@ def lsq_vjp(
     N = size(x)·``replicas``: x is one of ``replicas`` equal shards of the global batch whose step gradients the
     distribution strategy sums, so the scale is the one a single device computes for the whole batch.
     """
-    s = tf.cast(step, x.dtype)
-    v = x / s
-    below = v <= -q_n
-    above = v >= q_p
-    inside = tf.logical_not(below | above)
-    dx = dy * tf.cast(inside, x.dtype)
-    wide = _wide(x.dtype)
-    vw = tf.cast(v, wide)
-    ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
-    n = tf.cast(tf.size(x), wide) * replicas
-    scale = tf.math.rsqrt(n * q_p)
-    ds = _sum_to(tf.cast(dy, wide) * ds_each * scale, step)
+    inside, ds_each = _lsq_derivatives(x, step, q_n, q_p, replicas)
+    dx = dy * inside
+    ds = _sum_to(tf.cast(dy, ds_each.dtype) * ds_each, step)
     return dx, ds
 
 
-def lsq_jvp(
-    tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1
-) -> tf.Tensor:
-    """The JVP of :func:`lsq_vjp`'s derivative: 1[inside]·t_x + (round(x/s) − x/s inside, −Q_N, Q_P)·g·t_s."""
-    tx, ts = tangents
+def _lsq_derivatives(x: tf.Tensor, step: tf.Tensor, q_n: int, q_p: int, replicas: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(∂y/∂x = 1[−Q_N < x/s < Q_P] in x's dtype, each element's ∂y/∂s including the gradient scale, in at least
+    float32)."""
     s = tf.cast(step, x.dtype)
     v = x / s
     below = v <= -q_n
@@ -76,8 +65,16 @@ def lsq_jvp(
     vw = tf.cast(v, wide)
     ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
     scale = tf.math.rsqrt(tf.cast(tf.size(x), wide) * replicas * q_p)
-    dt_s = tf.cast(ds_each * scale * tf.cast(ts, wide), x.dtype)
-    return tf.cast(tx, x.dtype) * tf.cast(inside, x.dtype) + dt_s
+    return tf.cast(inside, x.dtype), ds_each * scale
+
+
+def lsq_jvp(
+    tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1
+) -> tf.Tensor:
+    """The JVP of :func:`lsq_vjp`'s derivative: 1[inside]·t_x + (round(x/s) − x/s inside, −Q_N, Q_P)·g·t_s."""
+    tx, ts = tangents
+    inside, ds_each = _lsq_derivatives(x, step, q_n, q_p, replicas)
+    return tf.cast(tx, x.dtype) * inside + tf.cast(ds_each * tf.cast(ts, ds_each.dtype), x.dtype)
 
 
 lsq_op = forward(lsq).backward(lsq_vjp, jvp=lsq_jvp)
