@@ -106,14 +106,17 @@ class Forward(Generic[P, R]):
         fn: Callable[P, R] = self._fn  # type: ignore[attr-defined]
         return fn
 
-    def backward(self, rule: RuleLike, /, **params: Any) -> STEFunction[P, R]:
+    def backward(self, rule: RuleLike, /, *, jvp: Callable[..., Any] | None = None, **params: Any) -> STEFunction[P, R]:
         """Attach a backward rule; returns a new :class:`STEFunction`.
 
         ``rule`` is a registry name or spec string (``"straight_through"``, ``"sigmoid_surrogate(beta=4)"``), a
         :class:`ste.registry.Surrogate`, or a VJP function ``rule(dy, *inputs, **hyperparams)``. ``params`` are
         bound to the rule (a surrogate's hyperparameters, or extra keywords for a function). Works as a decorator.
+        ``jvp`` (a VJP function only) declares the same derivative for forward mode: ``jvp(t, *inputs,
+        **hyperparams)`` (``t`` a tuple of one tangent per input when there are several) returns the output tangent;
+        without it forward-mode autodiff raises :class:`ste.RuleError`.
         """
-        made = STEFunction(self.forward_fn, make_rule(rule, params))
+        made = STEFunction(self.forward_fn, make_rule(rule, params, jvp))
         if inspect.isfunction(rule):  # perhaps decorated: remember its name for the MissingBackwardError
             object.__setattr__(self, "_attached", callable_name(rule))
         return made
@@ -186,9 +189,9 @@ class STEFunction(Generic[P, R]):
         """The backward rule: a :class:`ste.registry.Surrogate`, the rule function, or ``g`` of ``backward_like``."""
         return self._rule.public  # type: ignore[attr-defined]
 
-    def backward(self, rule: RuleLike, /, **params: Any) -> STEFunction[P, R]:
+    def backward(self, rule: RuleLike, /, *, jvp: Callable[..., Any] | None = None, **params: Any) -> STEFunction[P, R]:
         """A new op with the same forward and another rule (see :meth:`Forward.backward`)."""
-        return STEFunction(self.forward_fn, make_rule(rule, params))
+        return STEFunction(self.forward_fn, make_rule(rule, params, jvp))
 
     def backward_like(self, g: Callable[..., Any], /) -> STEFunction[P, R]:
         """A new op with the same forward whose gradient is that of ``g`` (see :meth:`Forward.backward_like`)."""
@@ -307,9 +310,11 @@ def forward(fn: Callable[P, R], /) -> Forward[P, R]:
     return Forward(fn)
 
 
-def backward(rule: RuleLike, /, **params: Any) -> Callable[[Callable[P, R]], STEFunction[P, R]]:
+def backward(
+    rule: RuleLike, /, *, jvp: Callable[..., Any] | None = None, **params: Any
+) -> Callable[[Callable[P, R]], STEFunction[P, R]]:
     """Decorator: ``@ste.backward("straight_through")`` turns a plain forward function into an op with that rule."""
-    made = make_rule(rule, params)
+    made = make_rule(rule, params, jvp)
 
     def decorate(fn: Callable[P, R]) -> STEFunction[P, R]:
         return STEFunction(fn, made)

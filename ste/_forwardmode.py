@@ -12,7 +12,8 @@ An ``ste`` op therefore asks, when it is called (eagerly) or traced, whether an 
 for any of its inputs (``TFE_Py_PackJVPs``, what TensorFlow's own function calls use; a C call costing well under a
 microsecond). Then the compiler asks the rule to rebuild the op from ordinary differentiable ops
 (:meth:`ste._rules.Rule.rebuild`), whose JVP is the documented one: ``d(x)·t`` for a registry surrogate, the JVP
-of ``g`` for ``backward_like(g)``; a hand-written VJP raises :class:`ste.RuleError`. The rebuilt op has the same
+of ``g`` for ``backward_like(g)``, the declared ``jvp=`` of a hand-written VJP; one without raises
+:class:`ste.RuleError`. The rebuilt op has the same
 reverse-mode gradient, so a ``GradientTape`` inside or outside the accumulator (Hessian-vector products) still
 gets the rule. Without an accumulator nothing changes.
 
@@ -53,7 +54,8 @@ FORWARD_MODE = Situation(
     why="TensorFlow's forward mode ignores custom gradients",
     fix=(
         "a hand-written rule defines only a vector-Jacobian product, not the Jacobian-vector product forward mode "
-        "needs. Use a registry surrogate (JVP d(x)·t) or .backward_like(g) (the JVP of g), or compute the "
-        "derivative in reverse mode with tf.GradientTape."
+        "needs. Declare it, .backward(rule, jvp=jvp) with jvp(t, *inputs) returning the output tangent; or use "
+        "a registry surrogate (JVP d(x)·t) or .backward_like(g) (the JVP of g), or compute the derivative in "
+        "reverse mode with tf.GradientTape."
     ),
 )

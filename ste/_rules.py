@@ -17,7 +17,10 @@ gradients (``tf.vectorized_map`` and forward-mode autodiff)::
   ``vjp`` of the zero-valued tangent ``x − stop_gradient(x)`` (so entries that override ``vjp`` keep their formula):
   its VJP is ``dy·d(x)`` and its JVP ``d(x)·t``.
 * ``backward_like(g)``: ``term = g(x) − stop_gradient(g(x))``: autodiff of ``g`` in either direction.
-* a hand-written VJP has no such form (and no JVP): :class:`ste.RuleError`, naming the situation and the fix.
+* a hand-written VJP with a declared JVP (``.backward(vjp, jvp=jvp)``):
+  ``term = jvp(x − stop_gradient(x), …, stop_gradient(x), …)``, linear in the zero-valued tangents, so its JVP is
+  the declared one; its reverse-mode gradient is the VJP rule itself.
+* a hand-written VJP without one: :class:`ste.RuleError`, naming the situation and the fix.
 
 Where ``x`` (or ``g(x)``) is ±inf or NaN, ``x − stop_gradient(x)`` would be NaN, so those elements are masked with
 ``tf.where``: the forward value stays exactly ``f(x)`` and their derivative is 0.
@@ -74,6 +77,7 @@ class RuleParts(NamedTuple):
     kind: str
     rule: Any  # the Surrogate, g, or the rule function
     params: dict[str, Any]  # hyperparameters bound by .backward(fn, **params) (a function rule only)
+    jvp: Any = None  # the JVP declared by .backward(fn, jvp=...) (a function rule only)
 
 
 class Rule(Protocol):
@@ -386,15 +390,24 @@ def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) ->
 class CallableRule:
     """A user-written VJP ``rule(dy, *inputs, **hyperparams)``."""
 
-    def __init__(self, fn: Callable[..., Any], params: Mapping[str, Any]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], params: Mapping[str, Any], jvp: Callable[..., Any] | None = None
+    ) -> None:
         if not callable(fn):
             raise RuleError(f"a backward rule must be callable; received {type(fn).__name__} {fn!r}.")
         _refuse_value_function(fn, params)
+        if jvp is not None and not callable(jvp):
+            raise RuleError(
+                f".backward({callable_name(fn)}, jvp=...): jvp must be a function jvp(tangents, *inputs) returning "
+                f"the output tangent (the Jacobian-vector product); received {type(jvp).__name__} {jvp!r}."
+            )
         self.fn = fn
         self.params = dict(params)
+        self.jvp = jvp
         self._accepted = accepted_keywords(fn)
         self._mask = declared_mask(fn)  # ste.mask_rule(predicate): the rule reads its input only through it
         self._mask_accepted = None if self._mask is None else accepted_keywords(self._mask)
+        self._jvp_accepted = None if jvp is None else accepted_keywords(jvp)
 
     needs_inputs = True
     elementwise = False
@@ -423,7 +436,8 @@ class CallableRule:
 
     def describe(self) -> str:
         extra = format_params(self.params)
-        return f"backward({callable_name(self.fn)}{', ' + extra if extra else ''})"
+        declared = f", jvp={callable_name(self.jvp)}" if self.jvp is not None else ""
+        return f"backward({callable_name(self.fn)}{declared}{', ' + extra if extra else ''})"
 
     def _keywords(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.params, **_select(kwargs, self._accepted)}
@@ -482,14 +496,50 @@ class CallableRule:
         op: str,
         situation: Situation,
     ) -> Any:
-        raise RuleError(
-            f"{op}: called {situation.where}. {situation.why}, and the hand-written rule "
-            f"{callable_name(self.fn)} is a vector-Jacobian product that cannot be rebuilt from ordinary ops, so "
-            f"the result would be silently wrong. Fix: {situation.fix}"
-        )
+        jvp = self.jvp
+        if jvp is None:
+            raise RuleError(
+                f"{op}: called {situation.where}. {situation.why}, and the hand-written rule "
+                f"{callable_name(self.fn)} is a vector-Jacobian product that cannot be rebuilt from ordinary ops, "
+                f"so the result would be silently wrong. Fix: {situation.fix}"
+            )
+        result = forward_fn(*(tf.stop_gradient(x) for x in xs), **kwargs)
+        flat_result = tf.nest.flatten(result)
+        specs = [input_spec(x) for x in xs]
+        keywords = {**self.params, **_select(kwargs, self._jvp_accepted)}
+        name = callable_name(jvp)
+
+        # As for a surrogate: the declared JVP of zero-valued tangents at the held inputs is the term whose forward
+        # derivative is jvp(t); the reverse-mode gradient is the VJP rule itself (custom gradient).
+        @tf.custom_gradient  # type: ignore[untyped-decorator]
+        def rebuilt(*live: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
+            tangents = [_zero_tangent(x)[0] for x in live]
+            held = [tf.stop_gradient(x) for x in live]
+            term = jvp(tangents[0] if len(live) == 1 else tuple(tangents), *held, **keywords)
+            flat_term = tf.nest.flatten(term)
+            if len(flat_term) != len(flat_result):
+                raise RuleError(
+                    f"{op}: the declared jvp {name} returned {len(flat_term)} tangent(s); the forward returns "
+                    f"{len(flat_result)} output(s). A jvp returns one tangent per output, in the forward's structure."
+                )
+            outputs = []
+            for index, (out, tan) in enumerate(zip(flat_result, flat_term)):
+                _check_same_shape(out, tan, f"output tangent {index} of the declared jvp {name}", op, situation)
+                outputs.append(tf.stop_gradient(out) + tf.cast(_exact_zero(tan), out.dtype))
+
+            def grad(*upstream: tf.Tensor, variables: Sequence[tf.Variable] | None = None) -> Any:
+                dy = tf.nest.pack_sequence_as(result, list(upstream))
+                grads = check_gradients(self.gradients(dy, live, specs, kwargs), specs, op)
+                if variables is None:
+                    return grads
+                return grads, [None] * len(variables)  # hyperparameter variables get no gradient, as in the op
+
+            return tf.nest.pack_sequence_as(result, outputs), grad
+
+        return rebuilt(*xs)
 
     def parts(self) -> RuleParts:
-        return RuleParts("function", self.fn, dict(self.params))
+        return RuleParts("function", self.fn, dict(self.params), self.jvp)
 
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
         return None
@@ -589,12 +639,17 @@ class LikeRule:
         return Reference(lambda *xs: g(*xs, **chosen), f"the autodiff gradient of {callable_name(g)}", False)
 
 
-def make_rule(rule: Any, params: Mapping[str, Any]) -> Rule:
-    """Normalise what ``.backward(rule, **params)`` received."""
+def make_rule(rule: Any, params: Mapping[str, Any], jvp: Callable[..., Any] | None = None) -> Rule:
+    """Normalise what ``.backward(rule, jvp=jvp, **params)`` received."""
     if isinstance(rule, (str, Surrogate, Mapping)) or (isinstance(rule, type) and issubclass(rule, Surrogate)):
+        if jvp is not None:
+            raise RuleError(
+                f".backward({rule!r}, jvp=...): a registry surrogate has its JVP already (d(x)·t); jvp= is for a "
+                f"hand-written VJP function. Fix: drop jvp=."
+            )
         return SurrogateRule(get(rule, **params))
     if callable(rule):
-        return CallableRule(rule, params)
+        return CallableRule(rule, params, jvp)
     raise RuleError(
         f".backward() takes a registry name or spec string ('straight_through', 'sigmoid_surrogate(beta=4)'), a "
         f"ste.registry.Surrogate, or a function rule(dy, *inputs); received {type(rule).__name__} {rule!r}."

@@ -224,6 +224,12 @@ def _rule_parts(op: Any) -> tuple[str, Any, dict[str, Any]]:
     return parts.kind, parts.rule, parts.params
 
 
+def _declared_jvp(op: Any) -> Any:
+    """The JVP declared with ``.backward(fn, jvp=...)``, or None."""
+    parts: RuleParts = op._rule.parts()
+    return parts.jvp
+
+
 def op_config(op: Any) -> dict[str, Any]:
     """``STEFunction.get_config``: names of the forward function and the rule, JSON-serializable."""
     kind, rule, params = _rule_parts(op)
@@ -237,16 +243,18 @@ def op_config(op: Any) -> dict[str, Any]:
             "function": function_config(rule, "backward rule", op),
             "params": keras.saving.serialize_keras_object(params),
         }
+        if _declared_jvp(op) is not None:
+            rule_config["jvp"] = function_config(_declared_jvp(op), "declared jvp", op)
     return {"forward": function_config(op.forward_fn, "forward function", op), "rule": rule_config}
 
 
-def rebuild_op(fn: Any, kind: str, rule: Any, params: Mapping[str, Any]) -> Any:
+def rebuild_op(fn: Any, kind: str, rule: Any, params: Mapping[str, Any], jvp: Any = None) -> Any:
     """The op ``forward(fn)`` with the rule of ``kind`` (the inverse of :func:`op_reduce`)."""
     from ._dsl import forward
 
     if kind == "like":
         return forward(fn).backward_like(rule)
-    return forward(fn).backward(rule, **params)
+    return forward(fn).backward(rule, jvp=jvp, **params)
 
 
 def op_from_config(config: Any) -> Any:
@@ -264,7 +272,9 @@ def op_from_config(config: Any) -> Any:
         return rebuild_op(fn, "like", function_from_config(rule_config["like"], "function g"), {})
     if "function" in rule_config:
         params = keras.saving.deserialize_keras_object(rule_config.get("params") or {})
-        return rebuild_op(fn, "function", function_from_config(rule_config["function"], "backward rule"), params)
+        declared = rule_config.get("jvp")
+        jvp = None if declared is None else function_from_config(declared, "declared jvp")
+        return rebuild_op(fn, "function", function_from_config(rule_config["function"], "backward rule"), params, jvp)
     raise SerializationError(
         f"an ste op config's rule must hold 'surrogate', 'like' or 'function'; received {rule_config!r}."
     )
@@ -300,7 +310,11 @@ def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
         _check_picklable(rule, "backward rule" if kind == "function" else "function g", op)
     if params:
         _check_picklable(params, "bound hyperparameters", op)
-    return rebuild_op, (op.forward_fn, kind, rule, params)
+    jvp = _declared_jvp(op)
+    if jvp is None:
+        return rebuild_op, (op.forward_fn, kind, rule, params)
+    _check_picklable(jvp, "declared jvp", op)
+    return rebuild_op, (op.forward_fn, kind, rule, params, jvp)
 
 
 # -- saving: fail before the file is opened ----------------------------------------------------------------------

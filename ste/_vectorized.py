@@ -63,6 +63,6 @@ VECTORIZED_MAP = Situation(
     why="TensorFlow drops custom gradients there",
     fix=(
         "use tf.map_fn instead of tf.vectorized_map, or a registry surrogate / .backward_like(g) rule, which ste "
-        "rebuilds exactly inside tf.vectorized_map."
+        "rebuilds exactly inside tf.vectorized_map, or declare the rule's JVP: .backward(rule, jvp=jvp)."
     ),
 )

@@ -222,4 +222,5 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
         # dy·α·d(x) with a mask-only surrogate needs only the mask and α: the op keeps those (bits, one α per channel)
         rule = from_mask if surrogate.mask_only else from_input
         rule.__name__ = f"scaled_{surrogate!r}"
-        return forward(magnitude_aware_sign).backward(rule)
+        # dy·α·d(x) is elementwise in x (α held constant): the same formula of the input is the JVP of a tangent.
+        return forward(magnitude_aware_sign).backward(rule, jvp=from_input)

@@ -47,22 +47,37 @@ def lsq_vjp(
     N = size(x)·``replicas``: x is one of ``replicas`` equal shards of the global batch whose step gradients the
     distribution strategy sums, so the scale is the one a single device computes for the whole batch.
     """
+    inside, ds_each = _lsq_derivatives(x, step, q_n, q_p, replicas)
+    dx = dy * inside
+    ds = _sum_to(tf.cast(dy, ds_each.dtype) * ds_each, step)
+    return dx, ds
+
+
+def _lsq_derivatives(x: tf.Tensor, step: tf.Tensor, q_n: int, q_p: int, replicas: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(∂y/∂x = 1[−Q_N < x/s < Q_P] in x's dtype, each element's ∂y/∂s including the gradient scale, in at least
+    float32)."""
     s = tf.cast(step, x.dtype)
     v = x / s
     below = v <= -q_n
     above = v >= q_p
     inside = tf.logical_not(below | above)
-    dx = dy * tf.cast(inside, x.dtype)
     wide = _wide(x.dtype)
     vw = tf.cast(v, wide)
     ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
-    n = tf.cast(tf.size(x), wide) * replicas
-    scale = tf.math.rsqrt(n * q_p)
-    ds = _sum_to(tf.cast(dy, wide) * ds_each * scale, step)
-    return dx, ds
+    scale = tf.math.rsqrt(tf.cast(tf.size(x), wide) * replicas * q_p)
+    return tf.cast(inside, x.dtype), ds_each * scale
 
 
-lsq_op = forward(lsq).backward(lsq_vjp)
+def lsq_jvp(
+    tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1
+) -> tf.Tensor:
+    """The JVP of :func:`lsq_vjp`'s derivative: 1[inside]·t_x + (round(x/s) − x/s inside, −Q_N, Q_P)·g·t_s."""
+    tx, ts = tangents
+    inside, ds_each = _lsq_derivatives(x, step, q_n, q_p, replicas)
+    return tf.cast(tx, x.dtype) * inside + tf.cast(ds_each * tf.cast(ts, ds_each.dtype), x.dtype)
+
+
+lsq_op = forward(lsq).backward(lsq_vjp, jvp=lsq_jvp)
 
 
 def _replicas_in_sync() -> int:
@@ -183,7 +198,15 @@ def pact_vjp(dy: tf.Tensor, x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tup
     return dx, dalpha
 
 
-pact_op = forward(pact).backward(pact_vjp)
+def pact_jvp(tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """The JVP of :func:`pact_vjp`'s derivative: 1[0 <= x <= α]·t_x + 1[x >= α]·t_α."""
+    tx, ta = tangents
+    a = tf.cast(alpha, x.dtype)
+    inside = tf.cast((x >= 0) & (x <= a), x.dtype)
+    return tf.cast(tx, x.dtype) * inside + tf.cast(x >= a, x.dtype) * tf.cast(ta, x.dtype)
+
+
+pact_op = forward(pact).backward(pact_vjp, jvp=pact_jvp)
 
 
 @keras.saving.register_keras_serializable(package="ste")

@@ -37,7 +37,12 @@ def dorefa_activations_vjp(dy: tf.Tensor, inside: tf.Tensor, *, bits: int) -> tf
     return dy * tf.cast(inside, dy.dtype)
 
 
-dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp)
+def dorefa_activations_jvp(t: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
+    """t·1[0 <= x <= 1]: the Jacobian is diagonal, so the JVP is the VJP's formula applied to the tangent."""
+    return t * tf.cast(_in_unit_interval(x), t.dtype)
+
+
+dorefa_activations_op = forward(dorefa_activations).backward(dorefa_activations_vjp, jvp=dorefa_activations_jvp)
 
 
 def _tanh_and_max(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -61,7 +66,7 @@ def dorefa_weights_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
     return dy * (sech * sech) / m
 
 
-dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp)
+dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp, jvp=dorefa_weights_vjp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -139,7 +144,12 @@ def uniform_vjp(dy: tf.Tensor, inside: tf.Tensor, *, bits: int, low: float, high
     return dy * tf.cast(inside, dy.dtype)
 
 
-uniform_op = forward(uniform).backward(uniform_vjp)
+def uniform_jvp(t: tf.Tensor, x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
+    """t·1[low <= x <= high] (diagonal Jacobian). The VJP reads a mask, so the JVP evaluates the predicate on x."""
+    return t * tf.cast(_in_range(x, low=low, high=high), t.dtype)
+
+
+uniform_op = forward(uniform).backward(uniform_vjp, jvp=uniform_jvp)
 
 
 @keras.saving.register_keras_serializable(package="ste")
