@@ -19,9 +19,7 @@ without and with ``jit_compile=True``. The larq side (``--larq-venv``) runs ``be
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ import tensorflow as tf
 import ste
 
 from ._bireal import build, peak_step_bytes, train_step
+from ._subprocess import result_of
 from ._timing import alternate, load_average, summarize
 
 __all__ = ["VARIANTS", "run"]
@@ -64,17 +63,7 @@ def _larq(venv: str, batch: int, blocks: int, width: int, size: int, rounds: int
     script = Path(__file__).with_name("larq_net.py")
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH="")
     args = [str(a) for a in (batch, blocks, width, size, rounds)]
-    done = subprocess.run(
-        [str(Path(venv) / "bin" / "python"), str(script), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=1800,
-    )
-    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    result: dict[str, Any] = json.loads(line[len("RESULT ") :])
-    return result
+    return result_of([str(Path(venv) / "bin" / "python"), str(script), *args], env=env, timeout=1800)
 
 
 def run(

@@ -21,9 +21,7 @@ the resident set. (``ru_maxrss`` is no use here: a child process inherits its pa
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +30,7 @@ import tensorflow as tf
 
 import ste
 
+from ._subprocess import result_of
 from ._variants import sign
 
 __all__ = ["CHAINS", "run"]
@@ -162,18 +161,7 @@ def _child(name: str, mode: str, size: int, length: int) -> dict[str, float]:
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    done = subprocess.run(
-        [sys.executable, "-c", code, name, mode, str(size), str(length)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        check=True,
-        timeout=600,
-    )
-    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    result: dict[str, float] = json.loads(line[len("RESULT ") :])
-    return result
+    return result_of([sys.executable, "-c", code, name, mode, str(size), str(length)], env=env, timeout=600, cwd=root)
 
 
 def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
