@@ -36,7 +36,6 @@ RuleLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any], Callable[
 
 _CACHE_LIMIT = 64
 F = TypeVar("F", bound=Callable[..., Any])
-# AutoGraph need not convert the library's own code (it is plain Python around TensorFlow ops).
 _do_not_convert: Callable[[F], F] = tf.autograph.experimental.do_not_convert
 
 
@@ -278,8 +277,15 @@ class STEFunction(Generic[P, R]):
                 raise
             raise RuleError(f"{error}{hint}") from None
 
-    @_do_not_convert
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        # AutoGraph must not convert the library's own code (plain Python around TensorFlow ops). While a function
+        # is traced the call goes through tf.autograph.experimental.do_not_convert; eagerly there is nothing to
+        # convert, and that wrapper's context switch would cost more than this test.
+        if tf.executing_eagerly():
+            return self._call(args, kwargs)
+        return self._traced_call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         tensors: Sequence[Any] = args
         numbers: list[int] = []
         for value in args:
@@ -294,6 +300,8 @@ class STEFunction(Generic[P, R]):
         compiled = self._compiled(len(tensors), kwargs, numbers)
         result: R = compiled(*tensors)
         return result
+
+    _traced_call = _do_not_convert(_call)
 
     def _input_tensors(self, args: Sequence[Any]) -> tuple[list[tf.Tensor], list[int]]:
         """The positional inputs as floating tensors, and the positions of Python numbers after the first."""
