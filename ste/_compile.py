@@ -23,7 +23,7 @@ import tensorflow as tf
 from ._errors import CallError, InputError
 from ._forwardmode import FORWARD_MODE, under_forward_accumulator
 from ._gradients import check_gradients, input_spec
-from ._rules import Rule
+from ._rules import Rule, after_kept
 from ._vectorized import VECTORIZED_MAP, in_vectorized_map
 
 __all__ = ["compile_op"]
@@ -84,13 +84,15 @@ def compile_op(
     needs_inputs = rule.needs_inputs  # fixed for a rule: read once, not on every call
 
     def op(*xs: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
-        result = forward_fn(*xs, **bound)
+        # What the backward keeps first: the forward then reads its inputs only once a packed mask exists (see
+        # ste._rules.after_kept), so that a chain of ops never holds more than one input waiting for its mask.
+        saved = rule.saved_for_backward(xs, bound) if needs_inputs else None
+        result = forward_fn(*after_kept(xs, saved), **bound)
         if not (isinstance(result, tf.Tensor) and result.dtype.is_floating):  # one floating tensor passes at once
             _check_outputs(result, label)
         rule.check_outputs(xs, result, label)
         multiple = not isinstance(result, tf.Tensor)
         specs = [input_spec(x) for x in xs]
-        saved = rule.saved_for_backward(xs, bound) if needs_inputs else None
 
         def grad(*upstream: tf.Tensor) -> list[tf.Tensor | None]:
             dy = tf.nest.pack_sequence_as(result, list(upstream)) if multiple else upstream[0]

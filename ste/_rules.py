@@ -51,6 +51,7 @@ __all__ = [
     "Situation",
     "SurrogateRule",
     "accepted_keywords",
+    "after_kept",
     "make_rule",
 ]
 
@@ -210,6 +211,21 @@ def _unpacked(dy: Any, packed: PackedMask) -> tf.Tensor:
     with tf.control_dependencies(tf.nest.flatten(dy)):
         bits = tf.identity(packed.bits)
     return unpack_bits(bits, packed.shape)
+
+
+def after_kept(xs: Sequence[tf.Tensor], saved: Any) -> Sequence[tf.Tensor]:
+    """The op's inputs as its forward function should read them: in a graph, once ``saved`` holds a packed mask,
+    through identities that wait for the packing (no copy).
+
+    TensorFlow's executor runs independent ops in any order, so without the wait a chain of ops can run its forward
+    functions ahead of their masks' packing and hold every input still waiting to be packed (a 50-op chain peaked
+    anywhere between 6 and 27 input sizes). With it each op computes its mask, then its forward, and an input is
+    released as soon as both have read it.
+    """
+    if not isinstance(saved, PackedMask) or tf.executing_eagerly():
+        return xs
+    with tf.control_dependencies([saved.bits]):
+        return [tf.identity(x) for x in xs]
 
 
 def _keep_inputs(xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Sequence[tf.Tensor]:
