@@ -78,7 +78,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "target": f"eager latency ({call.replace('_', '+')}) ≤ {EAGER_LIMITS[call]}×",
-                    "measured": f"{ratio:.2f}×" + (f" (A/A copy of the baseline: {twin['ratio']:.2f}×)" if twin else ""),
+                    "measured": f"{ratio:.2f}×"
+                    + (f" (A/A copy of the baseline: {twin['ratio']:.2f}×)" if twin else ""),
                     "met": ratio <= EAGER_LIMITS[call],
                 }
             )
