@@ -246,10 +246,13 @@ class SurrogateRule:
 
     def __init__(self, surrogate: Surrogate) -> None:
         self.surrogate = surrogate
+        # Properties of an immutable surrogate: read once, not on every call.
+        self._mask_only = surrogate.mask_only
+        self._constant = surrogate.constant_derivative
 
     @property
     def needs_inputs(self) -> bool:
-        return self.surrogate.constant_derivative is None
+        return self._constant is None
 
     @property
     def public(self) -> Surrogate:
@@ -262,7 +265,7 @@ class SurrogateRule:
 
     def saved_for_backward(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Any:
         x = xs[0]
-        if self.surrogate.mask_only and keep_bits(x):
+        if self._mask_only and keep_bits(x):
             return _packed(self.surrogate.mask(x))
         return xs
 
@@ -291,6 +294,8 @@ class SurrogateRule:
         (x,) = xs
         self.surrogate.check_dtype(x.dtype, op)  # hyperparameters that overflow this dtype: ParameterError
         out_shape, in_shape = result.shape, x.shape
+        if out_shape == in_shape:  # the common case, checked first (equal shapes are compatible)
+            return
         if out_shape.rank is not None and in_shape.rank is not None and not out_shape.is_compatible_with(in_shape):
             raise RuleError(
                 f"{op}: registry surrogates such as {self.surrogate!r} need an elementwise forward (output shape = "
@@ -304,9 +309,9 @@ class SurrogateRule:
         if isinstance(inputs, PackedMask):
             dtype = specs[0].dtype
             if _casts_the_mask(self.surrogate):
-                return tf.cast(dy, dtype) * _unpacked(dy, inputs, dtype)
+                return tf.math.multiply(tf.cast(dy, dtype), _unpacked(dy, inputs, dtype))
             return self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), dtype)
-        constant = self.surrogate.constant_derivative
+        constant = self._constant
         if constant is None:
             assert inputs is not None
             return self.surrogate.vjp(dy, inputs[0])
