@@ -219,7 +219,9 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
 
         def mask_and_scale(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             surrogate.check_dtype(x.dtype)
-            return surrogate.mask(x), magnitude_scale(x)
+            scale = magnitude_scale(x)
+            with tf.control_dependencies([scale]):  # one input-sized abs(x) at a time, as in the forward
+                return surrogate.mask(x), scale
 
         @mask_rule(mask_and_scale)
         def from_mask(dy: tf.Tensor, mask: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
