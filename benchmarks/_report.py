@@ -71,8 +71,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             if plain != "ste":  # the default op trades time for memory: shown, not held to this target
                 lean = [cell["results"]["ste"]["ratio"] for cell in cells]
                 default = (
-                    f"; ste by default (bit masks: 1/32 of the memory kept, not held to this target): geometric "
-                    f"mean {_geomean(lean):.2f}×, worst {max(lean):.2f}×"
+                    f"; ste by default (mask-only rules keep bit-packed masks: time traded for memory, not held "
+                    f"to this target): geometric mean {_geomean(lean):.2f}×, worst {max(lean):.2f}×"
                 )
             rows.append(
                 {
