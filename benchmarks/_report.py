@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["markdown", "targets"]
 
 ELEMENTWISE_LIMIT = 1.05
-EAGER_LIMIT = 1.3
+EAGER_LIMITS = {"forward": 1.3, "forward_backward": 1.1}  # issue 13 item 6: forward + backward ≤ 1.1×
 TRAINING_LIMIT = 1.05
 FLIP_RATIO_LIMIT = 1.05
 MEMORY_LIMIT = 1.10
@@ -72,12 +72,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
     if "latency" in results:
         for call in ("forward", "forward_backward"):
-            ratio = results["latency"][call]["results"]["ste"]["ratio"]
+            entries = results["latency"][call]["results"]
+            ratio = entries["ste"]["ratio"]
+            twin = entries.get("custom_gradient copy (A/A)")
             rows.append(
                 {
-                    "target": f"eager latency ({call.replace('_', '+')}) ≤ {EAGER_LIMIT}×",
-                    "measured": f"{ratio:.2f}×",
-                    "met": ratio <= EAGER_LIMIT,
+                    "target": f"eager latency ({call.replace('_', '+')}) ≤ {EAGER_LIMITS[call]}×",
+                    "measured": f"{ratio:.2f}×"
+                    + (f" (A/A copy of the baseline: {twin['ratio']:.2f}×)" if twin else ""),
+                    "met": ratio <= EAGER_LIMITS[call],
                 }
             )
     if "tracing" in results:
@@ -289,14 +292,15 @@ def _latency(section: dict[str, Any]) -> list[str]:
     lines = [
         f"### 2. Eager call latency ({section['size']:,} float32 values, {section['rule']}, µs per call)",
         "",
-        "| call | custom_gradient | ste | tf.sign (no custom gradient) |",
-        "|---|---|---|---|",
+        "| call | custom_gradient | ste | custom_gradient copy (A/A) | tf.sign (no custom gradient) |",
+        "|---|---|---|---|---|",
     ]
     for call in ("forward", "forward_backward"):
         r = section[call]["results"]
+        twin = r.get("custom_gradient copy (A/A)")  # results written before the A/A copy was timed lack it
         lines.append(
             f"| {call.replace('_', ' + ')} | {_us(r['custom_gradient']['median_s'])} | {_cell(r['ste'], _us)} | "
-            f"{_cell(r['tf.sign (no custom gradient)'], _us)} |"
+            f"{_cell(twin, _us) if twin else '–'} | {_cell(r['tf.sign (no custom gradient)'], _us)} |"
         )
     lines += ["", f"{section['rounds']} alternating rounds × {section['inner']} calls.", ""]
     return lines

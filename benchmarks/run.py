@@ -40,7 +40,7 @@ COMMAND = "python -m benchmarks.run"
 
 FULL: dict[str, dict[str, Any]] = {
     "elementwise": {"size": 2**22, "rounds": 20, "inner": 3, "dtypes": elementwise.DTYPES},
-    "latency": {"size": 1000, "rounds": 24, "inner": 100},
+    "latency": {"size": 1000, "rounds": 48, "inner": 100},
     "tracing": {"calls": 1000, "size": 1000, "repeats": 7},
     "training": {"batch": 64, "width": 32, "rounds": 20, "inner": 3},
     "memory": {"size": 2**22, "length": 50, "subprocesses": True},

@@ -13,6 +13,7 @@ exactly the ``tf.custom_gradient`` one.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,10 +23,14 @@ import tensorflow as tf
 from ._errors import CallError, InputError
 from ._forwardmode import FORWARD_MODE, under_forward_accumulator
 from ._gradients import check_gradients, input_spec
-from ._rules import Rule
+from ._rules import Rule, after_kept
 from ._vectorized import VECTORIZED_MAP, in_vectorized_map
 
 __all__ = ["compile_op"]
+
+
+# The signature of the gradient closures below: upstream gradients only, no ``variables`` keyword.
+_GRAD_SIGNATURE = inspect.signature(lambda *upstream: None)
 
 
 def _op_name(name: str) -> str:
@@ -76,18 +81,26 @@ def compile_op(
         else ""
     )
 
+    needs_inputs = rule.needs_inputs  # fixed for a rule: read once, not on every call
+
     def op(*xs: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
-        result = forward_fn(*xs, **bound)
-        _check_outputs(result, label)
+        # What the backward keeps first: the forward then reads its inputs only once a packed mask exists (see
+        # ste._rules.after_kept), so that a chain of ops never holds more than one input waiting for its mask.
+        saved = rule.saved_for_backward(xs, bound) if needs_inputs else None
+        result = forward_fn(*after_kept(xs, saved), **bound)
+        if not (isinstance(result, tf.Tensor) and result.dtype.is_floating):  # one floating tensor passes at once
+            _check_outputs(result, label)
         rule.check_outputs(xs, result, label)
         multiple = not isinstance(result, tf.Tensor)
         specs = [input_spec(x) for x in xs]
-        saved = rule.saved_for_backward(xs, bound) if rule.needs_inputs else None
 
         def grad(*upstream: tf.Tensor) -> list[tf.Tensor | None]:
             dy = tf.nest.pack_sequence_as(result, list(upstream)) if multiple else upstream[0]
             return check_gradients(rule.gradients(dy, saved, specs, bound), specs, label, shape_hint)
 
+        # Eagerly, tf.custom_gradient reads grad's signature on every call (whether it takes ``variables``);
+        # a precomputed one spares that inspection.
+        grad.__signature__ = _GRAD_SIGNATURE  # type: ignore[attr-defined]
         return result, grad
 
     op.__name__ = _op_name(name)
@@ -97,9 +110,9 @@ def compile_op(
         # Where TensorFlow ignores custom gradients, rebuild the op from ordinary ops (or raise a RuleError).
         if under_forward_accumulator(xs):
             return rule.rebuild(forward_fn, bound, xs, label, FORWARD_MODE)
-        if in_vectorized_map():
-            return rule.rebuild(forward_fn, bound, xs, label, VECTORIZED_MAP)
         if not tf.executing_eagerly():
+            if in_vectorized_map():
+                return rule.rebuild(forward_fn, bound, xs, label, VECTORIZED_MAP)
             xs = tuple(_local(x) for x in xs)
         try:
             return custom(*xs)

@@ -36,7 +36,6 @@ RuleLike = Union[str, Surrogate, "type[Surrogate]", Mapping[str, Any], Callable[
 
 _CACHE_LIMIT = 64
 F = TypeVar("F", bound=Callable[..., Any])
-# AutoGraph need not convert the library's own code (it is plain Python around TensorFlow ops).
 _do_not_convert: Callable[[F], F] = tf.autograph.experimental.do_not_convert
 
 
@@ -234,12 +233,11 @@ class STEFunction(Generic[P, R]):
         return f"ste op '{callable_name(self.forward_fn)}' [{self!r}]"
 
     def _compiled(self, n_inputs: int, kwargs: dict[str, Any], numbers: Sequence[int] = ()) -> Callable[..., Any]:
-        key = _cache_key(n_inputs, kwargs)
+        key = _cache_key(n_inputs, kwargs) if kwargs else n_inputs  # without keywords: the number of inputs
         cache: dict[Any, Callable[..., Any]] = self._cache  # type: ignore[attr-defined]
-        if key is not None:
-            found = cache.get(key)
-            if found is not None:
-                return found
+        found = cache.get(key)
+        if found is not None:
+            return found
         rule: Rule = self._rule  # type: ignore[attr-defined]
         label = self._label()
         self._check_signature(n_inputs, kwargs, label, numbers)
@@ -279,14 +277,35 @@ class STEFunction(Generic[P, R]):
                 raise
             raise RuleError(f"{error}{hint}") from None
 
-    @_do_not_convert
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        if not args:
+        # AutoGraph must not convert the library's own code (plain Python around TensorFlow ops). While a function
+        # is traced the call goes through tf.autograph.experimental.do_not_convert; eagerly there is nothing to
+        # convert, and that wrapper's context switch would cost more than this test.
+        if tf.executing_eagerly():
+            return self._call(args, kwargs)
+        return self._traced_call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        tensors: Sequence[Any] = args
+        numbers: list[int] = []
+        for value in args:
+            if not (isinstance(value, tf.Tensor) and value.dtype.is_floating):  # else: already what the op takes
+                tensors, numbers = self._input_tensors(args)
+                break
+        if not tensors:
             raise CallError(
                 f"{self._label()}: called with no positional input. Positional arguments are the differentiable "
                 f"tensors; keyword arguments are hyperparameters."
             )
-        label = None
+        compiled = self._compiled(len(tensors), kwargs, numbers)
+        result: R = compiled(*tensors)
+        return result
+
+    _traced_call = _do_not_convert(_call)
+
+    def _input_tensors(self, args: Sequence[Any]) -> tuple[list[tf.Tensor], list[int]]:
+        """The positional inputs as floating tensors, and the positions of Python numbers after the first."""
+        label = self._label()
         tensors = []
         numbers = []
         for position, value in enumerate(args):
@@ -295,11 +314,8 @@ class STEFunction(Generic[P, R]):
                 continue
             if isinstance(value, numbers_.Number) and position > 0:
                 numbers.append(position)
-            label = label or self._label()
             tensors.append(to_input_tensor(value, position, label))
-        compiled = self._compiled(len(tensors), kwargs, numbers)
-        result: R = compiled(*tensors)
-        return result
+        return tensors, numbers
 
 
 def forward(fn: Callable[P, R], /) -> Forward[P, R]:

@@ -334,3 +334,31 @@ def test_an_op_passed_to_a_tf_function_keeps_its_rule(jit: bool) -> None:
             y = call(t)
         np.testing.assert_array_equal(y.numpy(), np.sign(x))
         np.testing.assert_allclose(tape.gradient(y, t).numpy(), expected, rtol=1e-6)
+
+
+def _halve_and_round(x: tf.Tensor) -> tf.Tensor:  # a module-level forward: AutoGraph does not allowlist this module
+    return tf.round(x / 2.0)
+
+
+def test_an_op_called_from_autograph_code_runs_as_it_does_eagerly(caplog: pytest.LogCaptureFixture) -> None:
+    """Eager calls skip the do_not_convert wrapper; in AutoGraph-converted code the op still runs unconverted (no
+    AutoGraph warning) with its rule, the same as eagerly."""
+    op = ste.forward(_halve_and_round).backward("sigmoid_surrogate", beta=2.0)
+
+    def step(x):  # type: ignore[no-untyped-def]
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = op(x)
+            if tf.reduce_sum(y) > -1e9:  # Python control flow on a tensor: AutoGraph converts this function
+                y = y * 3.0
+        return y, tape.gradient(y, x)
+
+    x = tf.constant(GRID)
+    with caplog.at_level("WARNING"):
+        traced = tf.function(step, autograph=True)(x)
+    assert not [r for r in caplog.records if "AutoGraph" in r.getMessage()]
+    x64 = GRID.astype(np.float64)
+    s = np_sigmoid(2.0 * x64)
+    for y, g in (traced, step(x)):  # the eager call takes the fast path
+        np.testing.assert_array_equal(y.numpy(), 3.0 * np.round(GRID / 2.0))
+        np.testing.assert_allclose(g.numpy(), 3.0 * 2.0 * s * (1 - s), rtol=1e-5, atol=1e-7)

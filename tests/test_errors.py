@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 import tensorflow as tf
@@ -47,3 +48,48 @@ def test_library_error_survives_autograph_in_user_code() -> None:
 
     with pytest.raises(ste.GradientDtypeError, match="float64"):
         step(tf.constant([1.0]))
+
+
+def _gradient(op: Any, x: tf.Tensor) -> tf.Tensor:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = op(x)
+    return tape.gradient(y, x)
+
+
+def test_eager_checks_run_on_every_call_not_only_the_first() -> None:
+    """Eager calls test the common case first; a later call that breaks a check raises, as often as it is made."""
+
+    def sign_or_int(x: tf.Tensor) -> tf.Tensor:  # the output dtype depends on the values (eager Python)
+        return tf.sign(x) if float(tf.reduce_sum(x)) >= 0 else tf.cast(tf.sign(x), tf.int32)
+
+    def sign_or_doubled(x: tf.Tensor) -> tf.Tensor:  # the output shape depends on the values
+        return tf.sign(x) if float(x[0]) >= 0 else tf.concat([x, x], 0)
+
+    def first_only(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:  # a wrong (broadcastable) shape for 3 elements
+        return dy[:1] if x.shape[0] == 3 else dy
+
+    def float64_for_3(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:  # a wrong dtype for 3 elements
+        return tf.cast(dy, tf.float64) if x.shape[0] == 3 else dy
+
+    good, bad = tf.constant([1.0, 2.0]), tf.constant([-1.0, -2.0])
+    three = tf.constant([0.5, -0.5, 2.0])
+    cases: list[tuple[Any, tf.Tensor, tf.Tensor, type[Exception], str]] = [
+        (ste.forward(sign_or_int).backward("straight_through"), good, bad, ste.CallError, "int32"),
+        (ste.forward(sign_or_doubled).backward("straight_through"), good, bad, ste.RuleError, "elementwise"),
+        (ste.forward(tf.sign).backward(first_only), good, three, ste.GradientShapeError, r"\(1,\).*\(3,\)"),
+        (ste.forward(tf.sign).backward(float64_for_3), good, three, ste.GradientDtypeError, "float64"),
+        # fits float64, overflows float32: the dtype check is cached per dtype, for dtypes that passed
+        (
+            ste.forward(tf.sign).backward("sigmoid_surrogate", beta=1e39),
+            tf.constant([1.0, 2.0], tf.float64),
+            good,
+            ste.ParameterError,
+            "float32",
+        ),
+    ]
+    for op, fine, failing, error, match in cases:
+        for _ in range(2):
+            assert _gradient(op, fine).dtype == fine.dtype
+            with pytest.raises(error, match=match):
+                _gradient(op, failing)

@@ -289,9 +289,12 @@ class Surrogate:
     def vjp(self, dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         """The vector-Jacobian product ``dy * d(x)`` in ``x``'s dtype (:class:`ste.ParameterError` if the
         hyperparameters do not fit that dtype, see :meth:`check_dtype`)."""
-        x = tf.convert_to_tensor(x)
+        if not isinstance(x, tf.Tensor):
+            x = tf.convert_to_tensor(x)
         self.check_dtype(x.dtype)  # also inside a hand-written rule: never a silent NaN
-        return tf.cast(dy, x.dtype) * self.derivative(x)
+        if not (isinstance(dy, tf.Tensor) and dy.dtype is x.dtype):  # a same-dtype tf.cast costs µs eagerly
+            dy = tf.cast(dy, x.dtype)
+        return tf.math.multiply(dy, self.derivative(x))  # the `*` operator adds µs of dispatch per eager call
 
     # -- mask-only derivatives (the op keeps one bit per element for the backward pass) ----------------------
 
@@ -386,11 +389,14 @@ class Surrogate:
         on float16, whose peak 4e5 exceeds float16's largest number), is refused, naming the entry, the parameter and
         the dtype. Called when an op using this surrogate is traced; checked once per dtype and instance.
         """
+        checked: set[tf.DType] | None = self.__dict__.get("_checked_dtypes")
+        if checked is not None and dtype in checked:  # every call after the first (an op checks on every call)
+            return
         dtype = tf.as_dtype(dtype)
         if not dtype.is_floating:
             return
-        checked: set[str] = self.__dict__.setdefault("_checked_dtypes", set())
-        if dtype.name in checked:
+        checked = self.__dict__.setdefault("_checked_dtypes", set())
+        if dtype in checked:
             return
         values = {field: _scalar_value(value) for field, value in self._params.items() if value is not None}
         if any(v is None for v in values.values()):
@@ -427,7 +433,7 @@ class Surrogate:
                 f"compute in a wider dtype."
             )
         if not any(isinstance(v, tf.Variable) for v in self._params.values()):
-            checked.add(dtype.name)
+            checked.add(dtype)
 
     def __repr__(self) -> str:
         parts = []

@@ -48,7 +48,12 @@ def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, An
             assert _positive(entry["median_s"]) and _positive(entry["ratio"])
             assert entry["samples"] == results["config"]["elementwise"]["rounds"]
     for call in ("forward", "forward_backward"):
-        assert set(results["latency"][call]["results"]) == {"custom_gradient", "ste", "tf.sign (no custom gradient)"}
+        assert set(results["latency"][call]["results"]) == {
+            "custom_gradient",
+            "ste",
+            "custom_gradient copy (A/A)",
+            "tf.sign (no custom gradient)",
+        }
     assert _positive(results["training"]["results"]["ste"]["median_s"])
 
 
