@@ -123,13 +123,15 @@ def test_channels_first_and_the_fallbacks() -> None:
 
 
 def test_the_fused_kernel_is_used_where_it_applies() -> None:
-    def op_types(layer: keras.layers.Layer, x: np.ndarray) -> set[str]:
-        graph = tf.function(lambda x: layer(x, training=True)).get_concrete_function(tf.constant(x)).graph
+    def op_types(layer: keras.layers.Layer, x: np.ndarray, jit_compile: bool = False) -> set[str]:
+        function = tf.function(lambda x: layer(x, training=True), jit_compile=jit_compile)
+        graph = function.get_concrete_function(tf.constant(x)).graph
         return {op.type for op in graph.get_operations()}
 
     assert "FusedBatchNormV3" in op_types(_layers("float32")[0], _inputs(np.float32))
     assert "FusedBatchNormV3" in op_types(_layers("mixed_float16")[0], _inputs(np.float16))
     assert "FusedBatchNormV3" not in op_types(_layers("float64")[0], _inputs(np.float64))
+    assert "FusedBatchNormV3" not in op_types(_layers("float32")[0], _inputs(np.float32), jit_compile=True)
 
 
 def test_mirrored_strategy_trains_like_keras_batch_norm() -> None:
