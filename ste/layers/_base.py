@@ -362,6 +362,9 @@ class QuantLayerMixin:
                 with tf.GradientTape(persistent=True) as tape:
                     tape.watch([one, *kernels])
                     out = fn(one, *kernels)  # not run in a tf.function: only its gradient ops are used
+                if tf.executing_eagerly():  # ops run as called: one call, or each would compute both gradients
+                    return tape.gradient(out, [one, *kernels], output_gradients=dy)  # type: ignore[no-any-return]
+                # in a graph each call builds both gradient ops and the function prunes the one it does not use
                 kernel_grads = tape.gradient(out, list(kernels), output_gradients=dy)
                 # the input gradient starts once the kernel gradient is done (and `one` freed)
                 input_grad = tape.gradient(out, one, output_gradients=_after(dy, kernel_grads))
