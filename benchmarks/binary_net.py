@@ -24,6 +24,8 @@ Time: alternating rounds, ratio to ``ste, plain``, without and with ``jit_compil
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,5 +124,21 @@ def run(
         "timing": timing,
     }
     if larq_venv:
+        # ste's side timed as larq_net times larq's (median of single steps), right before and right after it, so
+        # that a load that changes while the larq process runs shows up in both figures
+        peer = _prepared(LARQ_PEER, False, x, y, **shape)
+        before = _median_step(peer, x, y, rounds)
         result["larq"] = _larq(larq_venv, batch, blocks, width, size, rounds)
+        result["larq_peer_step_s"] = {"before": before, "after": _median_step(peer, x, y, rounds)}
     return result
+
+
+def _median_step(step: Any, x: tf.Tensor, y: tf.Tensor, rounds: int) -> float:
+    """Median seconds of one step over ``rounds`` steps after two warm-up steps (as ``larq_net`` measures)."""
+    times = []
+    for index in range(rounds + 2):
+        start = time.perf_counter()
+        step(x, y).numpy()
+        if index >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
