@@ -109,6 +109,58 @@ def test_mask_only_surrogates_give_bit_identical_gradients(dtype: tf.DType, mode
             )
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_special_upstream_gradients_stay_bit_identical(dtype: tf.DType, mode: str) -> None:
+    """dy = ±0, ±1, ±inf, NaN and tiny values, each where the mask is 1 and where it is 0: the unpacked mask multiplies
+    dy exactly as the plain path's cast mask does (dy·0 is −0 for negative dy and NaN for ±inf and NaN; a select would
+    give +0), for the rule unpacked straight into the dtype (straight_through), one that derives from the boolean mask
+    (boxcar) and a ste.mask_rule quantizer (Uniform); 23 elements, not a multiple of 8."""
+    specials = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 3.0, -2.0])
+    dy = tf.cast(tf.constant(np.concatenate([specials, specials, [-5.0]])), dtype)
+    x = tf.cast(tf.constant([0.5] * 11 + [3.0] * 11 + [-0.25]), dtype)  # inside the mask, then outside
+    inside = np.array([True] * 11 + [False] * 11 + [True])
+    ops = {
+        "straight_through": ste.forward(tf.sign).backward("straight_through"),
+        "boxcar(width=2)": ste.forward(tf.sign).backward("boxcar(width=2.0)"),
+        "Uniform(bits=2)": ste.quantizers.Uniform(bits=2, min=-1.0, max=1.0),
+    }
+    for name, op in ops.items():
+        with ste.bit_masks(True):
+            lean = _grad_fn(op, mode)(x, dy)
+        with ste.bit_masks(False):
+            plain = _grad_fn(op, mode)(x, dy)
+        np.testing.assert_array_equal(_bits(lean), _bits(plain), err_msg=name)
+        scale = 0.5 if name.startswith("boxcar") else 1.0
+        dy64 = np.asarray(tf.cast(dy, tf.float64))
+        expected = np.where(inside, dy64 * scale, dy64 * 0.0)  # numpy: −0 for negative dy, NaN for inf and NaN
+        got = np.asarray(tf.cast(lean, tf.float64))
+        if mode == "xla":  # XLA may turn dy·mask into a select (+0, also for inf), in the plain path alike (above)
+            got, expected = got[inside], expected[inside]
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), err_msg=name)
+        number = ~np.isnan(expected)
+        np.testing.assert_array_equal(got[number], expected[number], err_msg=name)
+        np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(expected[number]), err_msg=name)
+
+
+def test_the_forward_reads_its_input_once_the_mask_is_packed() -> None:
+    """In a graph the forward function receives its input through an identity that waits for the packed mask, so
+    that a chain of ops cannot run ahead of its packing and keep every input alive (docs/performance.md)."""
+    waits: list[bool] = []
+
+    def sign(x: tf.Tensor) -> tf.Tensor:
+        waits.append(bool(x.op.control_inputs))
+        return tf.where(x >= 0, tf.constant(1, x.dtype), tf.constant(-1, x.dtype))
+
+    op = ste.forward(sign).backward("straight_through")
+    x, dy = tf.constant([0.5, -2.0, 0.0]), tf.constant([1.0, 2.0, 3.0])
+    for enabled in (True, False):
+        with ste.bit_masks(enabled):
+            got = _grad_fn(op, "function")(x, dy)
+        np.testing.assert_array_equal(got.numpy(), [1.0, 0.0, 3.0])
+    assert waits == [True, False]
+
+
 def test_value_surrogates_are_not_mask_only_and_a_user_surrogate_can_declare_it() -> None:
     assert not ste.registry.get("approx_sign").mask_only
     assert not ste.registry.get("sigmoid_surrogate").mask_only
