@@ -21,7 +21,7 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
-from .._bitmask import keep_bits, pack_bits, unpack_bits, unpack_values
+from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
 
@@ -125,28 +125,6 @@ class _ClassSignature:
         if instance is not None:
             raise AttributeError("__signature__")
         return self.signature
-
-
-def _in_xla() -> bool:
-    """Whether the graph being traced is compiled by XLA (``tf.function(jit_compile=True)``, a Keras model compiled
-    with ``jit_compile=True``); TensorFlow has no public query, so a missing private one reads as "no"."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover - a TensorFlow without the module
-        return False
-    return not tf.executing_eagerly() and bool(
-        control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-    )
-
-
-def _binary_values(bits: tf.Tensor, shape: Any, low: float, high: float, dtype: tf.DType) -> tf.Tensor:
-    """The binary tensor ``bits`` packed (``high`` where set, else ``low``), bit for bit. Without XLA a 256 × 8 table
-    lookup is the fastest (one pass); XLA compiles that gather to a slow loop on CPU and instead fuses the bitwise
-    and, the comparison and the select into one elementwise kernel (forward + backward of a 64×32×32×32 binary
-    convolution under ``jit_compile``: 1.29× the float-input path with the table, 1.04× with the select)."""
-    if _in_xla():
-        return tf.where(unpack_bits(bits, shape), tf.constant(high, dtype), tf.constant(low, dtype))
-    return unpack_values(bits, shape, low, high, dtype)
 
 
 def _after(tensor: Any, first: list[Any]) -> Any:
@@ -358,7 +336,7 @@ class QuantLayerMixin:
 
             def grad(dy: tf.Tensor) -> list[tf.Tensor]:
                 with tf.control_dependencies([dy]):  # recompute in the backward pass, not in the forward one
-                    one = _binary_values(bits, shape, low, high, x.dtype)
+                    one = unpack_values(bits, shape, low, high, x.dtype)
                 with tf.GradientTape(persistent=True) as tape:
                     tape.watch([one, *kernels])
                     out = fn(one, *kernels)  # not run in a tf.function: only its gradient ops are used

@@ -24,7 +24,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ._base import _in_xla
+from .._bitmask import _compiling_with_xla
 
 __all__ = ["BatchNormalization"]
 
@@ -41,7 +41,9 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
         """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""
         if not (training and self.trainable) or mask is not None or self.renorm or self.synchronized:
             return None
-        if keras.backend.backend() != "tensorflow" or not isinstance(inputs, (tf.Tensor, tf.Variable)) or _in_xla():
+        if keras.backend.backend() != "tensorflow" or not isinstance(inputs, (tf.Tensor, tf.Variable)):
+            return None
+        if _compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
             return None
         rank = inputs.shape.rank
         if rank != 4 or inputs.dtype not in _FUSED_DTYPES:
