@@ -15,15 +15,24 @@ import tensorflow as tf
 __all__ = ["build", "train_step"]
 
 
-def build(keras: Any, conv: Callable[[int], Any] | None, blocks: int, width: int, size: int) -> Any:
-    """Float stem conv + batch norm, ``blocks`` × ``h + BatchNorm(conv(h))``, global pooling, a 10-way dense head."""
+def build(
+    keras: Any,
+    conv: Callable[[int], Any] | None,
+    blocks: int,
+    width: int,
+    size: int,
+    norm: Callable[[], Any] | None = None,
+) -> Any:
+    """Float stem conv + batch norm, ``blocks`` × ``h + BatchNorm(conv(h))``, global pooling, a 10-way dense head;
+    ``norm()`` makes each batch norm (``keras.layers.BatchNormalization`` by default)."""
+    norm = norm or keras.layers.BatchNormalization
     keras.utils.set_random_seed(13)
     inputs = keras.Input((size, size, 3))
     h = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
-    h = keras.layers.BatchNormalization()(h)
+    h = norm()(h)
     for _ in range(blocks):
         layer = keras.layers.Conv2D(width, 3, padding="same", use_bias=False) if conv is None else conv(width)
-        h = keras.layers.Add()([h, keras.layers.BatchNormalization()(layer(h))])
+        h = keras.layers.Add()([h, norm()(layer(h))])
     h = keras.layers.GlobalAveragePooling2D()(h)
     return keras.Model(inputs, keras.layers.Dense(10)(h))
 

@@ -11,15 +11,21 @@ Variants, built with the same initial weights:
 * ``ste, plain``: ``ste.layers.QuantConv2D`` traced under ``ste.bit_masks(False)`` (ste 0.1's backward pass: every
   sign keeps its float input for the straight-through mask, every convolution its float ±1 input).
 * ``ste``: the default (the sign keeps a bit-packed mask, the convolution its input as bits).
+* ``…, ste BN``: the same with ``ste.layers.BatchNormalization`` (TensorFlow's fused batch-norm kernel, as tf-keras
+  and so larq use) instead of ``keras.layers.BatchNormalization``; ``ste, ste BN`` is what is compared with larq.
 
 Memory: TensorFlow's CPU allocator peak during one step (after a warm-up step), minus the memory in use before it
-(weights, optimizer slots, inputs): what the step itself allocates. Time: alternating rounds, ratio to ``ste, plain``,
-without and with ``jit_compile=True``. The larq side (``--larq-venv``) runs ``benchmarks/larq_net.py`` in that venv.
+(weights, optimizer slots, inputs): what the step itself allocates; the largest of ``PEAK_STEPS`` steps (the peak
+varies from step to step with the allocator's fragmentation, see docs/performance.md), the smallest kept too.
+Time: alternating rounds, ratio to ``ste, plain``, without and with ``jit_compile=True``. The larq side
+(``--larq-venv``) runs ``benchmarks/larq_net.py`` in that venv.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +40,18 @@ from ._timing import alternate, load_average, summarize
 
 __all__ = ["VARIANTS", "run"]
 
-VARIANTS = ("float", "ste, plain", "ste")
+#: network -> (binary convolutions?, ste.layers.BatchNormalization instead of Keras's?, bit masks on?)
+VARIANTS = {
+    "float": (False, False, True),
+    "float, ste BN": (False, True, True),
+    "ste, plain": (True, False, False),
+    "ste": (True, False, True),
+    "ste, plain, ste BN": (True, True, False),
+    "ste, ste BN": (True, True, True),
+}
 BASELINE = "ste, plain"
+LARQ_PEER = "ste, ste BN"  # the ste network compared with larq (both use the fused batch-norm kernel)
+PEAK_STEPS = 5
 
 
 def _conv(width: int) -> keras.layers.Layer:
@@ -52,8 +68,10 @@ def _conv(width: int) -> keras.layers.Layer:
 
 def _prepared(kind: str, jit_compile: bool, x: tf.Tensor, y: tf.Tensor, **shape: int) -> Any:
     """A traced, warmed-up step of one variant (traced under its bit-mask setting)."""
-    with ste.bit_masks(kind != "ste, plain"):
-        step = train_step(keras, build(keras, None if kind == "float" else _conv, **shape), jit_compile)
+    binary, fused, masks = VARIANTS[kind]
+    norm = ste.layers.BatchNormalization if fused else None
+    with ste.bit_masks(masks):
+        step = train_step(keras, build(keras, _conv if binary else None, **shape, norm=norm), jit_compile)
         step(x, y)
     return step
 
@@ -79,12 +97,16 @@ def run(
     shape = {"blocks": blocks, "width": width, "size": size}
     x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
     y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
-    memory = {}
+    memory, memory_min = {}, {}
     for kind in VARIANTS:
-        memory[kind] = peak_step_bytes(_prepared(kind, False, x, y, **shape), x, y)
+        step = _prepared(kind, False, x, y, **shape)
+        peaks = [peak_step_bytes(step, x, y) for _ in range(PEAK_STEPS)]
+        memory[kind], memory_min[kind] = max(peaks), min(peaks)
     timing: dict[str, Any] = {}
+    warm: dict[str, Any] = {}  # the graph-mode steps, warmed up by the timing rounds
     for jit in (False, True):
         steps = {kind: _prepared(kind, jit, x, y, **shape) for kind in VARIANTS}
+        warm = warm or steps
         load = load_average()
         samples = alternate(
             {k: (lambda s=s: s(x, y)) for k, s in steps.items()}, rounds=rounds, inner=inner, warmup=warmup
@@ -96,10 +118,29 @@ def run(
         "rounds": rounds,
         "inner": inner,
         "baseline": BASELINE,
+        "larq_peer": LARQ_PEER,
+        "peak_steps": PEAK_STEPS,
         "peak_step_bytes": memory,
+        "peak_step_bytes_min": memory_min,
         "memory_ratio": {k: v / memory[BASELINE] if memory[BASELINE] else float("nan") for k, v in memory.items()},
         "timing": timing,
     }
     if larq_venv:
+        # ste's side timed as larq_net times larq's (median of single steps), right before and right after it, so
+        # that a load that changes while the larq process runs shows up in both figures
+        peer = warm[LARQ_PEER]  # a fresh step runs slower for its first ten or so steps (195 against 120 ms)
+        before = _median_step(peer, x, y, rounds)
         result["larq"] = _larq(larq_venv, batch, blocks, width, size, rounds)
+        result["larq_peer_step_s"] = {"before": before, "after": _median_step(peer, x, y, rounds)}
     return result
+
+
+def _median_step(step: Any, x: tf.Tensor, y: tf.Tensor, rounds: int) -> float:
+    """Median seconds of one step over ``rounds`` steps after two warm-up steps (as ``larq_net`` measures)."""
+    times = []
+    for index in range(rounds + 2):
+        start = time.perf_counter()
+        step(x, y).numpy()
+        if index >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -227,8 +227,12 @@ def _unpadded(groups: tf.Tensor, shape: Any) -> tf.Tensor:
 
 
 def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, dtype: tf.DType) -> tf.Tensor:
-    """``tf.where(unpack_bits(packed, shape), high, low)`` in ``dtype``, in one pass: each byte looks up its 8 values
-    in a 256 × 8 table."""
+    """``tf.where(unpack_bits(packed, shape), high, low)`` in ``dtype``: outside XLA in one pass, each byte looking up
+    its 8 values in a 256 × 8 table; under XLA spelled as that select, because XLA keeps the gather a slow loop on CPU
+    and fuses the select (a binary 64×32×32×32 convolution's forward + backward: 1.29× against 1.04× the float-input
+    path)."""
+    if _compiling_with_xla():
+        return tf.where(unpack_bits(packed, shape), tf.constant(high, dtype), tf.constant(low, dtype))
     return _unpadded(tf.gather(_table(low, high, dtype), tf.cast(packed, tf.int32)), shape)
 
 

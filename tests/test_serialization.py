@@ -449,7 +449,9 @@ PARENTS = {
 LAYERS = sorted(
     name
     for name in ste.layers.__all__
-    if isinstance(getattr(ste.layers, name), type) and issubclass(getattr(ste.layers, name), keras.layers.Layer)
+    if isinstance(getattr(ste.layers, name), type)
+    and issubclass(getattr(ste.layers, name), keras.layers.Layer)
+    and issubclass(getattr(ste.layers, name), ste.layers.QuantLayerMixin)
 )
 
 
@@ -470,6 +472,17 @@ def test_every_layer_copies_and_pickles(name):
     layer(x)
     for how, copied in _copies(layer).items():
         assert type(copied) is type(layer), how
+        _assert_same(layer, copied, x)
+
+
+def test_the_batch_normalization_layer_copies_and_pickles():
+    layer = ste.layers.BatchNormalization(momentum=0.8)
+    x = np.random.default_rng(4).normal(size=(2, 5, 5, 2)).astype(np.float32)
+    layer(x, training=True)  # moving statistics a fresh layer would not have
+    for how, copied in _copies(layer).items():
+        assert type(copied) is type(layer), how
+        for a, b in zip(layer.weights, copied.weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
         _assert_same(layer, copied, x)
 
 

@@ -21,8 +21,10 @@ from ._conv import (
     QuantSeparableConv2D,
 )
 from ._dense import QuantDense
+from ._normalization import BatchNormalization
 
 __all__ = [
+    "BatchNormalization",
     "KernelSlot",
     "QuantConv1D",
     "QuantConv1DTranspose",

@@ -19,7 +19,7 @@ def build_model() -> keras.Model:
     keras.utils.set_random_seed(0)
     inputs = keras.Input((6, 6, 2))
     h = ste.layers.QuantConv2D(4, 3, kernel_quantizer="lsq(bits=3)", name="conv")(inputs)
-    h = keras.layers.BatchNormalization(name="bn")(h)
+    h = ste.layers.BatchNormalization(name="bn")(h)  # trained on the fused kernel, served by Keras's code
     h = keras.layers.Flatten()(h)
     h = ste.layers.QuantDense(
         8,

@@ -1,0 +1,83 @@
+"""``ste.layers.BatchNormalization``: Keras's batch norm, computed in training by TensorFlow's fused kernel.
+
+Keras 3's ``BatchNormalization`` on TensorFlow computes the batch moments and the normalization from separate ops
+(``tf.nn.moments``, then ``x * inv + (beta - mean * inv)``), and autodiff differentiates them op by op: several
+input-sized temporaries in the forward and backward pass. tf-keras (and so larq) uses TensorFlow's fused kernel
+(``FusedBatchNormV3`` and its gradient ``FusedBatchNormGradV3``), which makes one pass over the input for the moments,
+one for the output and keeps only its input for the backward pass. On the binarized ResNet of
+``benchmarks/binary_net.py`` the fused kernel is what most of the float step-time gap between Keras 3 and tf-keras
+and a part of the peak-memory gap come from (see docs/performance.md).
+
+This subclass has the same weights, configuration, moving-average update (Keras's momentum and its biased batch
+variance), inference behaviour (the parent's own code) and saving; only a training call whose configuration the
+fused kernel supports takes the fused path: a 4-D input with the channel axis last or 1, no mask, no renorm, not
+synchronized, an input dtype float16, bfloat16 or float32, not compiled by XLA. Anything else (float64, other ranks,
+masks, renorm, ``synchronized=True``, a frozen layer, inference, another Keras backend) is Keras's code. Under XLA
+(``jit_compile=True``) Keras's ops are compiled and fused by XLA, and were faster than the fused kernel's XLA
+lowering: the float network's step took 1.03-1.05x as long with the fused kernel in four runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._bitmask import _compiling_with_xla
+
+__all__ = ["BatchNormalization"]
+
+_FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
+    """``keras.layers.BatchNormalization`` whose training step uses TensorFlow's fused batch-norm kernel where its
+    configuration allows (see the module docstring); a drop-in replacement with the same arguments, weights and
+    saved form."""
+
+    def _fused_format(self, inputs: Any, training: Any, mask: Any) -> str | None:
+        """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""
+        if not (training and self.trainable) or mask is not None or self.renorm or self.synchronized:
+            return None
+        if keras.backend.backend() != "tensorflow" or not isinstance(inputs, (tf.Tensor, tf.Variable)):
+            return None
+        if _compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
+            return None
+        rank = inputs.shape.rank
+        if rank != 4 or inputs.dtype not in _FUSED_DTYPES:
+            return None
+        axis = self.axis % rank
+        return "NHWC" if axis == 3 else "NCHW" if axis == 1 else None
+
+    def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        data_format = self._fused_format(inputs, training, mask)
+        if data_format is None:
+            return super().call(inputs, training=training, mask=mask)
+        channels = inputs.shape[self.axis % 4]
+        if channels is None:
+            channels = tf.shape(inputs)[self.axis % 4]
+        scale = tf.cast(self.gamma.value, tf.float32) if self.scale else tf.ones([channels], tf.float32)
+        offset = tf.cast(self.beta.value, tf.float32) if self.center else tf.zeros([channels], tf.float32)
+        empty = tf.constant([], tf.float32)
+        outputs, mean, unbiased, *_ = tf.raw_ops.FusedBatchNormV3(
+            x=inputs,
+            scale=scale,
+            offset=offset,
+            mean=empty,
+            variance=empty,
+            epsilon=self.epsilon,
+            data_format=data_format,
+            is_training=True,
+        )
+        # The kernel returns the unbiased batch variance (n/(n-1)·var; var itself when n == 1); Keras updates the
+        # moving variance with the biased one it normalizes with.
+        count = tf.cast(tf.size(inputs, out_type=tf.int64) // tf.cast(channels, tf.int64), tf.float32)
+        variance = unbiased * (tf.maximum(count - 1.0, 1.0) / tf.maximum(count, 1.0))
+        momentum = self.momentum
+        self.moving_mean.assign(tf.cast(self.moving_mean.value, tf.float32) * momentum + mean * (1.0 - momentum))
+        self.moving_variance.assign(
+            tf.cast(self.moving_variance.value, tf.float32) * momentum + variance * (1.0 - momentum)
+        )
+        return tf.cast(outputs, self.compute_dtype)
