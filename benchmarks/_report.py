@@ -31,6 +31,12 @@ def _cell(entry: dict[str, Any], unit: Any) -> str:
     return f"{unit(entry['median_s'])} ({entry['ratio']:.2f}×)"
 
 
+def _plain_ste(results: dict[str, Any]) -> str:
+    """The elementwise variant held to the "costs nothing" target: ste with bit masks off (``ste`` in results
+    written before the default op was timed separately)."""
+    return "ste_bits_off" if "ste_bits_off" in results else "ste"
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -52,22 +58,30 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if "elementwise" in results:
         for jit in (False, True):
             cells = [cell for cell in results["elementwise"]["cells"] if cell["jit_compile"] is jit]
-            ratios = [cell["results"]["ste"]["ratio"] for cell in cells]
+            plain = _plain_ste(cells[0]["results"])
+            ratios = [cell["results"][plain]["ratio"] for cell in cells]
             twins = [cell["results"]["custom_gradient_copy"]["ratio"] for cell in cells]
-            worst = max(cells, key=lambda cell: cell["results"]["ste"]["ratio"])
+            worst = max(cells, key=lambda cell: cell["results"][plain]["ratio"])
             same = sum(bool(cell["ste_graph_same_as_custom_gradient"]) for cell in cells)
             same_hlo = sum(bool(cell["ste_hlo_same_as_custom_gradient"]) for cell in cells)
             identical = f"same graph in {same}/{len(cells)} cells" + (
                 f", same optimized HLO in {same_hlo}/{len(cells)}" if jit else ""
             )
             mean = _geomean(ratios)
+            default = ""
+            if plain != "ste":  # the default op trades time for memory: shown, not held to this target
+                lean = [cell["results"]["ste"]["ratio"] for cell in cells]
+                default = (
+                    f"; ste by default (mask-only rules keep bit-packed masks: time traded for memory, not held "
+                    f"to this target): geometric mean {_geomean(lean):.2f}×, worst {max(lean):.2f}×"
+                )
             rows.append(
                 {
-                    "target": f"tf.function{'(jit_compile=True)' if jit else ''} forward+backward "
-                    f"≤ {ELEMENTWISE_LIMIT}×",
+                    "target": f"tf.function{'(jit_compile=True)' if jit else ''} forward+backward, ste with "
+                    f"bit masks off ≤ {ELEMENTWISE_LIMIT}×",
                     "measured": f"geometric mean over {len(cells)} cells {mean:.2f}×; worst cell "
-                    f"{worst['results']['ste']['ratio']:.2f}× ({worst['dtype']} {worst['rule']}); A/A copy of the "
-                    f"baseline: {_geomean(twins):.2f}×, worst {max(twins):.2f}×; {identical}",
+                    f"{worst['results'][plain]['ratio']:.2f}× ({worst['dtype']} {worst['rule']}); A/A copy of the "
+                    f"baseline: {_geomean(twins):.2f}×, worst {max(twins):.2f}×; {identical}{default}",
                     "met": mean <= ELEMENTWISE_LIMIT,
                 }
             )
@@ -293,15 +307,18 @@ def _elementwise(section: dict[str, Any]) -> list[str]:
         f"### 1. Elementwise sign forward + backward ({section['size']:,} values, "
         f"ms per call, ratio to custom_gradient)",
         "",
-        "| dtype | jit_compile | backward | custom_gradient | ste | stop-gradient exact | stop-gradient naive "
-        "| custom_gradient copy (A/A) | ste = custom_gradient |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| dtype | jit_compile | backward | custom_gradient | ste, bit masks off | ste (default) "
+        "| stop-gradient exact | stop-gradient naive | custom_gradient copy (A/A) | ste, bit masks off = "
+        "custom_gradient |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in section["cells"]:
         r = cell["results"]
+        plain = r.get("ste_bits_off")
         lines.append(
             f"| {cell['dtype']} | {cell['jit_compile']} | {cell['rule']} | {_ms(r['custom_gradient']['median_s'])} | "
-            f"{_cell(r['ste'], _ms)} | {_cell(r['stop_gradient_exact'], _ms)} | "
+            f"{_cell(plain, _ms) if plain else '–'} | {_cell(r['ste'], _ms)} | "
+            f"{_cell(r['stop_gradient_exact'], _ms)} | "
             f"{_cell(r['stop_gradient_naive'], _ms)} | {_cell(r['custom_gradient_copy'], _ms)} | "
             f"{_identical(cell)} |"
         )
@@ -310,7 +327,10 @@ def _elementwise(section: dict[str, Any]) -> list[str]:
         "",
         f"{section['rounds']} alternating rounds × {section['inner']} calls; ratio = median over rounds of the "
         f"per-round ratio. The A/A column is a second, independently built copy of the baseline: its distance from "
-        f"1.00× is the measurement noise. Last column: whether the traced graph of the ste step equals the "
+        f"1.00× is the measurement noise. ste runs with `ste.bit_masks(False)` (it keeps its float input, as in ste "
+        f"0.1) and by default (a mask-only rule such as straight_through keeps a bit-packed mask, 1/32 of a float32 "
+        f"input: its ratio is the time that memory saving costs on an isolated op; the targets on time are the "
+        f"network's, section 7). Last column: whether the traced graph of the ste step with bit masks off equals the "
         f"hand-written one up to node names and, under jit_compile, whether XLA's optimized HLO is the same. "
         f"ste rules: {'; '.join(rules)}. {section['larq']}",
         "",

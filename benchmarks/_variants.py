@@ -1,5 +1,9 @@
-"""The same quantizer written four ways: with ``ste``, as a hand-written ``tf.custom_gradient`` (the baseline), and
-with the two stop-gradient tricks.
+"""The same quantizer written five ways: with ``ste`` (by default, and with ``ste.bit_masks(False)``), as a
+hand-written ``tf.custom_gradient`` (the baseline), and with the two stop-gradient tricks.
+
+``ste_bits_off`` is the op as in ste 0.1 (it keeps its float input: the "costs nothing against a hand-written
+custom gradient" comparison, whose traced graph must equal the hand-written one); ``ste`` is the default, which
+keeps a bit-packed mask for mask-only rules such as ``straight_through`` (the time it costs buys 1/32 of the memory).
 
 A second, independently built copy of the baseline (``custom_gradient_copy``) is timed like the others: its ratio
 to the baseline shows how large the measurement noise is (an A/A comparison).
@@ -31,7 +35,14 @@ import ste
 __all__ = ["RULES", "VARIANTS", "make_op", "sign"]
 
 RULES = ("straight_through", "sigmoid_surrogate", "approx_sign")
-VARIANTS = ("custom_gradient", "ste", "stop_gradient_exact", "stop_gradient_naive", "custom_gradient_copy")
+VARIANTS = (
+    "custom_gradient",
+    "ste_bits_off",
+    "ste",
+    "stop_gradient_exact",
+    "stop_gradient_naive",
+    "custom_gradient_copy",
+)
 BETA = 4.0
 
 Op = Callable[[tf.Tensor], tf.Tensor]
@@ -131,11 +142,23 @@ def make_stop_gradient(rule: str, exact: bool) -> Op:
     return quantize
 
 
+def _bits_off(op: Op) -> Op:
+    """``op`` traced with ``ste.bit_masks(False)`` (the switch is read when the op is traced or called)."""
+
+    def quantize(x: tf.Tensor) -> tf.Tensor:
+        with ste.bit_masks(False):
+            return op(x)
+
+    return quantize
+
+
 def make_op(variant: str, rule: str) -> Op:
     """The quantizer ``variant`` of ``rule``."""
     if variant == "ste":
         op: Op = make_ste(rule)
         return op
+    if variant == "ste_bits_off":
+        return _bits_off(make_ste(rule))
     if variant in ("custom_gradient", "custom_gradient_copy"):  # the copy: an A/A check of the timing noise
         return make_custom_gradient(rule)
     if variant == "stop_gradient_exact":

@@ -11,16 +11,22 @@ Each step has two spellings with the same result, chosen while tracing (``jit_co
 run one pass over memory per op, so outside XLA the top byte is sliced out of the product (one pass, not a shift and
 a cast) and unpacking looks up each byte's 8 values in a 256 × 8 table (one gather, where masking each byte with its
 8 bits takes three passes: and, compare, cast). XLA fuses elementwise forms into the ops around them and runs a
-gather slower, so under XLA packing is a sum of the 8 weighted bits and unpacking masks each byte with its bits.
+gather slower, so under XLA packing is a ``uint8`` or-reduction of the 8 weighted bits and unpacking masks each
+byte with its bits.
+
+Where the bits cost far more time than the targets allow, the default keeps the float input instead (see
+:func:`keep_bits`): ``bfloat16`` under XLA, where XLA:CPU runs the op with bits about 3× slower than the plain op
+(:func:`times_mask`; 9× with the product in bfloat16), against 1.1–1.5× for the other dtypes and compilers.
 
 ``ste.set_bit_masks(False)`` (or the environment variable ``STE_BIT_MASKS=0``, or ``with ste.bit_masks(False):``)
-makes ops keep their float inputs again, as in ste 0.1. It is read when an op is traced (in ``tf.function``) or
-called (eagerly).
+makes ops keep their float inputs again, as in ste 0.1; ``True`` keeps bits also where the default does not;
+``None`` restores the default. It is read when an op is traced (in ``tf.function``) or called (eagerly).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -31,13 +37,14 @@ import tensorflow as tf
 
 __all__ = [
     "EAGER_MIN_ELEMENTS",
+    "SLOW_UNDER_XLA",
     "bit_masks",
     "bit_masks_enabled",
     "keep_bits",
     "pack_bits",
     "set_bit_masks",
+    "times_mask",
     "unpack_bits",
-    "unpack_cast",
     "unpack_values",
 ]
 
@@ -45,55 +52,96 @@ _MAGIC = 0x8040201008040201
 _BITS = (128, 64, 32, 16, 8, 4, 2, 1)  # the bit of element i of a group of 8
 
 
+_UNSET: Any = object()  # no ``with ste.bit_masks(...)`` block is active in this thread
+
+
 class _State(threading.local):
-    override: bool | None = None
+    override: Any = _UNSET
+
+
+def _from_environment(value: str) -> bool | None:
+    word = value.strip().lower()
+    if word in ("0", "false", "no", "off"):
+        return False
+    if word in ("1", "true", "yes", "on", "always"):
+        return True
+    return None  # unset, empty or "auto": the default policy
 
 
 _STATE = _State()
-_DEFAULT = [os.environ.get("STE_BIT_MASKS", "1").strip().lower() not in ("0", "false", "no", "off")]
+_DEFAULT: list[bool | None] = [_from_environment(os.environ.get("STE_BIT_MASKS", ""))]
+
+#: Dtypes whose mask the default keeps as a float input under XLA: the bits cost ~3× the plain op's time there.
+SLOW_UNDER_XLA = frozenset({tf.bfloat16})
 
 
 #: Eagerly, packing costs about a dozen op dispatches (tens of µs): below this many elements the float input is kept.
 EAGER_MIN_ELEMENTS = 65536
 
 
+def _setting() -> bool | None:
+    """True (keep bits wherever they can be kept), False (never), None (the default policy of :func:`keep_bits`)."""
+    override = _STATE.override
+    return _DEFAULT[0] if override is _UNSET else override
+
+
 def bit_masks_enabled() -> bool:
-    """Whether ops keep bit-packed masks instead of float inputs for their backward pass (default True)."""
-    return _DEFAULT[0] if _STATE.override is None else _STATE.override
+    """Whether ops may keep bit-packed masks instead of float inputs for their backward pass (default True; where
+    they do is :func:`keep_bits`'s decision)."""
+    return _setting() is not False
 
 
 def keep_bits(x: tf.Tensor) -> bool:
-    """Whether an op should keep ``x``'s mask as bits: bit masks are on, and ``x`` is traced (in ``tf.function``:
-    packing is a few cheap ops) or, eagerly, has at least :data:`EAGER_MIN_ELEMENTS` elements."""
-    if not bit_masks_enabled():
-        return False
-    if not tf.executing_eagerly():
-        return True
-    size = x.shape.num_elements()
-    return size is None or size >= EAGER_MIN_ELEMENTS
+    """Whether an op should keep ``x``'s mask as bits.
 
-
-def set_bit_masks(enabled: bool) -> None:
-    """Turn bit-packed backward masks on (the default) or off for every op traced or called from now on.
-
-    Off, mask-only rules keep their float inputs as in ste 0.1 (for debugging or comparison); the gradients are the
-    same either way. The environment variable ``STE_BIT_MASKS=0`` sets the default to off at import.
+    Not with bit masks off. Eagerly, only from :data:`EAGER_MIN_ELEMENTS` elements (packing costs a dozen op
+    dispatches). By default (``ste.set_bit_masks(None)``) not for a dtype in :data:`SLOW_UNDER_XLA` (``bfloat16``)
+    traced under XLA, where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
+    bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (in ``tf.function``, with or without
+    XLA, every other dtype): bits.
     """
-    if not isinstance(enabled, bool):
+    setting = _setting()
+    if setting is False:
+        return False
+    if tf.executing_eagerly():
+        size = x.shape.num_elements()
+        return size is None or size >= EAGER_MIN_ELEMENTS
+    if setting is None and x.dtype in SLOW_UNDER_XLA and _compiling_with_xla():
+        return False
+    return True
+
+
+def _checked(enabled: Any, where: str) -> bool | None:
+    if enabled is not None and not isinstance(enabled, bool):
         from ._errors import ParameterError
 
-        raise ParameterError(f"ste.set_bit_masks: expected True or False; received {enabled!r}.")
-    _DEFAULT[0] = enabled
+        raise ParameterError(
+            f"{where}: expected True (bits wherever they can be kept), False (keep float inputs, as in ste 0.1) or "
+            f"None (the default: bits except bfloat16 under XLA); received {enabled!r}."
+        )
+    return enabled
+
+
+def set_bit_masks(enabled: bool | None) -> None:
+    """Choose, for every op traced or called from now on, what mask-only rules keep for their backward pass.
+
+    * ``None`` (the default): a bit-packed mask (1 bit per element), except for ``bfloat16`` inputs traced under XLA
+      (``jit_compile=True``), which keep their float input: there XLA:CPU runs the unpacking ~3× slower than the
+      plain op, for a saving of 16 bits per element (docs/performance.md, "Time of the packing").
+    * ``True``: bit-packed masks wherever an op can keep them, also for ``bfloat16`` under XLA.
+    * ``False``: the float inputs, as in ste 0.1 (for debugging or comparison).
+
+    The gradients are bit-identical in every case. The environment variable ``STE_BIT_MASKS`` sets it at import
+    (``0``: False, ``1``: True, unset or ``auto``: None).
+    """
+    _DEFAULT[0] = _checked(enabled, "ste.set_bit_masks")
 
 
 @contextlib.contextmanager
-def bit_masks(enabled: bool) -> Iterator[None]:
+def bit_masks(enabled: bool | None) -> Iterator[None]:
     """``with ste.bit_masks(False): ...``: the same switch as :func:`set_bit_masks`, in this thread, for a block."""
-    if not isinstance(enabled, bool):
-        from ._errors import ParameterError
-
-        raise ParameterError(f"ste.bit_masks: expected True or False; received {enabled!r}.")
-    previous, _STATE.override = _STATE.override, enabled
+    value = _checked(enabled, "ste.bit_masks")
+    previous, _STATE.override = _STATE.override, value
     try:
         yield
     finally:
@@ -112,6 +160,29 @@ def _compiling_with_xla() -> bool:
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
+@functools.cache
+def _or_reducer() -> Any:
+    """``bitwise_or`` of two ``uint8`` scalars, the reducer of :func:`_xla_or_reduce` (traced once)."""
+    return tf.function(tf.bitwise.bitwise_or, autograph=False).get_concrete_function(
+        tf.TensorSpec([], tf.uint8), tf.TensorSpec([], tf.uint8)
+    )
+
+
+def _xla_or_reduce(weighted: tf.Tensor) -> tf.Tensor:
+    """The ``[bytes, 8]`` weighted bits or-ed along the last axis, as an XLA reduction in ``uint8``.
+
+    ``tf.reduce_sum`` gives the same bytes (distinct powers of two: no carries), but TensorFlow's XLA bridge
+    accumulates a ``uint8`` sum in ``uint32`` and XLA keeps that (4 bytes per 8 elements, 1/8 of a float32 input)
+    with the conversion fused into the unpacking; an ``XlaReduce`` in ``uint8`` keeps 1 byte, and ran faster
+    (float32 1.19× → 1.05× of the plain op, float16 1.31× → 1.26×). The sum where the XLA bridge is not importable.
+    """
+    try:
+        from tensorflow.compiler.tf2xla.python import xla
+    except ImportError:  # pragma: no cover - layout of a future TensorFlow
+        return tf.reduce_sum(weighted, axis=1)
+    return xla.reduce(weighted, tf.constant(0, tf.uint8), [1], _or_reducer())
+
+
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
     """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
     flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
@@ -121,9 +192,8 @@ def pack_bits(mask: tf.Tensor) -> tf.Tensor:
     elif size % 8:
         flat = tf.pad(flat, [[0, 8 - size % 8]])
     if _compiling_with_xla():
-        # a sum of distinct powers of two (no carries), one reduction that XLA fuses with the mask; XLA keeps its
-        # result as uint32 (4 bytes per 8 elements; the uint64 product below it kept as 8), converted where read
-        return tf.reduce_sum(tf.reshape(flat, [-1, 8]) * tf.constant(_BITS, tf.uint8), axis=1)
+        # the 8 weighted bits or-ed together: one reduction that XLA fuses with the mask's computation
+        return _xla_or_reduce(tf.reshape(flat, [-1, 8]) * tf.constant(_BITS, tf.uint8))
     groups = tf.bitcast(tf.reshape(flat, [-1, 8]), tf.uint64) * tf.constant(_MAGIC, tf.uint64)
     return tf.bitcast(groups, tf.uint8)[:, 7]  # the top byte (little-endian)
 
@@ -166,10 +236,21 @@ def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, 
     return _unpadded(tf.gather(_table(low, high, dtype), tf.cast(packed, tf.int32)), shape)
 
 
-def unpack_cast(packed: tf.Tensor, shape: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    """``tf.cast(unpack_bits(packed, shape), dtype)``: outside XLA in one pass (:func:`unpack_values`); under XLA
-    spelled as that cast, because XLA simplifies a product with a cast mask into a select (``dy·0`` becomes ``+0``,
-    also for negative ``dy``), as in a rule that casts the mask itself: the results stay bit for bit the same."""
-    if _compiling_with_xla():
-        return tf.cast(unpack_bits(packed, shape), dtype)
-    return unpack_values(packed, shape, 0, 1, dtype)
+def times_mask(dy: tf.Tensor, packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
+    """``dy * tf.cast(unpack_bits(packed, shape), dy.dtype)``, bit for bit as that product is where the mask is
+    computed from a float input (the plain path), in the spelling each compiler runs fastest.
+
+    Outside XLA the mask is unpacked into ``dy.dtype`` in one pass (:func:`unpack_values`). Under XLA it is spelled
+    as that cast: XLA simplifies a product with a cast mask into a select (``dy·0`` becomes ``+0``, also for negative
+    ``dy``, and NaN·0 becomes ``+0``), as in the plain path. Not in bfloat16, which XLA:CPU computes in float32
+    (``−0``, NaN as IEEE multiplication gives them) and runs ~9× slower than the plain op on the ``[bytes, 8]``
+    layout: there it is ``tf.where(mask, dy, dy·0)`` in float32, the same values (``dy·1 = dy`` and ``dy·0`` are
+    exact), ~3× slower.
+    """
+    if not _compiling_with_xla():
+        return dy * unpack_values(packed, shape, 0, 1, dy.dtype)
+    mask = unpack_bits(packed, shape)
+    if dy.dtype != tf.bfloat16:
+        return dy * tf.cast(mask, dy.dtype)
+    wide = tf.cast(dy, tf.float32)
+    return tf.cast(tf.where(mask, wide, wide * 0.0), dy.dtype)

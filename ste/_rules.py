@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ._bitmask import keep_bits, pack_bits, unpack_bits, unpack_cast
+from ._bitmask import keep_bits, pack_bits, times_mask, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
@@ -204,15 +204,16 @@ def _packed(mask: tf.Tensor, kept: tuple[tf.Tensor, ...] = ()) -> PackedMask:
     return PackedMask(pack_bits(mask), shape, kept)
 
 
-def _unpacked(dy: Any, packed: PackedMask, dtype: tf.DType | None = None) -> tf.Tensor:
-    """The boolean mask (with ``dtype``: ``tf.cast(mask, dtype)``, in one pass), unpacked only once the upstream
-    gradient exists: without the dependency, TensorFlow's executor runs the unpacking (which depends on forward
-    tensors only) during the forward pass and keeps its result alive."""
+def _after(dy: Any, packed: PackedMask) -> tf.Tensor:
+    """The packed bits, read only once the upstream gradient exists: without the dependency, TensorFlow's executor
+    runs the unpacking (which depends on forward tensors only) during the forward pass and keeps its result alive."""
     with tf.control_dependencies(tf.nest.flatten(dy)):
-        bits = tf.identity(packed.bits)
-    if dtype is None:
-        return unpack_bits(bits, packed.shape)
-    return unpack_cast(bits, packed.shape, dtype)
+        return tf.identity(packed.bits)
+
+
+def _unpacked(dy: Any, packed: PackedMask) -> tf.Tensor:
+    """The boolean mask, unpacked once the upstream gradient exists."""
+    return unpack_bits(_after(dy, packed), packed.shape)
 
 
 def _casts_the_mask(surrogate: Surrogate) -> bool:
@@ -309,7 +310,7 @@ class SurrogateRule:
         if isinstance(inputs, PackedMask):
             dtype = specs[0].dtype
             if _casts_the_mask(self.surrogate):
-                return tf.math.multiply(tf.cast(dy, dtype), _unpacked(dy, inputs, dtype))
+                return times_mask(tf.cast(dy, dtype), _after(dy, inputs), inputs.shape)
             return self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), dtype)
         constant = self._constant
         if constant is None:

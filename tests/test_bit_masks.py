@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import ste
 from ste._bitmask import pack_bits, unpack_bits
+from ste._rules import PackedMask, make_rule
 
 
 @pytest.fixture(autouse=True)
@@ -290,7 +291,9 @@ def test_the_switch() -> None:
     try:
         assert not ste._bitmask.bit_masks_enabled()
     finally:
-        ste.set_bit_masks(True)
+        ste.set_bit_masks(None)
+    read = ste._bitmask._from_environment  # STE_BIT_MASKS at import
+    assert [read(v) for v in ("0", "off", "1", "True", "", "auto")] == [False, False, True, True, None, None]
 
 
 def test_binary_conv_net_trains_identically_under_mirrored_strategy() -> None:
@@ -348,3 +351,39 @@ def test_a_subclass_that_changes_the_forward_is_not_kept_as_bits() -> None:
         y = layer(x)
     (gw,) = tape.gradient(y, layer.trainable_variables)
     np.testing.assert_array_equal(gw.numpy(), np.repeat([[0.5], [-0.5], [0.5]], 2, axis=1))
+
+
+def _keeps_bits(dtype: tf.DType, mode: str, setting: bool | None) -> bool:
+    """Whether a straight_through op traced in ``mode`` under ``ste.bit_masks(setting)`` keeps a packed mask."""
+    rule = make_rule("straight_through", {})
+    kept: list[bool] = []
+
+    def trace(x: tf.Tensor) -> tf.Tensor:
+        kept.append(isinstance(rule.saved_for_backward([x], {}), PackedMask))
+        return x
+
+    with ste.bit_masks(setting):
+        _run(trace, mode)(tf.zeros([16], dtype))
+    return kept[0]
+
+
+def test_the_default_keeps_float_inputs_only_for_bfloat16_under_xla() -> None:
+    """As set_bit_masks' docstring and docs/performance.md say: by default (None) every mask-only op keeps bits,
+    except bfloat16 traced under XLA (the unpacking costs ~3× the op there); True keeps bits there too, False
+    nowhere; the gradients are bit-identical whichever is kept (for bfloat16 under XLA also with specials, above)."""
+    for dtype in DTYPES:
+        for mode in ("function", "xla"):
+            slow = dtype == tf.bfloat16 and mode == "xla"
+            assert _keeps_bits(dtype, mode, None) is not slow, (dtype, mode)
+            assert _keeps_bits(dtype, mode, True) and not _keeps_bits(dtype, mode, False), (dtype, mode)
+    op = ste.forward(tf.sign).backward("straight_through")
+    x, dy = _values((5, 7), tf.bfloat16), tf.cast(tf.linspace(-3.0, 3.0, 35), tf.bfloat16)
+    dy = tf.reshape(dy, (5, 7))
+    grads = {}
+    for setting in (None, True, False):
+        with ste.bit_masks(setting):
+            grads[setting] = _bits(_grad_fn(op, "xla")(x, dy))
+    np.testing.assert_array_equal(grads[None], grads[True])
+    np.testing.assert_array_equal(grads[None], grads[False])
+    expected = np.asarray(tf.cast(dy, tf.float64)) * (np.abs(np.asarray(tf.cast(x, tf.float64))) <= 1.0)
+    np.testing.assert_array_equal(np.asarray(tf.cast(tf.bitcast(grads[None], tf.bfloat16), tf.float64)), expected)

@@ -64,8 +64,14 @@ def magnitude_scale(x: tf.Tensor) -> tf.Tensor:
 
 
 def magnitude_aware_sign(x: tf.Tensor) -> tf.Tensor:
-    """α·sign(x) with α = mean(abs(x)) over every axis but the last; sign(0) = +1."""
-    return magnitude_scale(x) * binary_sign(x)
+    """α·sign(x) with α = mean(abs(x)) over every axis but the last; sign(0) = +1.
+
+    In a graph α is computed before the sign (a control dependency, the same values): ``abs(x)``, an input-sized
+    temporary, is then released before the sign's output exists (a 50-op chain with bit masks peaks lower).
+    """
+    scale = magnitude_scale(x)
+    with tf.control_dependencies([scale]):
+        return scale * binary_sign(x)
 
 
 def _unless_overridden(
@@ -213,7 +219,9 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
 
         def mask_and_scale(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             surrogate.check_dtype(x.dtype)
-            return surrogate.mask(x), magnitude_scale(x)
+            scale = magnitude_scale(x)
+            with tf.control_dependencies([scale]):  # one input-sized abs(x) at a time, as in the forward
+                return surrogate.mask(x), scale
 
         @mask_rule(mask_and_scale)
         def from_mask(dy: tf.Tensor, mask: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
