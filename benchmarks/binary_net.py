@@ -40,14 +40,15 @@ from ._timing import alternate, load_average, summarize
 
 __all__ = ["VARIANTS", "run"]
 
-#: network -> (binary convolutions?, ste.layers.BatchNormalization instead of Keras's?, bit masks on?)
+#: network -> (binary convolutions?, ste.layers.BatchNormalization instead of Keras's?, ste.bit_masks setting: None is
+#: the default policy, False keeps the float inputs as ste 0.1 did)
 VARIANTS = {
-    "float": (False, False, True),
-    "float, ste BN": (False, True, True),
+    "float": (False, False, None),
+    "float, ste BN": (False, True, None),
     "ste, plain": (True, False, False),
-    "ste": (True, False, True),
+    "ste": (True, False, None),
     "ste, plain, ste BN": (True, True, False),
-    "ste, ste BN": (True, True, True),
+    "ste, ste BN": (True, True, None),
 }
 BASELINE = "ste, plain"
 LARQ_PEER = "ste, ste BN"  # the ste network compared with larq (both use the fused batch-norm kernel)
