@@ -11,8 +11,8 @@ Each step has two spellings with the same result, chosen while tracing (``jit_co
 run one pass over memory per op, so outside XLA the top byte is sliced out of the product (one pass, not a shift and
 a cast) and unpacking looks up each byte's 8 values in a 256 × 8 table (one gather, where masking each byte with its
 8 bits takes three passes: and, compare, cast). XLA fuses elementwise forms into the ops around them and runs a
-gather slower, so under XLA packing is a ``uint8`` or-reduction of the 8 weighted bits and unpacking masks each
-byte with its bits.
+gather slower, so under XLA packing is a sum of the 8 weighted bits (distinct powers of two, no carries) and
+unpacking masks each byte with its bits.
 
 Where the bits cost far more time than the targets allow, the default keeps the float input instead (see
 :func:`keep_bits`): ``bfloat16`` under XLA, where XLA:CPU runs the op with bits about 3× slower than the plain op
@@ -26,7 +26,6 @@ makes ops keep their float inputs again, as in ste 0.1; ``True`` keeps bits also
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -160,29 +159,6 @@ def _compiling_with_xla() -> bool:
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
-@functools.cache
-def _or_reducer() -> Any:
-    """``bitwise_or`` of two ``uint8`` scalars, the reducer of :func:`_xla_or_reduce` (traced once)."""
-    return tf.function(tf.bitwise.bitwise_or, autograph=False).get_concrete_function(
-        tf.TensorSpec([], tf.uint8), tf.TensorSpec([], tf.uint8)
-    )
-
-
-def _xla_or_reduce(weighted: tf.Tensor) -> tf.Tensor:
-    """The ``[bytes, 8]`` weighted bits or-ed along the last axis, as an XLA reduction in ``uint8``.
-
-    ``tf.reduce_sum`` gives the same bytes (distinct powers of two: no carries), but TensorFlow's XLA bridge
-    accumulates a ``uint8`` sum in ``uint32`` and XLA keeps that (4 bytes per 8 elements, 1/8 of a float32 input)
-    with the conversion fused into the unpacking; an ``XlaReduce`` in ``uint8`` keeps 1 byte, and ran faster
-    (float32 1.19× → 1.05× of the plain op, float16 1.31× → 1.26×). The sum where the XLA bridge is not importable.
-    """
-    try:
-        from tensorflow.compiler.tf2xla.python import xla
-    except ImportError:  # pragma: no cover - layout of a future TensorFlow
-        return tf.reduce_sum(weighted, axis=1)
-    return xla.reduce(weighted, tf.constant(0, tf.uint8), [1], _or_reducer())
-
-
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
     """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
     flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
@@ -192,8 +168,12 @@ def pack_bits(mask: tf.Tensor) -> tf.Tensor:
     elif size % 8:
         flat = tf.pad(flat, [[0, 8 - size % 8]])
     if _compiling_with_xla():
-        # the 8 weighted bits or-ed together: one reduction that XLA fuses with the mask's computation
-        return _xla_or_reduce(tf.reshape(flat, [-1, 8]) * tf.constant(_BITS, tf.uint8))
+        # a sum of distinct powers of two (no carries): one reduction that XLA fuses with the mask's computation.
+        # TensorFlow's XLA bridge accumulates it in uint32 and XLA keeps that (4 bytes per 8 elements), converted
+        # where the unpacking reads it. A uint8 bitwise-or reduction (``XlaReduce``) keeps 1 byte but made the
+        # binarized residual net's XLA step slower (1.055-1.064x against 1.025-1.039x the plain step, in-process
+        # A/B, docs/performance.md), its 8-element uint8 reductions compiling to slower loops on XLA:CPU.
+        return tf.reduce_sum(tf.reshape(flat, [-1, 8]) * tf.constant(_BITS, tf.uint8), axis=1)
     groups = tf.bitcast(tf.reshape(flat, [-1, 8]), tf.uint64) * tf.constant(_MAGIC, tf.uint64)
     return tf.bitcast(groups, tf.uint8)[:, 7]  # the top byte (little-endian)
 
