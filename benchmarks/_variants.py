@@ -32,7 +32,7 @@ import tensorflow as tf
 
 import ste
 
-__all__ = ["RULES", "VARIANTS", "make_op", "sign"]
+__all__ = ["RULES", "VARIANTS", "bits_off", "make_op", "sign"]
 
 RULES = ("straight_through", "sigmoid_surrogate", "approx_sign")
 VARIANTS = (
@@ -142,8 +142,9 @@ def make_stop_gradient(rule: str, exact: bool) -> Op:
     return quantize
 
 
-def _bits_off(op: Op) -> Op:
-    """``op`` traced with ``ste.bit_masks(False)`` (the switch is read when the op is traced or called)."""
+def bits_off(op: Op) -> Op:
+    """``op`` as ste 0.1 ran it: traced or called with ``ste.bit_masks(False)``, so a mask-only rule keeps its float
+    input (the switch is read when the op is traced or called)."""
 
     def quantize(x: tf.Tensor) -> tf.Tensor:
         with ste.bit_masks(False):
@@ -158,7 +159,7 @@ def make_op(variant: str, rule: str) -> Op:
         op: Op = make_ste(rule)
         return op
     if variant == "ste_bits_off":
-        return _bits_off(make_ste(rule))
+        return bits_off(make_ste(rule))
     if variant in ("custom_gradient", "custom_gradient_copy"):  # the copy: an A/A check of the timing noise
         return make_custom_gradient(rule)
     if variant == "stop_gradient_exact":

@@ -31,7 +31,7 @@ import tensorflow as tf
 import ste
 
 from ._subprocess import result_of
-from ._variants import sign
+from ._variants import bits_off, sign
 
 __all__ = ["CHAINS", "run"]
 
@@ -50,16 +50,6 @@ def _tf_sign(x: tf.Tensor) -> tf.Tensor:
     return sign(x)
 
 
-def _without_bit_masks(op: Op) -> Op:
-    """``op`` as ste 0.1 ran it: the rule keeps its float input (``ste.bit_masks(False)`` while tracing/calling)."""
-
-    def plain(x: tf.Tensor) -> tf.Tensor:
-        with ste.bit_masks(False):
-            return op(x)
-
-    return plain
-
-
 def _channels(op: Op, channels: int) -> Op:
     """``op`` applied to the flat input seen as ``[-1, channels]`` (a per-channel scale is then one per channel, not
     one per element as on a rank-1 tensor); reshapes copy nothing."""
@@ -74,7 +64,7 @@ CHAINS: dict[str, Callable[[], Op]] = {
     "sign, TensorFlow's gradient": lambda: _tf_sign,
     "ste sign, rule identity": lambda: ste.forward(sign).backward("identity"),
     "custom_gradient sign, grad dy": lambda: _custom_identity(sign),
-    "ste sign, rule straight_through, bit masks off (keeps inputs)": lambda: _without_bit_masks(
+    "ste sign, rule straight_through, bit masks off (keeps inputs)": lambda: bits_off(
         ste.forward(sign).backward("straight_through")
     ),
     "ste sign, rule straight_through (keeps a bit mask)": lambda: ste.forward(sign).backward("straight_through"),
@@ -86,7 +76,7 @@ QUANTIZER_CHAINS: dict[str, Callable[[], Op]] = {
     "MagnitudeAwareSign, 64 channels": lambda: _channels(ste.quantizers.MagnitudeAwareSign(), 64),
 }
 for _name, _make in QUANTIZER_CHAINS.items():
-    CHAINS[f"{_name}, bit masks off (keeps inputs)"] = lambda make=_make: _without_bit_masks(make())
+    CHAINS[f"{_name}, bit masks off (keeps inputs)"] = lambda make=_make: bits_off(make())
     CHAINS[f"{_name} (keeps a bit mask)"] = _make
 MASK_PLAIN = "ste sign, rule straight_through, bit masks off (keeps inputs)"
 MASK_LEAN = "ste sign, rule straight_through (keeps a bit mask)"
