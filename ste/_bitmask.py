@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._xla import compiling_with_xla
+
 __all__ = [
     "EAGER_MIN_ELEMENTS",
     "SLOW_UNDER_XLA",
@@ -105,7 +107,7 @@ def keep_bits(x: tf.Tensor) -> bool:
     if tf.executing_eagerly():
         size = x.shape.num_elements()
         return size is None or size >= EAGER_MIN_ELEMENTS
-    if setting is None and x.dtype in SLOW_UNDER_XLA and _compiling_with_xla():
+    if setting is None and x.dtype in SLOW_UNDER_XLA and compiling_with_xla():
         return False
     return True
 
@@ -147,18 +149,6 @@ def bit_masks(enabled: bool | None) -> Iterator[None]:
         _STATE.override = previous
 
 
-def _compiling_with_xla() -> bool:
-    """Whether the ops being built now will be compiled by XLA (traced under ``jit_compile=True``, or nested in such a
-    function). Only the choice between two exact spellings of the same result depends on it."""
-    if tf.executing_eagerly():
-        return False
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover - layout of a future TensorFlow
-        return False
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
-
-
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
     """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
     flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
@@ -167,7 +157,7 @@ def pack_bits(mask: tf.Tensor) -> tf.Tensor:
         flat = tf.pad(flat, [[0, tf.math.floormod(8 - tf.math.floormod(tf.size(flat), 8), 8)]])
     elif size % 8:
         flat = tf.pad(flat, [[0, 8 - size % 8]])
-    if _compiling_with_xla():
+    if compiling_with_xla():
         # a sum of distinct powers of two (no carries): one reduction that XLA fuses with the mask's computation.
         # TensorFlow's XLA bridge accumulates it in uint32 and XLA keeps that (4 bytes per 8 elements), converted
         # where the unpacking reads it. A uint8 bitwise-or reduction (``XlaReduce``) keeps 1 byte but made the
@@ -192,7 +182,7 @@ def _bitwise_unpacked(packed: tf.Tensor) -> tf.Tensor:
 
 def unpack_bits(packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     """The boolean tensor of ``shape`` that :func:`pack_bits` packed."""
-    if _compiling_with_xla():
+    if compiling_with_xla():
         return _unpadded(_bitwise_unpacked(packed), shape)
     return _unpadded(tf.gather(_table(False, True, tf.bool), tf.cast(packed, tf.int32)), shape)
 
@@ -211,7 +201,7 @@ def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, 
     its 8 values in a 256 × 8 table; under XLA spelled as that select, because XLA keeps the gather a slow loop on CPU
     and fuses the select (a binary 64×32×32×32 convolution's forward + backward: 1.29× against 1.04× the float-input
     path)."""
-    if _compiling_with_xla():
+    if compiling_with_xla():
         return tf.where(unpack_bits(packed, shape), tf.constant(high, dtype), tf.constant(low, dtype))
     return _unpadded(tf.gather(_table(low, high, dtype), tf.cast(packed, tf.int32)), shape)
 
@@ -227,7 +217,7 @@ def times_mask(dy: tf.Tensor, packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     layout: there it is ``tf.where(mask, dy, dy·0)`` in float32, the same values (``dy·1 = dy`` and ``dy·0`` are
     exact), ~3× slower.
     """
-    if not _compiling_with_xla():
+    if not compiling_with_xla():
         return dy * unpack_values(packed, shape, 0, 1, dy.dtype)
     mask = unpack_bits(packed, shape)
     if dy.dtype != tf.bfloat16:

@@ -24,7 +24,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._bitmask import _compiling_with_xla
+from .._xla import compiling_with_xla
 
 __all__ = ["BatchNormalization"]
 
@@ -43,7 +43,7 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
             return None
         if keras.backend.backend() != "tensorflow" or not isinstance(inputs, (tf.Tensor, tf.Variable)):
             return None
-        if _compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
+        if compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
             return None
         rank = inputs.shape.rank
         if rank != 4 or inputs.dtype not in _FUSED_DTYPES:
