@@ -23,6 +23,7 @@ from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
+from .._signatures import ClassSignature
 from ..quantizers._sharing import claim
 
 __all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
@@ -114,19 +115,6 @@ def _keras_parent(cls: type) -> type | None:
     return None
 
 
-class _ClassSignature:
-    """``__signature__`` of a layer class only: its instances keep their own (``call``'s) signature, which
-    ``tf.function(layer, input_signature=...)`` and Keras inspect."""
-
-    def __init__(self, signature: inspect.Signature) -> None:
-        self.signature = signature
-
-    def __get__(self, instance: object, owner: type) -> inspect.Signature:
-        if instance is not None:
-            raise AttributeError("__signature__")
-        return self.signature
-
-
 def _after(tensor: Any, first: list[Any]) -> Any:
     """``tensor``, available only once every tensor of ``first`` is computed (in a graph; eagerly ops run in call
     order anyway). TensorFlow's executor runs an op once its inputs exist and gives no other order, and these orders
@@ -171,7 +159,7 @@ class QuantLayerMixin:
             for name, (default, annotation) in cls.options().items()
         ]
         var_keyword = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
-        cls.__signature__ = _ClassSignature(inspect.Signature([*parameters, *options, var_keyword]))  # type: ignore[attr-defined]
+        cls.__signature__ = ClassSignature(inspect.Signature([*parameters, *options, var_keyword]))  # type: ignore[attr-defined]
 
     @classmethod
     def options(cls) -> dict[str, tuple[Any, str]]:

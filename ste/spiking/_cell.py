@@ -17,6 +17,7 @@ Reset of the membrane by the previous step's spike ``S[t−1]`` (snnTorch's ``re
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ import keras
 import tensorflow as tf
 
 from .._errors import ParameterError
+from .._signatures import forwarding_signature, init_signature
 from ..registry import Surrogate, SurrogateLike
 from ._constraint import Interval
 from ._spike import DEFAULT_SURROGATE, resolve_surrogate, spike_op
@@ -73,6 +75,16 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
 
     #: The names of this cell's states, in order; the first is always the membrane ``U``.
     state_names: ClassVar[tuple[str, ...]] = ("membrane", "spikes")
+    #: Arguments of a base cell that this cell sets itself and refuses (IFCell: ``beta``); kept out of its signature.
+    refused_arguments: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # inspect.signature(cls) shows the arguments this cell forwards to its base cell in **kwargs too.
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            base = next(klass for klass in cls.__mro__[1:] if issubclass(klass, SpikingCell))
+            signature = forwarding_signature(init_signature(cls), [inspect.signature(base)], cls.refused_arguments)
+            cls.__signature__ = signature
 
     def __init__(
         self,

@@ -23,8 +23,10 @@ class IFCell(LIFCell):
             ``units``: see [`SpikingCell`][ste.spiking.SpikingCell].
     """
 
+    refused_arguments = ("beta", "learn_beta")
+
     def __init__(self, threshold: float = 1.0, **kwargs: Any) -> None:
-        for key in ("beta", "learn_beta"):
+        for key in self.refused_arguments:
             if key in kwargs:
                 raise ParameterError(
                     f"IFCell: an integrate-and-fire neuron has no leak (β = 1); received {key}={kwargs[key]!r}. "

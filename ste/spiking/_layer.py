@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import keras
 
 from .._errors import CallError
+from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
 
 __all__ = ["SpikingRNN"]
@@ -54,6 +55,10 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
     """
 
     cell_class: ClassVar[type[SpikingCell]] = SpikingCell
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__signature__ = _layer_signature(cls)
 
     def __init__(
         self,
@@ -117,3 +122,11 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> SpikingRNN:
         return cls(**config)
+
+
+def _layer_signature(cls: type[SpikingRNN]) -> object:
+    """``inspect.signature`` of a spiking layer class: its cell's arguments, then the sequence arguments."""
+    return forwarding_signature(inspect.signature(cls.cell_class), [init_signature(SpikingRNN)])
+
+
+SpikingRNN.__signature__ = _layer_signature(SpikingRNN)
