@@ -1,12 +1,15 @@
 """The command line: ``python -m ste [--import MODULE] list | show NAME | plot NAME -o FILE.png | check SPEC``.
 
 Results go to stdout; errors go to stderr as one line with exit status 2 (bad usage, unknown name: with
-suggestions), and a failed ``check`` exits with status 1. ``--import MODULE`` (repeatable) imports the user's modules
-first, so that the rules they register are listed, shown, plotted and checked.
+suggestions), a failed ``check`` exits with status 1, and a ``check`` of what cannot be checked (a quantizer that
+reads variables: ``lsq``, ``pact``) says why in one line and exits with status 3. Every command takes quantizer
+names (``ste_sign``) as well as surrogates; a name that is both (``approx_sign``) means the surrogate. ``--import
+MODULE`` (repeatable) imports the user's modules first, so that the rules they register are listed, shown, plotted
+and checked.
 
 Answering ``--help``, ``--version`` and usage errors needs no TensorFlow: ``ste/__init__.py`` calls
-:func:`answer_without_tensorflow` before it imports anything heavy. That function acts only in the process
-``python -m ste`` (or the ``ste`` console script), while Python imports ``ste`` to start it: it parses the arguments
+:func:`answer_without_tensorflow` before it imports anything heavy. That function acts only in the process ``python
+-m ste`` (or the ``ste`` console script), while Python imports ``ste`` to start it: it parses the arguments
 (argparse exits there on help and usage errors), then hides TensorFlow's native start-up log lines for the command.
 This module imports nothing heavy at module level.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
@@ -30,6 +34,7 @@ __all__ = ["answer_without_tensorflow", "main"]
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+EXIT_CANNOT_CHECK = 3
 
 #: File types ``plot -o`` writes: matplotlib's standard savefig formats (tested against matplotlib's own list).
 IMAGE_TYPES = ("png", "svg", "svgz", "pdf", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
@@ -97,10 +102,12 @@ def _parser() -> _Parser:
     sub_import = _Parser(add_help=False)  # after the command too: python -m ste show NAME --import M
     sub_import.add_argument("--import", dest="sub_imports", action="append", default=[], metavar="MODULE")
     commands.add_parser(
-        "list", parents=[sub_import], help="every registered surrogate with its parameters and defaults"
+        "list", parents=[sub_import], help="every registered surrogate and quantizer with its parameters and defaults"
     )
     show = commands.add_parser("show", parents=[sub_import], help="formula, defaults, peak and reference")
-    show.add_argument("name", metavar="NAME", help="a registry name or spec string, e.g. 'atan(alpha=4)'")
+    show.add_argument(
+        "name", metavar="NAME", help="a registry name or spec string, e.g. 'atan(alpha=4)', or a quantizer name"
+    )
     plot = commands.add_parser(
         "plot", parents=[sub_import], help="save a plot of a surrogate's primitive and derivative (or a quantizer)"
     )
@@ -228,37 +235,75 @@ def _import_user_modules(modules: Sequence[str]) -> None:
             raise CallError(f"--import {module}: {type(error).__name__}: {error}") from None
 
 
+def _table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
+    """Columns padded to their widest cell; the last column is not padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1], file=out)
+
+
+def _plain(doc: str) -> str:
+    """A docstring for the terminal: reStructuredText's ``code`` becomes Markdown's `code`."""
+    return doc.replace("``", "`")
+
+
 def _list(out: TextIO) -> int:
     from ._catalog import describe
+    from ._targets import as_quantizer, quantizer_surrogate
+    from .quantizers import names as quantizer_names
     from .registry import names
 
     rows = [("name", "parameters", "primitive", "d(x)")]
     for name in names():
         info = describe(name)
         rows.append((name, info.parameter_text(), "yes" if info.has_primitive else "no", info.formula or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3], file=out)
+    _table(rows, out)
+    quantizers = [("quantizer", "class", "surrogate (backward)")]
+    for name in quantizer_names():
+        quantizer = as_quantizer(name)
+        if quantizer is not None:  # None: the name is a surrogate's too (approx_sign), listed above
+            surrogate = quantizer_surrogate(quantizer)
+            backward = repr(surrogate) if surrogate is not None else "its own gradient (show NAME)"
+            quantizers.append((name, f"ste.quantizers.{type(quantizer).__name__}", backward))
+    print("", file=out)
+    _table(quantizers, out)
     return EXIT_OK
+
+
+def _fields(fields: Sequence[tuple[str, str]], out: TextIO) -> None:
+    for key, value in fields:
+        print(f"  {key + ':':<12}{value}", file=out)
 
 
 def _show(name: str, out: TextIO) -> int:
     from ._catalog import describe
+    from ._targets import as_quantizer, quantizer_surrogate
 
-    info = describe(name)
-    print(info.spec, file=out)
-    fields = [
-        ("d(x)", info.formula or "-"),
-        ("parameters", info.parameter_text()),
-        ("peak", info.peak.describe() if info.peak is not None else "- (needs parameters)"),
-        ("primitive", "yes" if info.has_primitive else "no"),
-        ("reference", info.reference or "-"),
-    ]
-    for key, value in fields:
-        print(f"  {key + ':':<12}{value}", file=out)
-    if info.doc:
+    quantizer = as_quantizer(name)
+    surrogate = quantizer_surrogate(quantizer) if quantizer is not None else None
+    info = describe(surrogate if surrogate is not None else name) if quantizer is None or surrogate else None
+    doc = inspect.cleandoc(type(quantizer).__doc__ or "") if quantizer is not None else info.doc if info else ""
+    if quantizer is not None:
+        print(repr(quantizer), file=out)
+        backward = repr(surrogate) if surrogate is not None else "- (its own gradient, below)"
+        _fields([("quantizer", f"ste.quantizers.{type(quantizer).__name__}"), ("surrogate", backward)], out)
+    else:
+        assert info is not None
+        print(info.spec, file=out)
+    if info is not None:
+        _fields(
+            [
+                ("d(x)", info.formula or "-"),
+                ("parameters", info.parameter_text()),
+                ("peak", info.peak.describe() if info.peak is not None else "- (needs parameters)"),
+                ("primitive", "yes" if info.has_primitive else "no"),
+                ("reference", info.reference or "-"),
+            ],
+            out,
+        )
+    if doc:
         print("", file=out)
-        print(textwrap.indent(info.doc, "  "), file=out)
+        print(textwrap.indent(_plain(doc), "  "), file=out)
     return EXIT_OK
 
 
@@ -274,12 +319,22 @@ def _plot(name: str, output: str, x_range: Sequence[float] | None, points: int, 
 
 def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: TextIO) -> int:
     import numpy as np
+    import tensorflow as tf
 
     from ._gradcheck import check_finite, check_gradient
-    from ._targets import as_quantizer, quantizer_surrogate
+    from ._targets import as_quantizer, quantizer_surrogate, quantizer_variables
     from .registry import get
 
     quantizer = as_quantizer(spec)
+    variables = quantizer_variables(quantizer, tf.zeros([1])) if quantizer is not None else []
+    if variables:
+        print(
+            f"ste check: cannot check {quantizer!r}: it reads variables ({', '.join(variables)}), so its gradient "
+            f"has more inputs than x; check it in Python with ste.testing.check_gradient on an op that takes them "
+            f"as inputs (docs/tools.md)",
+            file=err,
+        )
+        return EXIT_CANNOT_CHECK
     target = quantizer if quantizer is not None else get(spec)
     surrogate = quantizer_surrogate(quantizer) if quantizer is not None else get(spec)
     what = "gradient = d(x) of its surrogate" if quantizer is not None else "derivative = autodiff of the primitive"

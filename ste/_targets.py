@@ -20,7 +20,7 @@ from .quantizers import names as quantizer_names
 from .registry import Surrogate, parse_spec
 from .registry import names as surrogate_names
 
-__all__ = ["as_quantizer", "quantizer_op", "quantizer_surrogate"]
+__all__ = ["as_quantizer", "quantizer_op", "quantizer_surrogate", "quantizer_variables"]
 
 
 def as_quantizer(obj: Any) -> Quantizer | None:
@@ -47,18 +47,24 @@ def quantizer_surrogate(quantizer: Quantizer) -> Surrogate | None:
     return surrogate if isinstance(surrogate, Surrogate) else None
 
 
+def quantizer_variables(quantizer: Quantizer, sample: tf.Tensor) -> list[str]:
+    """The names of the variables the quantizer reads (``LSQ``'s step size, ``PACT``'s α); built on ``sample``."""
+    if not quantizer.built:
+        quantizer(sample)
+    return [v.name for v in quantizer.weights]
+
+
 def quantizer_op(quantizer: Quantizer, sample: tf.Tensor, caller: str) -> STEFunction[..., tf.Tensor]:
     """An ste op equal to the quantizer: its forward is the quantizer, its rule the quantizer's own gradient.
 
     An unbuilt quantizer is built on ``sample`` first. One with variables (``LSQ``, ``PACT``) is refused: its
     gradient has more inputs than x.
     """
-    if not quantizer.built:
-        quantizer(sample)
-    if quantizer.weights:
+    variables = quantizer_variables(quantizer, sample)
+    if variables:
         raise CallError(
             f"{caller}({quantizer!r}): the quantizer reads variables "
-            f"({', '.join(v.name for v in quantizer.weights)}), so its gradient has more inputs than x. "
+            f"({', '.join(variables)}), so its gradient has more inputs than x. "
             f"Fix: check an op that takes each variable as a positional input, op(x, v), whose rule returns a "
             f"gradient for each."
         )

@@ -17,8 +17,8 @@ from ste._cli import main
 
 def test_list_shows_every_entry_with_its_defaults(capsys):
     assert main(["list"]) == 0
-    out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    surrogates, _quantizers = capsys.readouterr().out.split("\n\n")
+    rows = {line.split()[0]: line for line in surrogates.splitlines()[1:]}
     assert set(rows) == set(ste.registry.names())
     assert "clip=1.0" in rows["straight_through"]
     assert "beta=1.0" in rows["sigmoid_surrogate"]
@@ -209,7 +209,7 @@ def test_import_option_in_process_by_module_and_by_path_and_after_the_command(tm
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         assert main(["--import", "cli_rules_a", "--import", str(tmp_path / "cli_rules_b.py"), "list"]) == 0
-        names = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]}
+        names = {line.split()[0] for line in capsys.readouterr().out.split("\n\n")[0].splitlines()[1:]}
         assert {"cli_rule_a", "cli_rule_b"} <= names
         assert main(["show", "cli_rule_b", "--import", str(tmp_path / "cli_rules_b.py")]) == 0
         assert "peak:       5 everywhere" in capsys.readouterr().out
@@ -261,3 +261,50 @@ def test_check_takes_a_quantizer_name(capsys):
     assert out.count("ok ") == 2 and "SteSign(clip_value=2.0)" in out
     assert main(["check", "dorefa(bits=2)", "--points", "51"]) == 0  # no surrogate: finiteness only
     assert capsys.readouterr().out.startswith("skip")
+
+
+# --- quantizer names: list, show and check take them as plot does ----------------------------------------------
+
+
+def test_list_shows_every_quantizer_with_its_surrogate(capsys):
+    assert main(["list"]) == 0
+    quantizers = capsys.readouterr().out.split("\n\n")[1].splitlines()
+    assert quantizers[0].split()[0] == "quantizer"
+    rows = {line.split()[0]: line.split()[1:] for line in quantizers[1:]}
+    # a name that is a surrogate's too (approx_sign, swish_sign) means the surrogate, listed in the first table
+    assert set(rows) == set(ste.quantizers.names()) - set(ste.registry.names())
+    assert rows["ste_sign"] == ["ste.quantizers.SteSign", "straight_through(clip=1.0)"]  # larq: clip_value=1.0
+    assert rows["sign"][0] == "ste.quantizers.Sign"
+
+
+def test_show_takes_a_quantizer_name(capsys):
+    assert main(["show", "ste_sign(clip_value=0.5)"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "SteSign(clip_value=0.5)"
+    assert "surrogate:  straight_through(clip=0.5)" in out
+    assert "peak:       1 for x in [-0.5, 0.5]" in out  # 1[abs(x) <= 0.5]
+    assert main(["show", "dorefa"]) == 0  # no surrogate: its own gradient, told by its docstring
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "DoReFa(bits=2, mode='activations')" and "Zhou et al. 2016" in out
+    assert "d(x):" not in out
+
+
+@pytest.mark.parametrize("name", sorted(set(ste.registry.names()) | set(ste.quantizers.names())))
+def test_show_prints_no_restructuredtext_markup(name, capsys):
+    assert main(["show", name]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and ":func:" not in out and ":class:" not in out, out
+
+
+@pytest.mark.parametrize("name", ["lsq", "pact(bits=2)"])
+def test_check_of_a_quantizer_with_variables_says_why_in_one_line(name, capsys):
+    assert main(["check", name]) == 3  # neither a usage error (2) nor a failed check (1)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("ste check: cannot check ")
+    assert "reads variables" in captured.err and "ste.testing.check_gradient" in captured.err
+
+
+def test_exit_statuses_are_documented():
+    text = (ROOT / "docs" / "tools.md").read_text()
+    assert "exit status 2" in text and "exits with status 1" in text and "exits with status 3" in text
