@@ -6,6 +6,7 @@ Run: python examples/recipe_activation_gradient.py
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -48,7 +49,8 @@ def data(n: int = 256, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, y[:, None]
 
 
-def main() -> None:
+def main(directory: str | None = None) -> None:
+    """Run the recipe; the saved model goes into `directory` (default: a temporary directory, removed after)."""
     x = tf.constant([-2.0, -0.5, 0.0, 0.5, 2.0])
     y, grad = forward_and_gradient(relu_with_sigmoid_gradient, x)
     print("x:        ", x.numpy())
@@ -65,11 +67,12 @@ def main() -> None:
     print(f"training loss: {losses[0]:.3f} -> {losses[-1]:.3f}")
 
     # The op names its functions (tf.nn.relu, tf.nn.sigmoid), so the model saves and loads like any Keras model.
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "activation_gradient.keras")
-    model.save(path)
-    restored = keras.models.load_model(path)
-    assert np.allclose(restored.predict(features, verbose=0), model.predict(features, verbose=0))
-    print("saved and reloaded:", path)
+    with tempfile.TemporaryDirectory() as temporary:  # removed afterwards, unless a directory is given
+        path = os.path.join(directory or temporary, "activation_gradient.keras")
+        model.save(path)
+        restored = keras.models.load_model(path)
+        assert np.allclose(restored.predict(features, verbose=0), model.predict(features, verbose=0))
+        print("saved and reloaded:", path)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Run: python examples/recipe_skip_derivative.py
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -44,7 +45,8 @@ def build_model(seed: int = 0) -> keras.Model:
     return keras.Model(inputs, outputs)
 
 
-def main() -> None:
+def main(directory: str | None = None) -> None:
+    """Run the recipe; the saved model goes into `directory` (default: a temporary directory, removed after)."""
     x = tf.constant([-3.0, -1.0, 0.0, 1.0, 3.0])
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -60,11 +62,12 @@ def main() -> None:
     history = model.fit(features, targets, epochs=5, batch_size=32, verbose=0)
     print(f"training loss: {history.history['loss'][0]:.3f} -> {history.history['loss'][-1]:.3f}")
 
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "skip_derivative.keras")
-    model.save(path)
-    restored = keras.models.load_model(path)
-    assert np.allclose(restored.predict(features, verbose=0), model.predict(features, verbose=0))
-    print("saved and reloaded:", path)
+    with tempfile.TemporaryDirectory() as temporary:  # removed afterwards, unless a directory is given
+        path = os.path.join(directory or temporary, "skip_derivative.keras")
+        model.save(path)
+        restored = keras.models.load_model(path)
+        assert np.allclose(restored.predict(features, verbose=0), model.predict(features, verbose=0))
+        print("saved and reloaded:", path)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def _dense_grads(model, features, targets):
     return grad, w1, b1, w2, b2
 
 
-def test_recipe_activation_gradient(capsys, monkeypatch, tmp_path):
+def test_recipe_activation_gradient(capsys, tmp_path):
     recipe = _load("recipe_activation_gradient")
     x = np.linspace(-4.0, 4.0, 17).astype(np.float32)
     y, grad = recipe["forward_and_gradient"](recipe["relu_with_sigmoid_gradient"], tf.constant(x))
@@ -52,8 +52,7 @@ def test_recipe_activation_gradient(capsys, monkeypatch, tmp_path):
     d_h = (d_prediction @ w2.T) * _sigmoid(h) * (1.0 - _sigmoid(h))  # sigmoid', not relu'
     np.testing.assert_allclose(grad, features.T @ d_h, rtol=1e-4, atol=1e-6)
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    recipe["main"]()
+    recipe["main"](str(tmp_path))
     assert "training loss" in capsys.readouterr().out
     # the saved model reloads (safe_mode, no custom_objects) and still back-propagates sigmoid' through relu
     restored = keras.models.load_model(tmp_path / "activation_gradient.keras")
@@ -84,7 +83,7 @@ def test_recipe_differentiable_mask(capsys):
     assert "learned mask" in capsys.readouterr().out
 
 
-def test_recipe_skip_derivative(capsys, monkeypatch, tmp_path):
+def test_recipe_skip_derivative(capsys, tmp_path):
     recipe = _load("recipe_skip_derivative")
     x = np.linspace(-3.0, 3.0, 13).astype(np.float32)
     t = tf.constant(x)
@@ -106,10 +105,22 @@ def test_recipe_skip_derivative(capsys, monkeypatch, tmp_path):
     d_h = d_prediction @ w2.T  # ... the backward skips its derivative
     np.testing.assert_allclose(grad, features.T @ d_h, rtol=1e-4, atol=1e-6)
 
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    recipe["main"]()
+    recipe["main"](str(tmp_path))
     assert "saved and reloaded" in capsys.readouterr().out
     assert (tmp_path / "skip_derivative.keras").exists()
+
+
+@pytest.mark.parametrize("name", ["recipe_activation_gradient", "recipe_skip_derivative"])
+def test_recipe_run_as_a_script_leaves_no_file_behind(name, capsys, monkeypatch, tmp_path):
+    """Run as a script, a recipe saves into a fresh temporary directory and removes it: no fixed path."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where tempfile makes its directories
+    _load(name)["main"]()
+    printed = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("saved and reloaded"))
+    saved = Path(printed.split(": ", 1)[1])
+    assert saved.parent.parent == tmp_path and saved.parent != tmp_path
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("name", ["recipe_activation_gradient", "recipe_differentiable_mask", "recipe_skip_derivative"])
