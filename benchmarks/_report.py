@@ -460,8 +460,8 @@ def markdown(results: dict[str, Any]) -> str:
         ("tracing", _tracing),
         ("training", _training),
         ("memory", _memory),
-        ("binary_net", _binary_net),
-        ("spiking", _spiking),
+        ("spiking", _spiking),  # section 6
+        ("binary_net", _binary_net),  # section 7
     ):
         if name in results:
             lines += render(results[name])

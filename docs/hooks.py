@@ -3,7 +3,8 @@
 For each name in ``ste.registry.names()`` it writes ``gallery/<name>.md`` (formula, defaults, computed peak,
 reference, docstring) and ``gallery/<name>.png`` (``ste.plot``: primitive above derivative), plus
 ``gallery/index.md`` with one row per entry, and lists the pages under "Surrogate gallery" in the navigation.
-It also drops the Sphinx role prefixes (``:class:``) that the docstrings carry from the rendered API reference.
+It also turns the Sphinx roles that the docstrings carry (``:class:`ste.STEError```) into links to the API
+reference's entries (or drops the role where the page has no such entry).
 Everything is in memory (``File.generated``); nothing is written into ``docs/``.
 """
 
@@ -20,10 +21,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's ste, also without installing it
 
 GALLERY_TITLE = "Surrogate gallery"
-_ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?=<code>)")
+_ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):<code>([^<]+)</code>")
+_ID = re.compile(r'\bid="([^"]+)"')
 _FIGSIZE = (5.6, 3.6)
 _DPI = 100  # 560 x 360 px on the entry's page
-_THUMBNAIL_WIDTH = 280  # px in the overview table (at least 240, so that each curve's shape reads)
+_THUMBNAIL_WIDTH = 448  # px in the overview's plot column (at least 240, so that each curve's shape reads)
 
 
 def _entries() -> list[Any]:
@@ -48,6 +50,11 @@ def _png(name: str) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=_DPI)
     return buffer.getvalue()
+
+
+def _markdown(doc: str) -> str:
+    """A docstring as Markdown: reStructuredText's ``code`` is Markdown's `code`."""
+    return doc.replace("``", "`")
 
 
 def _cell(text: str) -> str:
@@ -88,9 +95,7 @@ def _entry_page(info: Any) -> str:
         "",
         "## Docstring",
         "",
-        "```text",
-        info.doc or "(none)",
-        "```",
+        _markdown(info.doc) or "(none)",
         "",
     ]
     return "\n".join(lines)
@@ -98,6 +103,10 @@ def _entry_page(info: Any) -> str:
 
 def _index_page(entries: list[Any]) -> str:
     lines = [
+        "---",
+        "hide: [toc]  # the plots take the table of contents' column",
+        "---",
+        "",
         f"# {GALLERY_TITLE}",
         "",
         "Every entry of `ste.registry`, generated from the code when the documentation is built: the derivative"
@@ -111,15 +120,21 @@ def _index_page(entries: list[Any]) -> str:
         " Norse, α/(|x|+1)² in SpikingJelly), and defaults' peaks differ by more than an order of magnitude: pick an"
         " entry by its formula and plot, not by its name.",
         "",
-        "| name | d(x) | defaults | peak | reference | plot |",
-        "|---|---|---|---|---|---|",
+        "| entry | plot: primitive above, derivative below |",
+        "|---|---|",
     ]
     for info in entries:
         peak = info.peak.describe() if info.peak is not None else "-"
-        lines.append(
-            f"| [`{info.name}`]({info.name}.md) | `{_cell(info.formula)}` | `{_cell(info.parameter_text())}` "
-            f'| {peak} | {_cell(info.reference)} | ![{info.name}]({info.name}.png){{ width="{_THUMBNAIL_WIDTH}" }} |'
+        entry = "<br>".join(
+            [
+                f"[`{info.name}`]({info.name}.md)",
+                f"d(x) = `{_cell(info.formula)}`",
+                f"defaults: `{_cell(info.parameter_text())}`",
+                f"peak: {peak}",
+                _cell(info.reference),
+            ]
         )
+        lines.append(f'| {entry} | ![{info.name}]({info.name}.png){{ width="{_THUMBNAIL_WIDTH}" }} |')
     lines.append("")
     return "\n".join(lines)
 
@@ -149,5 +164,18 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_content(html: str, **kwargs: Any) -> str:
-    """Docstrings use Sphinx roles (:class:`ste.STEError`); mkdocstrings renders the code span, drop the role."""
-    return _ROLE.sub("", html)
+    """Docstrings use Sphinx roles (:class:`ste.STEError`); mkdocstrings renders the code span. The role becomes a
+    link to the object's entry when the page has one (the API reference), else it is dropped."""
+    ids = set(_ID.findall(html))
+
+    def link(match: re.Match[str]) -> str:
+        code = f"<code>{match.group(1)}</code>"
+        target = match.group(1).strip().lstrip("~.").removesuffix("()")
+        anchors = [target] if target in ids else [i for i in ids if i.endswith(f".{target}")]
+        if len(anchors) == 1:  # the entry itself, or the only one of that name (QuantDense: ste.layers.QuantDense)
+            return f'<a href="#{anchors[0]}">{code}</a>'
+        if os.environ.get("STE_DOCS_ROLES"):
+            print("unresolved role:", match.group(0), file=sys.stderr)
+        return code
+
+    return _ROLE.sub(link, html)

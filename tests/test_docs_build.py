@@ -112,3 +112,51 @@ def test_gallery_is_readable(site):
     assert "0 everywhere" in (site / "gallery" / "zero" / "index.html").read_text()
     png = (site / "gallery" / "fast_sigmoid.png").read_bytes()
     assert int.from_bytes(png[16:20], "big") >= 2 * 240  # the image itself is wider than its thumbnail
+
+
+def test_gallery_overview_gives_the_plots_room(site):
+    """Two columns (the entry's facts, its plot) and no table of contents: at a 1280 px window the plots are about
+    390 px wide (a six-column table squeezed them to about 110 px and broke names mid-word)."""
+    index = (site / "gallery" / "index.html").read_text()
+    table = index[index.index("<table>") : index.index("</table>")]
+    assert table.count("<th>") == 2
+    assert re.search(r'<div class="md-sidebar md-sidebar--secondary"[^>]*data-md-type="toc" hidden>', index)
+    widths = [int(w) for w in re.findall(r'<img alt="[^"]*" src="[^"]*\.png" width="(\d+)"', index)]
+    assert min(widths) >= 400
+
+
+def test_no_restructuredtext_markup_on_the_gallery_pages(site):
+    for page in (site / "gallery").glob("*/index.html"):
+        text = page.read_text()
+        assert "``" not in text and ":class:" not in text and ":func:" not in text, page
+
+
+def test_code_blocks_wrap_and_text_blocks_keep_their_columns(site):
+    css = (site / "stylesheets" / "ste.css").read_text()
+    assert ".highlight:not(.language-text) pre > code" in css and "pre-wrap" in css
+    page = (site / "quantizers" / "index.html").read_text()
+    assert "stylesheets/ste.css" in page
+    assert 'class="language-python highlight"' in page and 'class="language-text highlight"' in page
+
+
+def test_sphinx_roles_become_links_to_the_api_entries(site):
+    api = (site / "api" / "index.html").read_text()
+    links = re.findall(r'<a href="#([^"]+)"><code>', api)
+    assert len(links) >= 20
+    ids = set(re.findall(r'\bid="([^"]+)"', api))
+    assert set(links) <= ids  # every link lands on an entry of the page
+
+
+def test_numbered_sections_are_in_order():
+    for page in (ROOT / "docs").rglob("*.md"):
+        numbers = [int(n) for n in re.findall(r"^#+ (\d+)\. ", page.read_text(), flags=re.MULTILINE)]
+        assert numbers == sorted(numbers), f"{page.name}: sections {numbers}"
+
+
+def test_cross_references_in_prose_are_links():
+    """A reference to another page or section is a link, not a quoted title or a file path in parentheses."""
+    for page in (ROOT / "docs").rglob("*.md"):
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)  # code blocks may name files
+        assert not re.search(r"\(docs/[\w-]+\.md", text), page.name
+        assert not re.search(r'see "[A-Z][^"]+"', text), page.name
+        assert not re.search(r'"[A-Z][^"]+"\s+(below|above)', text), page.name
