@@ -9,10 +9,22 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["ClassSignature", "forwarding_signature", "init_signature"]
+__all__ = ["NOT_GIVEN", "ClassSignature", "forwarding_signature", "init_signature"]
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+class _NotGiven:
+    """The default of an argument whose absence means something: shown as ``<not given>`` in a signature (a bare
+    ``object()`` shows as ``<object object at 0x7f...>``)."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+NOT_GIVEN: Any = _NotGiven()
 
 
 class ClassSignature:

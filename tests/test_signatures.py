@@ -99,3 +99,10 @@ def test_signature_binds_as_the_constructor_does():
     assert (layer.beta, layer.threshold) == (0.5, 2.0)
     with pytest.raises(ste.STEError):
         ste.spiking.IF(beta=0.5)
+
+
+@pytest.mark.parametrize("cls", public_layers())
+def test_signature_defaults_read_as_values(cls):
+    """A default reads as a value in help() and IDEs, never as ``<object object at 0x7f...>``."""
+    for name, parameter in named(cls).items():
+        assert " at 0x" not in repr(parameter.default), f"{cls.__name__}: {name}={parameter.default!r}"

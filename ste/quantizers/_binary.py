@@ -14,13 +14,12 @@ import tensorflow as tf
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
+from .._signatures import NOT_GIVEN
 from ..registry import Surrogate, SurrogateLike
 from ..registry import get as get_surrogate
 from ._base import Quantizer, as_tensor, check_number, register, resolve_surrogate
 
 __all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "Ternary"]
-
-_UNSET: Any = object()
 
 
 def binary_sign(x: tf.Tensor) -> tf.Tensor:
@@ -200,9 +199,9 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
     precision = 1
 
     def __init__(
-        self, surrogate: SurrogateLike = "straight_through", clip_value: float | None = _UNSET, **kwargs: Any
+        self, surrogate: SurrogateLike = "straight_through", clip_value: float | None = NOT_GIVEN, **kwargs: Any
     ) -> None:
-        if clip_value is not _UNSET:
+        if clip_value is not NOT_GIVEN:
             if surrogate != "straight_through":
                 raise ParameterError(
                     "MagnitudeAwareSign: give either surrogate= or larq's clip_value=, not both "

@@ -13,11 +13,11 @@ import tensorflow as tf
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
+from .._signatures import NOT_GIVEN
 from ._base import Quantizer, as_tensor, check_bits, check_number, register
 
 __all__ = ["DoReFa", "Uniform"]
 
-_UNSET: Any = object()
 _MODES = ("activations", "weights")
 
 
@@ -82,8 +82,8 @@ class DoReFa(Quantizer):
     ``"dorefa_quantizer"``.
     """
 
-    def __init__(self, bits: int = 2, mode: str = "activations", k_bit: int = _UNSET, **kwargs: Any) -> None:
-        if k_bit is not _UNSET:
+    def __init__(self, bits: int = 2, mode: str = "activations", k_bit: int = NOT_GIVEN, **kwargs: Any) -> None:
+        if k_bit is not NOT_GIVEN:
             if bits != 2:
                 raise ParameterError(f"DoReFa: give bits= or larq's k_bit=, not both (bits={bits!r}, k_bit={k_bit!r}).")
             bits = k_bit
