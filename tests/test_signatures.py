@@ -106,3 +106,29 @@ def test_signature_defaults_read_as_values(cls):
     """A default reads as a value in help() and IDEs, never as ``<object object at 0x7f...>``."""
     for name, parameter in named(cls).items():
         assert " at 0x" not in repr(parameter.default), f"{cls.__name__}: {name}={parameter.default!r}"
+
+
+def test_a_new_neuron_gets_a_complete_signature_by_subclassing():
+    """A cell or layer written later (a new neuron model) shows its own, its base's and the sequence arguments."""
+
+    class GainCell(ste.spiking.LIFCell):
+        def __init__(self, beta: float = 0.5, *, gain: float = 2.0, **kwargs):
+            super().__init__(beta, **kwargs)
+            self.gain = gain
+
+    class Gain(ste.spiking.SpikingRNN):
+        cell_class = GainCell
+
+    class Scaled(ste.spiking.LIF):
+        def __init__(self, *args, scale: float = 1.0, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    cell = inspect.signature(GainCell).parameters
+    assert (
+        cell["beta"].default == 0.5 and cell["gain"].default == 2.0 and cell["surrogate"].default == "atan(alpha=2.0)"
+    )
+    layer = inspect.signature(Gain).parameters
+    assert layer["gain"].default == 2.0 and layer["threshold"].default == 1.0 and layer["stateful"].default is False
+    scaled = inspect.signature(Scaled).parameters
+    assert scaled["scale"].default == 1.0 and scaled["beta"].default == 0.9 and "return_state" in scaled
+    assert Gain(gain=3.0).cell.gain == 3.0

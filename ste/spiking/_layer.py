@@ -125,8 +125,12 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
 
 
 def _layer_signature(cls: type[SpikingRNN]) -> object:
-    """``inspect.signature`` of a spiking layer class: its cell's arguments, then the sequence arguments."""
-    return forwarding_signature(inspect.signature(cls.cell_class), [init_signature(SpikingRNN)])
+    """``inspect.signature`` of a spiking layer class: its own arguments (when it has its own ``__init__``), its
+    cell's, then the sequence arguments."""
+    cell, sequence = inspect.signature(cls.cell_class), init_signature(SpikingRNN)
+    if cls is not SpikingRNN and "__init__" in cls.__dict__:
+        return forwarding_signature(init_signature(cls), [cell, sequence])
+    return forwarding_signature(cell, [sequence])
 
 
 SpikingRNN.__signature__ = _layer_signature(SpikingRNN)
