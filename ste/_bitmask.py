@@ -60,17 +60,33 @@ class _State(threading.local):
     override: Any = _UNSET
 
 
+_WORDS: dict[str, bool | None] = {
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+    **dict.fromkeys(("1", "true", "yes", "on", "always"), True),
+    **dict.fromkeys(("", "auto", "default"), None),
+}
+
+
 def _from_environment(value: str) -> bool | None:
+    """``STE_BIT_MASKS``'s setting; an unknown word is refused (read at import: ``import ste`` fails with it)."""
     word = value.strip().lower()
-    if word in ("0", "false", "no", "off"):
-        return False
-    if word in ("1", "true", "yes", "on", "always"):
-        return True
-    return None  # unset, empty or "auto": the default policy
+    if word not in _WORDS:
+        from ._errors import ParameterError
+
+        raise ParameterError(
+            f"the environment variable STE_BIT_MASKS={value!r} is not a setting of ste's bit masks: expected 0 "
+            f"(off: keep float inputs), 1 (bits wherever they can be kept) or auto (the default policy); the "
+            f"accepted spellings are {sorted(w for w in _WORDS if w)}. Fix: set one of them, or unset the variable."
+        )
+    return _WORDS[word]
 
 
 _STATE = _State()
 _DEFAULT: list[bool | None] = [_from_environment(os.environ.get("STE_BIT_MASKS", ""))]
+# The ``with ste.bit_masks(...)`` blocks open in any thread, innermost last: a distribution strategy's replica
+# threads, which have no block of their own, follow the innermost (the block of the thread that started them).
+_OPEN: list[Any] = []
+_OPEN_LOCK = threading.Lock()
 
 #: Dtypes whose mask the default keeps as a float input under XLA: the bits cost ~3× the plain op's time there.
 SLOW_UNDER_XLA = frozenset({tf.bfloat16})
@@ -80,9 +96,18 @@ SLOW_UNDER_XLA = frozenset({tf.bfloat16})
 EAGER_MIN_ELEMENTS = 65536
 
 
+def _in_replica_thread() -> bool:
+    """Whether this thread is one that ``MirroredStrategy.run`` started for a replica (it runs the replica's
+    function while the thread that called ``run`` waits)."""
+    return hasattr(threading.current_thread(), "replica_id_in_sync_group")
+
+
 def _setting() -> bool | None:
     """True (keep bits wherever they can be kept), False (never), None (the default policy of :func:`keep_bits`)."""
     override = _STATE.override
+    if override is _UNSET and _OPEN and _in_replica_thread():
+        with _OPEN_LOCK:
+            override = _OPEN[-1] if _OPEN else _UNSET
     return _DEFAULT[0] if override is _UNSET else override
 
 
@@ -140,13 +165,20 @@ def set_bit_masks(enabled: bool | None) -> None:
 
 @contextlib.contextmanager
 def bit_masks(enabled: bool | None) -> Iterator[None]:
-    """``with ste.bit_masks(False): ...``: the same switch as :func:`set_bit_masks`, in this thread, for a block."""
+    """``with ste.bit_masks(False): ...``: the same switch as :func:`set_bit_masks`, for a block, in this thread and
+    in the replica threads a distribution strategy (``MirroredStrategy.run``, Keras ``fit``) starts from it."""
     value = _checked(enabled, "ste.bit_masks")
     previous, _STATE.override = _STATE.override, value
+    with _OPEN_LOCK:
+        _OPEN.append(value)
     try:
         yield
     finally:
         _STATE.override = previous
+        with _OPEN_LOCK:
+            _OPEN.reverse()
+            _OPEN.remove(value)  # this block's entry (the last equal one: blocks of other threads may be open)
+            _OPEN.reverse()
 
 
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:

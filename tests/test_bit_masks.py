@@ -294,6 +294,39 @@ def test_the_switch() -> None:
         ste.set_bit_masks(None)
     read = ste._bitmask._from_environment  # STE_BIT_MASKS at import
     assert [read(v) for v in ("0", "off", "1", "True", "", "auto")] == [False, False, True, True, None, None]
+    for word in ("2", "maybe", "disabled", "0.5"):  # a typo must not silently mean the default
+        with pytest.raises(ste.ParameterError, match=f"STE_BIT_MASKS='{word}'.*expected 0"):
+            read(word)
+
+
+def test_replica_threads_follow_the_block_of_the_thread_that_runs_them() -> None:
+    """MirroredStrategy.run traces the replica function in threads of its own: ``with ste.bit_masks(False)`` around
+    it must reach them, as ``ste.set_bit_masks(False)`` does (issue 22, A3)."""
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    rule = make_rule("straight_through", {})
+    kept: list[bool] = []
+
+    def replica(x: tf.Tensor) -> tf.Tensor:
+        kept.append(isinstance(rule.saved_for_backward([x], {}), PackedMask))
+        return x
+
+    for setting, expected in ((False, False), (True, True), (None, True)):
+        kept.clear()
+        step = tf.function(lambda: strategy.run(replica, (tf.zeros([16]),)))
+        with ste.bit_masks(setting):
+            step()
+        assert kept == [expected] * len(devices), setting
+    ste.set_bit_masks(False)
+    try:
+        kept.clear()
+        with ste.bit_masks(True):  # the block wins over the global setting, in the replica threads too
+            tf.function(lambda: strategy.run(replica, (tf.zeros([16]),)))()
+        assert kept == [True] * len(devices)
+    finally:
+        ste.set_bit_masks(None)
 
 
 def test_binary_conv_net_trains_identically_under_mirrored_strategy() -> None:
