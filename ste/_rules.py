@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ._bitmask import keep_bits, pack_bits, times_mask, unpack_bits
+from ._bitmask import keep_bits, opaque, pack_bits, times_mask, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
@@ -311,7 +311,7 @@ class SurrogateRule:
             dtype = specs[0].dtype
             if _casts_the_mask(self.surrogate):
                 return times_mask(tf.cast(dy, dtype), _after(dy, inputs), inputs.shape)
-            return self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), dtype)
+            return opaque(self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), dtype))
         constant = self._constant
         if constant is None:
             assert inputs is not None
@@ -520,9 +520,9 @@ class CallableRule:
         if self._mask is None:
             return self.fn(dy, *inputs, **self._keywords(kwargs))
         if isinstance(inputs, PackedMask):
-            mask, kept = _unpacked(dy, inputs), inputs.kept
-        else:  # bit masks off, or an eager tensor too small to pack: the predicate of the kept input
-            mask, kept = self._predicate(inputs[0], kwargs)
+            return opaque(self.fn(dy, _unpacked(dy, inputs), *inputs.kept, **self._keywords(kwargs)))
+        # bit masks off, or an eager tensor too small to pack: the predicate of the kept input
+        mask, kept = self._predicate(inputs[0], kwargs)
         return self.fn(dy, mask, *kept, **self._keywords(kwargs))
 
     def rebuild(
