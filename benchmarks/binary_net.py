@@ -34,8 +34,8 @@ import tensorflow as tf
 
 import ste
 
-from ._bireal import build, peak_step_bytes, train_step
 from ._allocator import environment
+from ._bireal import build, peak_step_bytes, train_step
 from ._subprocess import result_of
 from ._timing import alternate, load_average, summarize
 

@@ -41,9 +41,11 @@ __all__ = [
     "SLOW_UNDER_XLA",
     "bit_masks",
     "bit_masks_enabled",
+    "higher_order_witness",
     "keep_bits",
     "opaque",
     "pack_bits",
+    "refuse_higher_order",
     "set_bit_masks",
     "times_mask",
     "unpack_bits",
@@ -274,3 +276,67 @@ def opaque(gradient: Any) -> Any:
     if tf.executing_eagerly() or compiling_with_xla():
         return gradient
     return tf.nest.map_structure(lambda g: g if g is None else tf.raw_ops.Snapshot(input=g), gradient)
+
+
+def _snapshot_gradient(op: Any, grad: tf.Tensor) -> tf.Tensor:
+    return grad  # an identity's: a gradient of a packed gradient passes through (TensorFlow registers none)
+
+
+try:
+    tf.RegisterGradient("Snapshot")(_snapshot_gradient)
+except KeyError:  # a TensorFlow that registers one itself
+    pass
+
+
+# -- higher-order gradients ------------------------------------------------------------------------------------
+#
+# A packed backward pass is exact to first order. Its result still depends on the input where the plain path's does:
+# a binary-input layer's kernel gradient is (rebuilt input)ᵀ·dy, a ste.mask_rule rule may use a kept tensor such as
+# MagnitudeAwareSign's α. Rebuilt from bits, those are constants to a tape, and a gradient of the gradient would
+# silently miss their path to the input (d/dx of ‖∂L/∂W‖²: 64 instead of 320). So the packed path ties them to a
+# witness of the input, a tensor of no elements, and the tie's gradient raises: differentiating through it is an
+# error, a first-order gradient never reaches it. Where a mask is all the backward reads (straight_through & co.),
+# nothing is tied: a mask has no derivative on either path, so higher orders already agree.
+
+
+def higher_order_witness(x: tf.Tensor) -> tf.Tensor | None:
+    """A tensor of no elements that a tape sees as computed from ``x`` (not keeping ``x``); None eagerly without
+    any tape (no gradient can follow)."""
+    if tf.executing_eagerly() and not _tape_active():
+        return None
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def witness(x: tf.Tensor) -> Any:
+        return tf.zeros([0], x.dtype), lambda d: None  # never reached: the tie's gradient raises first
+
+    return witness(x)
+
+
+def refuse_higher_order(tensor: tf.Tensor, witness: tf.Tensor | None, op: str, what: str) -> tf.Tensor:
+    """``tensor`` (rebuilt from bits in a backward pass), whose gradient raises :class:`ste.HigherOrderError`: a
+    tape that reaches it differentiates a packed backward pass (see above)."""
+    if witness is None:
+        return tensor
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def tie(tensor: tf.Tensor, witness: tf.Tensor) -> Any:
+        def grad(*_: Any) -> Any:
+            from ._errors import HigherOrderError
+
+            raise HigherOrderError(
+                f"{op}: a gradient of this op's gradient (second or higher order) was asked for; with bit masks on, "
+                f"its backward pass {what}, a constant to the tape, so that gradient would silently miss the path "
+                f"through it. Fix: run the forward pass under "
+                f"`with ste.bit_masks(False):` (or ste.set_bit_masks(False)): the op then keeps its float input and "
+                f"higher-order gradients are exact."
+            )
+
+        return tf.identity(tensor), grad
+
+    return tie(tensor, witness)
+
+
+def _tape_active() -> bool:
+    from tensorflow.python.eager import record
+
+    return bool(record.could_possibly_record())

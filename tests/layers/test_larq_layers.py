@@ -11,7 +11,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.helpers import MISSING_CPU_KERNELS, missing_cpu_kernel, missing_kernel_reason
 from ste.layers import (
     QuantConv1D,
     QuantConv1DTranspose,
@@ -24,6 +23,7 @@ from ste.layers import (
     QuantSeparableConv1D,
     QuantSeparableConv2D,
 )
+from tests.helpers import MISSING_CPU_KERNELS, missing_cpu_kernel, missing_kernel_reason
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*has a binary")
 

@@ -10,7 +10,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.helpers import MISSING_CPU_KERNELS, missing_cpu_kernel, missing_kernel_reason
 from ste.layers import (
     QuantConv1D,
     QuantConv1DTranspose,
@@ -23,6 +22,7 @@ from ste.layers import (
     QuantSeparableConv1D,
     QuantSeparableConv2D,
 )
+from tests.helpers import MISSING_CPU_KERNELS, missing_cpu_kernel, missing_kernel_reason
 
 QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "pointwise_quantizer", "pad_values")
 
