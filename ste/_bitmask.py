@@ -124,7 +124,8 @@ def keep_bits(x: tf.Tensor) -> bool:
     """Whether an op should keep ``x``'s mask as bits.
 
     Not with bit masks off. Eagerly, only from :data:`EAGER_MIN_ELEMENTS` elements (packing costs a dozen op
-    dispatches). By default (``ste.set_bit_masks(None)``) not for a dtype in :data:`SLOW_UNDER_XLA` (``bfloat16``)
+    dispatches). By default (``ste.set_bit_masks(None)``) not for an input of the function being traced (its
+    caller holds it anyway: the bits would only cost time), nor for a dtype in :data:`SLOW_UNDER_XLA` (``bfloat16``)
     traced under XLA, where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
     bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (in ``tf.function``, with or without
     XLA, every other dtype): bits.
@@ -135,9 +136,19 @@ def keep_bits(x: tf.Tensor) -> bool:
     if tf.executing_eagerly():
         size = x.shape.num_elements()
         return size is None or size >= EAGER_MIN_ELEMENTS
-    if setting is None and x.dtype in SLOW_UNDER_XLA and compiling_with_xla():
+    if setting is None and (_function_input(x) or (x.dtype in SLOW_UNDER_XLA and compiling_with_xla())):
         return False
     return True
+
+
+def _function_input(x: tf.Tensor) -> bool:
+    """Whether ``x`` is an input of the function being traced (through identities): its caller holds it for the
+    whole call, so bits would save nothing and cost the packing (an isolated ``straight_through`` op on 2^21
+    float32 values under ``jit_compile``: 2.5× the hand-written op's time with bits, 1.00× without; issue 18)."""
+    op = getattr(x, "op", None)
+    while op is not None and op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return op is not None and op.type == "Placeholder"
 
 
 def _checked(enabled: Any, where: str) -> bool | None:

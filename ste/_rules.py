@@ -467,6 +467,9 @@ class CallableRule:
             # ops are not recorded on an enclosing eager tape, which would keep their float intermediates (abs(x),
             # α's mean) alive until it is released (MagnitudeAwareSign's eager 50-op chain: 204 -> 155 input sizes).
             return _packed(*self._predicate(tf.stop_gradient(xs[0]), kwargs), x=xs[0])
+        if self._mask is not None and not tf.executing_eagerly():
+            self._predicate(tf.stop_gradient(xs[0]), kwargs)  # a wrong predicate is refused while tracing (unused
+            # ops: pruned from the graph)
         return xs
 
     @property

@@ -392,8 +392,9 @@ def _keeps_bits(dtype: tf.DType, mode: str, setting: bool | None) -> bool:
     kept: list[bool] = []
 
     def trace(x: tf.Tensor) -> tf.Tensor:
-        kept.append(isinstance(rule.saved_for_backward([x], {}), PackedMask))
-        return x
+        inner = -x  # an op's output, not the function's own input (see the next test)
+        kept.append(isinstance(rule.saved_for_backward([inner], {}), PackedMask))
+        return inner
 
     with ste.bit_masks(setting):
         _run(trace, mode)(tf.zeros([16], dtype))
@@ -534,3 +535,36 @@ def test_mask_rules_with_kept_tensors_refuse_second_order_with_bits() -> None:
         with ste.bit_masks(on):
             first[on] = _grad_fn(quantizer, "function")(x, tf.ones_like(x))
     np.testing.assert_array_equal(_bits(first[True]), _bits(first[False]))
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+def test_the_default_keeps_float_inputs_for_the_functions_own_inputs(mode: str) -> None:
+    """An input of the traced function is held by its caller for the whole call: bits would save nothing and cost
+    time (2.5× a hand-written op under XLA, issue 18), so by default such an op keeps its input (also through
+    identities); ``ste.bit_masks(True)`` packs it anyway. Gradients are bit-identical either way."""
+    rule = make_rule("straight_through", {})
+    kept: dict[Any, list[bool]] = {}
+
+    def trace(x: tf.Tensor) -> tf.Tensor:
+        for name, t in (("input", x), ("identity", tf.identity(x)), ("computed", x * 2.0)):
+            kept.setdefault((name, setting), []).append(isinstance(rule.saved_for_backward([t], {}), PackedMask))
+        return x
+
+    for setting in (None, True):
+        with ste.bit_masks(setting):
+            _run(trace, mode)(tf.zeros([16]))
+    assert kept == {
+        ("input", None): [False],
+        ("identity", None): [False],
+        ("computed", None): [True],
+        ("input", True): [True],
+        ("identity", True): [True],
+        ("computed", True): [True],
+    }
+    op = ste.forward(tf.sign).backward("straight_through")
+    x, dy = _values((5, 7), tf.float32), tf.reshape(tf.linspace(-3.0, 3.0, 35), (5, 7))
+    grads = {}
+    for setting in (None, True):
+        with ste.bit_masks(setting):
+            grads[setting] = _bits(_grad_fn(op, mode)(x, dy))
+    np.testing.assert_array_equal(grads[None], grads[True])
