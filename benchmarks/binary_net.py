@@ -34,6 +34,7 @@ import tensorflow as tf
 
 import ste
 
+from ._allocator import environment
 from ._bireal import build, peak_step_bytes, train_step
 from ._subprocess import result_of
 from ._timing import alternate, load_average, summarize
@@ -80,7 +81,7 @@ def _prepared(kind: str, jit_compile: bool, x: tf.Tensor, y: tf.Tensor, **shape:
 def _larq(venv: str, batch: int, blocks: int, width: int, size: int, rounds: int) -> dict[str, Any]:
     """The same network with larq 0.14 on tf-keras, in ``venv`` (a subprocess; ste is not imported there)."""
     script = Path(__file__).with_name("larq_net.py")
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH="")
+    env = environment(dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
     args = [str(a) for a in (batch, blocks, width, size, rounds)]
     return result_of([str(Path(venv) / "bin" / "python"), str(script), *args], env=env, timeout=1800)
 

@@ -14,9 +14,13 @@ import sys
 import time
 from typing import Any
 
-import larq as lq
-import tensorflow as tf
-from _bireal import build, peak_step_bytes, train_step  # this directory is on sys.path when run as a script
+from _allocator import require_statistics, use_bfc  # this directory is on sys.path when run as a script
+
+use_bfc()  # before TensorFlow is imported: the peak needs the BFC allocator's statistics
+
+import larq as lq  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from _bireal import build, peak_step_bytes, train_step  # noqa: E402
 
 keras = tf.keras
 
@@ -34,6 +38,7 @@ def _conv(width: int) -> Any:
 
 
 def main(batch: int, blocks: int, width: int, size: int, rounds: int) -> dict[str, Any]:
+    require_statistics()
     x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
     y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
     convs = {"float": None, "larq": _conv}

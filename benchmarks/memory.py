@@ -6,6 +6,8 @@ run forward and backward (``tape.gradient``) in eager mode and inside ``tf.funct
 * ``tf.identity`` (the reference of the target) and ``ste.forward(tf.identity)`` with the ``identity`` and ``zero``
   rules, and the hand-written ``tf.custom_gradient`` equivalent. Identity forwards share one buffer, so these show
   what the backward pass adds.
+* Chains with an elementwise op between the quantizers (``y·0.999``, a bias add, Keras ``Rescaling``), whose
+  backward products Grappler regroups: ``straight_through`` with bit masks off, by default, and hand-written.
 * An allocating forward, ``sign``, whose every output is a new tensor: with ``ste``'s ``identity`` rule, with a
   hand-written ``tf.custom_gradient`` identity rule, with TensorFlow's own gradient of its ops, and with
   ``straight_through`` (which needs its input, so keeps one tensor per op: the upper bound).
@@ -26,10 +28,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 import ste
 
+from ._allocator import environment
 from ._subprocess import result_of
 from ._variants import bits_off, sign
 
@@ -78,6 +82,48 @@ QUANTIZER_CHAINS: dict[str, Callable[[], Op]] = {
 for _name, _make in QUANTIZER_CHAINS.items():
     CHAINS[f"{_name}, bit masks off (keeps inputs)"] = lambda make=_make: bits_off(make())
     CHAINS[f"{_name} (keeps a bit mask)"] = _make
+
+
+def _custom_straight_through(x: tf.Tensor) -> tf.Tensor:
+    """A hand-written ``tf.custom_gradient`` sign with the ``straight_through`` gradient (keeps its input)."""
+
+    @tf.custom_gradient
+    def op(x: tf.Tensor) -> Any:
+        return sign(x), lambda dy: dy * tf.cast(tf.abs(x) <= 1.0, dy.dtype)
+
+    return op(x)  # type: ignore[no-any-return]
+
+
+def _bias_add() -> Op:
+    bias = tf.fill([64], 0.001)
+    return _channels(lambda y: tf.nn.bias_add(y, bias), 64)
+
+
+# Elementwise ops between the quantizers (issue 18): Grappler regroups the backward products of such chains.
+BETWEEN: dict[str, Callable[[], Op]] = {
+    "y·0.999": lambda: lambda y: y * 0.999,
+    "bias add": _bias_add,
+    "keras Rescaling(0.999, offset=0.001)": lambda: keras.layers.Rescaling(0.999, offset=0.001),
+}
+BETWEEN_VARIANTS: dict[str, Callable[[], Op]] = {
+    "bit masks off (keeps inputs)": lambda: bits_off(ste.forward(sign).backward("straight_through")),
+    "custom_gradient": lambda: _custom_straight_through,
+    "ste default (keeps a bit mask)": lambda: ste.forward(sign).backward("straight_through"),
+}
+
+
+def _then(make_op: Callable[[], Op], make_between: Callable[[], Op]) -> Op:
+    op, between = make_op(), make_between()
+    return lambda y: between(op(y))
+
+
+def _between_name(between: str, variant: str) -> str:
+    return f"straight_through sign then {between}, {variant}"
+
+
+for _between, _make_between in BETWEEN.items():
+    for _variant, _make_variant in BETWEEN_VARIANTS.items():
+        CHAINS[_between_name(_between, _variant)] = lambda o=_make_variant, b=_make_between: _then(o, b)
 MASK_PLAIN = "ste sign, rule straight_through, bit masks off (keeps inputs)"
 MASK_LEAN = "ste sign, rule straight_through (keeps a bit mask)"
 REFERENCE = "tf.identity"
@@ -144,7 +190,7 @@ def _peak_rss() -> int | None:
 
 def _child(name: str, mode: str, size: int, length: int) -> dict[str, float]:
     """One chain in one mode, measured in a fresh process."""
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", TF_CPP_MIN_LOG_LEVEL="3")
+    env = environment(dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", TF_CPP_MIN_LOG_LEVEL="3"))
     code = (
         "import json, sys; from benchmarks.memory import _measure; n, m, s, k = sys.argv[1], sys.argv[2], "
         "int(sys.argv[3]), int(sys.argv[4]); print('RESULT ' + json.dumps(_measure(n, m, s, k)))"
@@ -179,10 +225,19 @@ def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
         / rows[f"{name}, bit masks off (keeps inputs)"]["function"]["allocator_peak"]
         for name in QUANTIZER_CHAINS
     }
+    between_mask_ratio = {
+        between: {
+            variant: rows[_between_name(between, variant)]["function"]["allocator_peak"]
+            / rows[_between_name(between, "bit masks off (keeps inputs)")]["function"]["allocator_peak"]
+            for variant in ("ste default (keeps a bit mask)", "custom_gradient")
+        }
+        for between in BETWEEN
+    }
     return {
         "size": size,
         "length": length,
         "mask_ratio": mask_ratio,
+        "between_mask_ratio_function": between_mask_ratio,
         "quantizer_mask_ratio_function": quantizer_mask_ratio,
         "dtype": "float32",
         "unit": "multiples of the input tensor's size",

@@ -30,6 +30,7 @@ import tensorflow as tf
 import ste
 
 from . import binary_net, elementwise, latency, memory, spiking, tracing, training
+from ._allocator import require_statistics
 from ._report import markdown
 from ._timing import LoadSampler, load_average
 
@@ -80,6 +81,7 @@ SMOKE: dict[str, dict[str, Any]] = {
     },
 }
 SECTIONS = tuple(FULL)
+READS_ALLOCATOR = frozenset({"memory", "binary_net", "spiking"})  # sections with allocator figures
 
 
 def _cpu_model() -> str:
@@ -135,6 +137,8 @@ def run(smoke: bool, sections: Sequence[str] = SECTIONS, larq_venv: str | None =
     config = {name: dict(entry) for name, entry in (SMOKE if smoke else FULL).items()}
     if larq_venv:
         config["binary_net"]["larq_venv"] = larq_venv
+    if set(sections) & READS_ALLOCATOR:
+        require_statistics()
     started = time.time()
     results: dict[str, Any] = {
         "mode": "smoke" if smoke else "full",

@@ -41,8 +41,11 @@ __all__ = [
     "SLOW_UNDER_XLA",
     "bit_masks",
     "bit_masks_enabled",
+    "higher_order_witness",
     "keep_bits",
+    "opaque",
     "pack_bits",
+    "refuse_higher_order",
     "set_bit_masks",
     "times_mask",
     "unpack_bits",
@@ -60,17 +63,33 @@ class _State(threading.local):
     override: Any = _UNSET
 
 
+_WORDS: dict[str, bool | None] = {
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+    **dict.fromkeys(("1", "true", "yes", "on", "always"), True),
+    **dict.fromkeys(("", "auto", "default"), None),
+}
+
+
 def _from_environment(value: str) -> bool | None:
+    """``STE_BIT_MASKS``'s setting; an unknown word is refused (read at import: ``import ste`` fails with it)."""
     word = value.strip().lower()
-    if word in ("0", "false", "no", "off"):
-        return False
-    if word in ("1", "true", "yes", "on", "always"):
-        return True
-    return None  # unset, empty or "auto": the default policy
+    if word not in _WORDS:
+        from ._errors import ParameterError
+
+        raise ParameterError(
+            f"the environment variable STE_BIT_MASKS={value!r} is not a setting of ste's bit masks: expected 0 "
+            f"(off: keep float inputs), 1 (bits wherever they can be kept) or auto (the default policy); the "
+            f"accepted spellings are {sorted(w for w in _WORDS if w)}. Fix: set one of them, or unset the variable."
+        )
+    return _WORDS[word]
 
 
 _STATE = _State()
 _DEFAULT: list[bool | None] = [_from_environment(os.environ.get("STE_BIT_MASKS", ""))]
+# The ``with ste.bit_masks(...)`` blocks open in any thread, innermost last: a distribution strategy's replica
+# threads, which have no block of their own, follow the innermost (the block of the thread that started them).
+_OPEN: list[Any] = []
+_OPEN_LOCK = threading.Lock()
 
 #: Dtypes whose mask the default keeps as a float input under XLA: the bits cost ~3× the plain op's time there.
 SLOW_UNDER_XLA = frozenset({tf.bfloat16})
@@ -80,9 +99,18 @@ SLOW_UNDER_XLA = frozenset({tf.bfloat16})
 EAGER_MIN_ELEMENTS = 65536
 
 
+def _in_replica_thread() -> bool:
+    """Whether this thread is one that ``MirroredStrategy.run`` started for a replica (it runs the replica's
+    function while the thread that called ``run`` waits)."""
+    return hasattr(threading.current_thread(), "replica_id_in_sync_group")
+
+
 def _setting() -> bool | None:
     """True (keep bits wherever they can be kept), False (never), None (the default policy of :func:`keep_bits`)."""
     override = _STATE.override
+    if override is _UNSET and _OPEN and _in_replica_thread():
+        with _OPEN_LOCK:
+            override = _OPEN[-1] if _OPEN else _UNSET
     return _DEFAULT[0] if override is _UNSET else override
 
 
@@ -96,7 +124,8 @@ def keep_bits(x: tf.Tensor) -> bool:
     """Whether an op should keep ``x``'s mask as bits.
 
     Not with bit masks off. Eagerly, only from :data:`EAGER_MIN_ELEMENTS` elements (packing costs a dozen op
-    dispatches). By default (``ste.set_bit_masks(None)``) not for a dtype in :data:`SLOW_UNDER_XLA` (``bfloat16``)
+    dispatches). By default (``ste.set_bit_masks(None)``) not for an input of the function being traced (its
+    caller holds it anyway: the bits would only cost time), nor for a dtype in :data:`SLOW_UNDER_XLA` (``bfloat16``)
     traced under XLA, where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
     bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (in ``tf.function``, with or without
     XLA, every other dtype): bits.
@@ -107,9 +136,19 @@ def keep_bits(x: tf.Tensor) -> bool:
     if tf.executing_eagerly():
         size = x.shape.num_elements()
         return size is None or size >= EAGER_MIN_ELEMENTS
-    if setting is None and x.dtype in SLOW_UNDER_XLA and compiling_with_xla():
+    if setting is None and (_function_input(x) or (x.dtype in SLOW_UNDER_XLA and compiling_with_xla())):
         return False
     return True
+
+
+def _function_input(x: tf.Tensor) -> bool:
+    """Whether ``x`` is an input of the function being traced (through identities): its caller holds it for the
+    whole call, so bits would save nothing and cost the packing (an isolated ``straight_through`` op on 2^21
+    float32 values under ``jit_compile``: 2.5× the hand-written op's time with bits, 1.00× without; issue 18)."""
+    op = getattr(x, "op", None)
+    while op is not None and op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return op is not None and op.type == "Placeholder"
 
 
 def _checked(enabled: Any, where: str) -> bool | None:
@@ -140,13 +179,20 @@ def set_bit_masks(enabled: bool | None) -> None:
 
 @contextlib.contextmanager
 def bit_masks(enabled: bool | None) -> Iterator[None]:
-    """``with ste.bit_masks(False): ...``: the same switch as :func:`set_bit_masks`, in this thread, for a block."""
+    """``with ste.bit_masks(False): ...``: the same switch as :func:`set_bit_masks`, for a block, in this thread and
+    in the replica threads a distribution strategy (``MirroredStrategy.run``, Keras ``fit``) starts from it."""
     value = _checked(enabled, "ste.bit_masks")
     previous, _STATE.override = _STATE.override, value
+    with _OPEN_LOCK:
+        _OPEN.append(value)
     try:
         yield
     finally:
         _STATE.override = previous
+        with _OPEN_LOCK:
+            _OPEN.reverse()
+            _OPEN.remove(value)  # this block's entry (the last equal one: blocks of other threads may be open)
+            _OPEN.reverse()
 
 
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
@@ -218,9 +264,90 @@ def times_mask(dy: tf.Tensor, packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     exact), ~3× slower.
     """
     if not compiling_with_xla():
-        return dy * unpack_values(packed, shape, 0, 1, dy.dtype)
+        return opaque(dy * unpack_values(packed, shape, 0, 1, dy.dtype))
     mask = unpack_bits(packed, shape)
     if dy.dtype != tf.bfloat16:
         return dy * tf.cast(mask, dy.dtype)
     wide = tf.cast(dy, tf.float32)
     return tf.cast(tf.where(mask, wide, wide * 0.0), dy.dtype)
+
+
+def opaque(gradient: Any) -> Any:
+    """``gradient`` (a tensor or a structure of them, ``None`` allowed) as it is, behind an op Grappler does not see
+    through (``Snapshot``, which hands its input's buffer on: no copy), in a graph outside XLA.
+
+    Without it Grappler's ``constant_folding`` and ``arithmetic_optimization`` regroup the backward products of a
+    chain with constant factors between the ops (``y = op(y) * 0.999``: ``((g·m₅)·c)·m₄`` becomes ``g·(c²·m₅)·m₄``),
+    and the node each unpacking waits for (``ste._rules._after``) disappears with its control dependency: every
+    mask is then unpacked into floats during the forward pass and kept (a 50-op chain of 2^20 float32 values: 30
+    input sizes with bits, against 13-22 with bit masks off and 7.5 with either rewrite turned off). The opaque op
+    ends each product where the rule computed it, so the rewrites stay on for the rest of the graph. Eagerly
+    (Grappler does not run) and under XLA (which fuses the product into its consumers) it is left out.
+    """
+    if tf.executing_eagerly() or compiling_with_xla():
+        return gradient
+    return tf.nest.map_structure(lambda g: g if g is None else tf.raw_ops.Snapshot(input=g), gradient)
+
+
+def _snapshot_gradient(op: Any, grad: tf.Tensor) -> tf.Tensor:
+    return grad  # an identity's: a gradient of a packed gradient passes through (TensorFlow registers none)
+
+
+try:
+    tf.RegisterGradient("Snapshot")(_snapshot_gradient)
+except KeyError:  # a TensorFlow that registers one itself
+    pass
+
+
+# -- higher-order gradients ------------------------------------------------------------------------------------
+#
+# A packed backward pass is exact to first order. Its result still depends on the input where the plain path's does:
+# a binary-input layer's kernel gradient is (rebuilt input)ᵀ·dy, a ste.mask_rule rule may use a kept tensor such as
+# MagnitudeAwareSign's α. Rebuilt from bits, those are constants to a tape, and a gradient of the gradient would
+# silently miss their path to the input (d/dx of ‖∂L/∂W‖²: 64 instead of 320). So the packed path ties them to a
+# witness of the input, a tensor of no elements, and the tie's gradient raises: differentiating through it is an
+# error, a first-order gradient never reaches it. Where a mask is all the backward reads (straight_through & co.),
+# nothing is tied: a mask has no derivative on either path, so higher orders already agree.
+
+
+def higher_order_witness(x: tf.Tensor) -> tf.Tensor | None:
+    """A tensor of no elements that a tape sees as computed from ``x`` (not keeping ``x``); None eagerly without
+    any tape (no gradient can follow)."""
+    if tf.executing_eagerly() and not _tape_active():
+        return None
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def witness(x: tf.Tensor) -> Any:
+        return tf.zeros([0], x.dtype), lambda d: None  # never reached: the tie's gradient raises first
+
+    return witness(x)
+
+
+def refuse_higher_order(tensor: tf.Tensor, witness: tf.Tensor | None, op: str, what: str) -> tf.Tensor:
+    """``tensor`` (rebuilt from bits in a backward pass), whose gradient raises :class:`ste.HigherOrderError`: a
+    tape that reaches it differentiates a packed backward pass (see above)."""
+    if witness is None:
+        return tensor
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def tie(tensor: tf.Tensor, witness: tf.Tensor) -> Any:
+        def grad(*_: Any) -> Any:
+            from ._errors import HigherOrderError
+
+            raise HigherOrderError(
+                f"{op}: a gradient of this op's gradient (second or higher order) was asked for; with bit masks on, "
+                f"its backward pass {what}, a constant to the tape, so that gradient would silently miss the path "
+                f"through it. Fix: run the forward pass under "
+                f"`with ste.bit_masks(False):` (or ste.set_bit_masks(False)): the op then keeps its float input and "
+                f"higher-order gradients are exact."
+            )
+
+        return tf.identity(tensor), grad
+
+    return tie(tensor, witness)
+
+
+def _tape_active() -> bool:
+    from tensorflow.python.eager import record
+
+    return bool(record.could_possibly_record())

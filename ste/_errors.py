@@ -18,6 +18,7 @@ __all__ = [
     "GradientCountError",
     "GradientDtypeError",
     "GradientShapeError",
+    "HigherOrderError",
     "InputError",
     "MissingBackwardError",
     "MissingDependencyError",
@@ -38,6 +39,15 @@ __all__ = [
 
 class STEError(Exception):
     """Base class of every error raised by ``ste``."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class HigherOrderError(STEError, ValueError):
+    """A gradient of a gradient (second or higher order) through an op whose backward pass keeps a bit-packed
+    copy of its input instead of the input itself (``ste.bit_masks``): that gradient would miss the path through
+    the input. With ``ste.bit_masks(False)`` the op keeps its input and higher orders are exact."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ._bitmask import keep_bits, pack_bits, times_mask, unpack_bits
+from ._bitmask import higher_order_witness, keep_bits, opaque, pack_bits, refuse_higher_order, times_mask, unpack_bits
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
@@ -197,11 +197,13 @@ class PackedMask(NamedTuple):
     bits: tf.Tensor  # uint8, ceil(size / 8) bytes (ste._bitmask.pack_bits)
     shape: tf.Tensor  # int32 shape of the mask
     kept: tuple[tf.Tensor, ...] = ()  # other tensors a ste.mask_rule predicate returned, kept as they are
+    witness: tf.Tensor | None = None  # with kept tensors: ties them to the input (ste._bitmask.refuse_higher_order)
 
 
-def _packed(mask: tf.Tensor, kept: tuple[tf.Tensor, ...] = ()) -> PackedMask:
+def _packed(mask: tf.Tensor, kept: tuple[tf.Tensor, ...] = (), x: tf.Tensor | None = None) -> PackedMask:
     shape = tf.constant(mask.shape.as_list(), tf.int32) if mask.shape.is_fully_defined() else tf.shape(mask)
-    return PackedMask(pack_bits(mask), shape, kept)
+    witness = higher_order_witness(x) if kept and x is not None else None
+    return PackedMask(pack_bits(mask), shape, kept, witness)
 
 
 def _after(dy: Any, packed: PackedMask) -> tf.Tensor:
@@ -311,7 +313,7 @@ class SurrogateRule:
             dtype = specs[0].dtype
             if _casts_the_mask(self.surrogate):
                 return times_mask(tf.cast(dy, dtype), _after(dy, inputs), inputs.shape)
-            return self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), dtype)
+            return opaque(self.surrogate.vjp_from_mask(dy, _unpacked(dy, inputs), dtype))
         constant = self._constant
         if constant is None:
             assert inputs is not None
@@ -464,7 +466,10 @@ class CallableRule:
             # The mask and the kept tensors are constants of the backward pass: computed from a stopped input, their
             # ops are not recorded on an enclosing eager tape, which would keep their float intermediates (abs(x),
             # α's mean) alive until it is released (MagnitudeAwareSign's eager 50-op chain: 204 -> 155 input sizes).
-            return _packed(*self._predicate(tf.stop_gradient(xs[0]), kwargs))
+            return _packed(*self._predicate(tf.stop_gradient(xs[0]), kwargs), x=xs[0])
+        if self._mask is not None and not tf.executing_eagerly():
+            self._predicate(tf.stop_gradient(xs[0]), kwargs)  # a wrong predicate is refused while tracing (unused
+            # ops: pruned from the graph)
         return xs
 
     @property
@@ -520,9 +525,12 @@ class CallableRule:
         if self._mask is None:
             return self.fn(dy, *inputs, **self._keywords(kwargs))
         if isinstance(inputs, PackedMask):
-            mask, kept = _unpacked(dy, inputs), inputs.kept
-        else:  # bit masks off, or an eager tensor too small to pack: the predicate of the kept input
-            mask, kept = self._predicate(inputs[0], kwargs)
+            # kept tensors come from the stopped input: a gradient through them would miss x, so it raises
+            what = f"reads the tensors its predicate {callable_name(self._mask)} keeps, computed from the stopped input"
+            kept = tuple(refuse_higher_order(k, inputs.witness, callable_name(self.fn), what) for k in inputs.kept)
+            return opaque(self.fn(dy, _unpacked(dy, inputs), *kept, **self._keywords(kwargs)))
+        # bit masks off, or an eager tensor too small to pack: the predicate of the kept input
+        mask, kept = self._predicate(inputs[0], kwargs)
         return self.fn(dy, mask, *kept, **self._keywords(kwargs))
 
     def rebuild(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -23,3 +26,16 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))  # HYPOTHESIS_PROFILE=dev for a longer run
+
+
+# Tests whose results depend on the CPU kernels TensorFlow has (oneDNN on or off: NCHW convolutions, dilated
+# transposed convolutions, the BFC allocator's statistics): .ci/run runs them a second time with oneDNN flipped.
+_CPU_KERNEL_TESTS = ("layers", "benchmarks/test_smoke.py", "test_serialization.py", "test_bit_masks.py")
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(str(item.fspath)).resolve()
+        if any(where.is_relative_to(_TESTS / part) for part in _CPU_KERNEL_TESTS):
+            item.add_marker(pytest.mark.cpu_kernels)

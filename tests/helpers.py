@@ -44,3 +44,29 @@ def load_example(name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+#: TensorFlow's errors for CPU kernels it lacks where oneDNN is off (a CPU without AVX-512, unless
+#: TF_ENABLE_ONEDNN_OPTS=1): a phrase of the message -> the kernel (issue 18).
+MISSING_CPU_KERNELS = {
+    "only supports the NHWC tensor format": "Conv2D in NCHW layout (channels_first)",
+    "do not yet support dilation rates larger than 1": "transposed convolution with dilation_rate > 1",
+}
+
+
+def missing_cpu_kernel(error: BaseException) -> str | None:
+    """The CPU kernel ``error`` says this TensorFlow lacks (see :data:`MISSING_CPU_KERNELS`), or None."""
+    if not isinstance(error, tf.errors.OpError):
+        return None
+    return next((kernel for phrase, kernel in MISSING_CPU_KERNELS.items() if phrase in str(error)), None)
+
+
+def missing_kernel_reason(kernel: str, error: BaseException) -> str:
+    """The skip reason of a test whose Keras parent cannot run on this CPU."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    onednn = "on" if _pywrap_util_port.IsMklEnabled() else "off"
+    return (
+        f"this TensorFlow has no CPU kernel for {kernel} (oneDNN {onednn}; TF_ENABLE_ONEDNN_OPTS=1 provides it): "
+        f"ste's layer and its Keras parent both raise {type(error).__name__}"
+    )

@@ -294,6 +294,39 @@ def test_the_switch() -> None:
         ste.set_bit_masks(None)
     read = ste._bitmask._from_environment  # STE_BIT_MASKS at import
     assert [read(v) for v in ("0", "off", "1", "True", "", "auto")] == [False, False, True, True, None, None]
+    for word in ("2", "maybe", "disabled", "0.5"):  # a typo must not silently mean the default
+        with pytest.raises(ste.ParameterError, match=f"STE_BIT_MASKS='{word}'.*expected 0"):
+            read(word)
+
+
+def test_replica_threads_follow_the_block_of_the_thread_that_runs_them() -> None:
+    """MirroredStrategy.run traces the replica function in threads of its own: ``with ste.bit_masks(False)`` around
+    it must reach them, as ``ste.set_bit_masks(False)`` does (issue 22, A3)."""
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    rule = make_rule("straight_through", {})
+    kept: list[bool] = []
+
+    def replica(x: tf.Tensor) -> tf.Tensor:
+        kept.append(isinstance(rule.saved_for_backward([x], {}), PackedMask))
+        return x
+
+    for setting, expected in ((False, False), (True, True), (None, True)):
+        kept.clear()
+        step = tf.function(lambda: strategy.run(replica, (tf.zeros([16]),)))
+        with ste.bit_masks(setting):
+            step()
+        assert kept == [expected] * len(devices), setting
+    ste.set_bit_masks(False)
+    try:
+        kept.clear()
+        with ste.bit_masks(True):  # the block wins over the global setting, in the replica threads too
+            tf.function(lambda: strategy.run(replica, (tf.zeros([16]),)))()
+        assert kept == [True] * len(devices)
+    finally:
+        ste.set_bit_masks(None)
 
 
 def test_binary_conv_net_trains_identically_under_mirrored_strategy() -> None:
@@ -359,8 +392,9 @@ def _keeps_bits(dtype: tf.DType, mode: str, setting: bool | None) -> bool:
     kept: list[bool] = []
 
     def trace(x: tf.Tensor) -> tf.Tensor:
-        kept.append(isinstance(rule.saved_for_backward([x], {}), PackedMask))
-        return x
+        inner = -x  # an op's output, not the function's own input (see the next test)
+        kept.append(isinstance(rule.saved_for_backward([inner], {}), PackedMask))
+        return inner
 
     with ste.bit_masks(setting):
         _run(trace, mode)(tf.zeros([16], dtype))
@@ -387,3 +421,150 @@ def test_the_default_keeps_float_inputs_only_for_bfloat16_under_xla() -> None:
     np.testing.assert_array_equal(grads[None], grads[False])
     expected = np.asarray(tf.cast(dy, tf.float64)) * (np.abs(np.asarray(tf.cast(x, tf.float64))) <= 1.0)
     np.testing.assert_array_equal(np.asarray(tf.cast(tf.bitcast(grads[None], tf.bfloat16), tf.float64)), expected)
+
+
+# -- higher-order gradients (issue 22, A1) ----------------------------------------------------------------------
+
+HIGHER_MODES = ("eager", "function", "xla", "forward in a tf.function")
+
+
+def _gradient_of_gradient(loss: Any, x: tf.Tensor, mode: str, sources: Any = None) -> Any:
+    """d/dx of ‖∂loss/∂(sources or x)‖², by nested tapes in ``mode``."""
+    forward = tf.function(loss) if mode == "forward in a tf.function" else loss
+
+    def outer(x: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape2:
+            tape2.watch(x)
+            with tf.GradientTape() as tape1:
+                tape1.watch(x)
+                value = forward(x)
+            first = tape1.gradient(value, sources() if sources else [x])
+            norm = tf.add_n([tf.reduce_sum(g**2) for g in first])
+        return tape2.gradient(norm, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+    return _run(outer, "eager" if mode == "forward in a tf.function" else mode)(x)
+
+
+@pytest.mark.parametrize("mode", HIGHER_MODES)
+def test_second_order_through_a_mask_equals_the_plain_path_and_the_formula(mode: str) -> None:
+    """A mask-only rule keeps no input dependence the plain path has (a mask has no derivative), so higher orders
+    through its packed product are exact: L = Σ sign(x)·x², ∂L/∂x = x²·1[|x|≤1] + 2x·sign(x), and
+    d/dx ‖∂L/∂x‖² = 2·∂L/∂x·(4x·1[|x|≤1] + 2·sign(x)) (the op's own straight-through derivative again in the
+    second term), sign(0) = 0 for tf.sign."""
+    op = ste.forward(tf.sign).backward("straight_through")
+    x = tf.constant(np.linspace(-1.7, 1.9, 4096), tf.float32)
+    results = {}
+    for on in (True, False):
+        with ste.bit_masks(on):
+            results[on] = _gradient_of_gradient(lambda x: tf.reduce_sum(op(x) * x * x), x, mode)
+    np.testing.assert_array_equal(_bits(results[True]), _bits(results[False]))
+    v = x.numpy().astype(np.float64)
+    inside = (np.abs(v) <= 1.0).astype(np.float64)
+    first = v**2 * inside + 2 * v * np.sign(v)
+    np.testing.assert_allclose(results[True].numpy(), 2 * first * (4 * v * inside + 2 * np.sign(v)), rtol=1e-5)
+
+
+def _binary_layer(kind: str) -> Any:
+    keras.utils.set_random_seed(3)
+    options = dict(input_quantizer="ste_sign", kernel_quantizer="ste_sign", kernel_constraint="weight_clip")
+    if kind == "QuantDense":
+        return ste.layers.QuantDense(3, use_bias=False, **options)
+    return ste.layers.QuantConv2D(3, 2, use_bias=False, **options)
+
+
+def _layer_input(kind: str) -> tf.Tensor:
+    shape = (6, 5) if kind == "QuantDense" else (2, 4, 4, 2)
+    return tf.constant(np.random.default_rng(7).uniform(-0.9, 0.9, shape), tf.float32)  # inside the clip
+
+
+def _straight_through(x: tf.Tensor) -> tf.Tensor:
+    """sign(x) with the clipped straight-through gradient, from differentiable primitives (|x| < 1 here)."""
+    clipped = tf.clip_by_value(x, -1.0, 1.0)
+    return clipped + tf.stop_gradient(tf.where(x >= 0, 1.0, -1.0) - clipped)
+
+
+@pytest.mark.parametrize("kind", ["QuantDense", "QuantConv2D"])
+def test_binary_input_layers_refuse_second_order_with_bits_and_are_exact_without(kind: str) -> None:
+    """The rebuilt ±1 input of a binary-input layer is a constant to the tape: with bits, d/dx ‖∂L/∂W‖² raises
+    (it was 64 instead of 320); with bits off it equals autodiff of the same layer written with
+    differentiable primitives."""
+    layer, x = _binary_layer(kind), _layer_input(kind)
+    layer.build(x.shape)
+    layer.kernel.assign(np.random.default_rng(8).uniform(-0.9, 0.9, layer.kernel.shape))
+
+    def loss(x: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(layer(x) ** 2)
+
+    for mode in HIGHER_MODES:
+        with ste.bit_masks(True), pytest.raises(ste.HigherOrderError, match="ste.bit_masks\\(False\\)"):
+            _gradient_of_gradient(loss, x, mode, lambda: [layer.kernel])
+    with ste.bit_masks(False):
+        plain = _gradient_of_gradient(loss, x, "function", lambda: [layer.kernel])
+
+    kernel = tf.Variable(layer.kernel.numpy())
+
+    def reference(x: tf.Tensor) -> tf.Tensor:
+        xq, wq = _straight_through(x), _straight_through(kernel)
+        y = tf.matmul(xq, wq) if kind == "QuantDense" else tf.nn.conv2d(xq, wq, 1, "VALID")
+        return tf.reduce_sum(y**2)
+
+    expected = _gradient_of_gradient(reference, x, "eager", lambda: [kernel])
+    assert float(tf.reduce_max(tf.abs(expected))) > 0  # the path the bits would miss carries a gradient
+    np.testing.assert_allclose(plain.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_mask_rules_with_kept_tensors_refuse_second_order_with_bits() -> None:
+    """MagnitudeAwareSign's rule keeps α = mean|x| from the stopped input when packed: a gradient through its
+    gradient would miss dα/dx, so it raises; with bits off it is the same in eager and tf.function, and first-order
+    gradients with bits stay those of the plain path."""
+    quantizer = ste.quantizers.MagnitudeAwareSign()
+    x = tf.constant(np.random.default_rng(9).uniform(-1.5, 1.5, (16, 8)), tf.float32)
+
+    def loss(x: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(quantizer(x) * x)
+
+    for mode in HIGHER_MODES:
+        with ste.bit_masks(True), pytest.raises(ste.HigherOrderError, match="predicate mask_and_scale keeps"):
+            _gradient_of_gradient(loss, x, mode)
+    with ste.bit_masks(False):
+        eager, function = (_gradient_of_gradient(loss, x, mode) for mode in ("eager", "function"))
+    assert float(tf.reduce_max(tf.abs(eager))) > 0
+    np.testing.assert_allclose(eager.numpy(), function.numpy(), rtol=1e-6, atol=1e-6)
+    first = {}
+    for on in (True, False):
+        with ste.bit_masks(on):
+            first[on] = _grad_fn(quantizer, "function")(x, tf.ones_like(x))
+    np.testing.assert_array_equal(_bits(first[True]), _bits(first[False]))
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+def test_the_default_keeps_float_inputs_for_the_functions_own_inputs(mode: str) -> None:
+    """An input of the traced function is held by its caller for the whole call: bits would save nothing and cost
+    time (2.5× a hand-written op under XLA, issue 18), so by default such an op keeps its input (also through
+    identities); ``ste.bit_masks(True)`` packs it anyway. Gradients are bit-identical either way."""
+    rule = make_rule("straight_through", {})
+    kept: dict[Any, list[bool]] = {}
+
+    def trace(x: tf.Tensor) -> tf.Tensor:
+        for name, t in (("input", x), ("identity", tf.identity(x)), ("computed", x * 2.0)):
+            kept.setdefault((name, setting), []).append(isinstance(rule.saved_for_backward([t], {}), PackedMask))
+        return x
+
+    for setting in (None, True):
+        with ste.bit_masks(setting):
+            _run(trace, mode)(tf.zeros([16]))
+    assert kept == {
+        ("input", None): [False],
+        ("identity", None): [False],
+        ("computed", None): [True],
+        ("input", True): [True],
+        ("identity", True): [True],
+        ("computed", True): [True],
+    }
+    op = ste.forward(tf.sign).backward("straight_through")
+    x, dy = _values((5, 7), tf.float32), tf.reshape(tf.linspace(-3.0, 3.0, 35), (5, 7))
+    grads = {}
+    for setting in (None, True):
+        with ste.bit_masks(setting):
+            grads[setting] = _bits(_grad_fn(op, mode)(x, dy))
+    np.testing.assert_array_equal(grads[None], grads[True])

@@ -21,7 +21,7 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
-from .._bitmask import keep_bits, pack_bits, unpack_values
+from .._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from .._signatures import ClassSignature
 from ..quantizers._sharing import claim
@@ -128,6 +128,10 @@ def _after(tensor: Any, first: list[Any]) -> Any:
         return tensor
     with tf.control_dependencies(done):
         return tf.identity(tensor)
+
+
+def _layer_name(layer: object) -> str:
+    return str(getattr(layer, "name", type(layer).__name__))
 
 
 class QuantLayerMixin:
@@ -321,10 +325,14 @@ class QuantLayerMixin:
         def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
             bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
             shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
+            witness = higher_order_witness(x)  # a gradient of the gradient must not miss x: it raises instead
 
             def grad(dy: tf.Tensor) -> list[tf.Tensor]:
                 with tf.control_dependencies([dy]):  # recompute in the backward pass, not in the forward one
                     one = unpack_values(bits, shape, low, high, x.dtype)
+                one = refuse_higher_order(
+                    one, witness, _layer_name(self), "rebuilds the binary input from 1 bit per element"
+                )
                 with tf.GradientTape(persistent=True) as tape:
                     tape.watch([one, *kernels])
                     out = fn(one, *kernels)  # not run in a tf.function: only its gradient ops are used

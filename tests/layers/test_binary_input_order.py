@@ -65,6 +65,6 @@ def test_xla_rebuilds_the_input_with_a_select_and_tensorflow_with_a_table() -> N
         _, _, _, dkernel = _traced(jit_compile)
         (conv,) = [op for op in _ancestors(dkernel.op) if op.type == "Conv2DBackpropFilter"]
         rebuilt = conv.inputs[0].op  # the ±1 input the kernel gradient is computed from
-        while rebuilt.type in ("Identity", "Reshape", "StridedSlice"):
+        while rebuilt.type in ("Identity", "IdentityN", "Reshape", "StridedSlice"):  # IdentityN: the higher-order tie
             rebuilt = rebuilt.inputs[0].op
         assert rebuilt.type == expected
