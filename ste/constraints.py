@@ -109,7 +109,12 @@ register("weight_clip")(WeightClip)
 
 
 def get(identifier: Any) -> Any:
-    """Resolve a constraint: ``"weight_clip"``, ``"weight_clip(clip_value=0.5)"``, or anything Keras accepts."""
+    """Resolve a constraint: ``"weight_clip"``, ``"weight_clip(clip_value=0.5)"``, larq's saved config
+    (``{"module": "larq.constraints", "class_name": "weight_clip", "config": {...}}``) or anything Keras accepts."""
+    if isinstance(identifier, Mapping) and str(identifier.get("module", "")).split(".")[0] == "larq":
+        if identifier.get("class_name") not in ("weight_clip", "WeightClip"):
+            raise _TABLE.unknown(str(identifier.get("class_name")), repr(dict(identifier)))
+        return WeightClip.from_config(identifier.get("config") or {})
     if isinstance(identifier, str):
         try:
             name, args, kwargs = parse_spec(identifier)
