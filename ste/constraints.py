@@ -53,6 +53,8 @@ class WeightClip(keras.constraints.Constraint):  # type: ignore[misc]
         self.clip_value = float(clip_value)
 
     def __call__(self, w: Any) -> Any:
+        if isinstance(w, keras.Variable):
+            w = w.value  # the latent kernel, also inside lq.context.quantized_scope(True) (a kernel reads quantized)
         return keras.ops.clip(w, -self.clip_value, self.clip_value)
 
     def get_config(self) -> dict[str, Any]:

@@ -315,16 +315,18 @@ def _table(rows: Sequence[Sequence[Any]], title: str, *, layers: bool) -> str:
     return "\n".join(lines)
 
 
-def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_macs: bool = True) -> None:
+def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_macs: bool = True) -> ModelProfile:
     """Print larq's two tables for ``model`` with ``print_fn`` (default ``print``): per layer the input precision,
     outputs, weights by bit width, memory (kB) and MACs by precision, then the model's totals. Raises
     :class:`ste.NotBuiltError` (a ``ValueError``, as larq) for a model that is not built.
 
-    The figures follow larq's conventions (module docstring); ``ste.summary(model)`` gives ste's, and returns them.
+    The figures follow larq's conventions (module docstring); ``ste.summary(model)`` gives ste's. Returns the
+    :class:`ModelProfile` (larq returns ``None``).
     """
     _check_built(model, list(walk_layers(model)))
     print_fn = print_fn or print
     profile = ModelProfile(model)
     print_fn(_table(profile.generate_table(include_macs), f"{model.name} stats", layers=True))
     print_fn(_table(profile.generate_summary(include_macs), f"{model.name} summary", layers=False))
+    return profile
 

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from .. import constraints as ste_constraints
+from ..activations import LARQ_ACTIVATIONS
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._bitmask import keep_bits, pack_bits, unpack_values
@@ -178,6 +179,8 @@ class QuantLayerMixin:
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
             self._refuse_larq_keywords(kwargs)
             self._resolve_constraints(kwargs)
+            if isinstance(kwargs.get("activation"), str) and kwargs["activation"] in LARQ_ACTIVATIONS:
+                kwargs["activation"] = LARQ_ACTIVATIONS[kwargs["activation"]]  # larq's meaning, not Keras's
             super().__init__(*args, **kwargs)
             self._apply_options(options)
 
