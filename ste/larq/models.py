@@ -326,7 +326,8 @@ def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_ma
     _check_built(model, list(walk_layers(model)))
     print_fn = print_fn or print
     profile = ModelProfile(model)
-    print_fn(_table(profile.generate_table(include_macs), f"{model.name} stats", layers=True))
+    # as larq: include_macs=False leaves the MACs out of the summary lines, not out of the layers table
+    print_fn(_table(profile.generate_table(), f"{model.name} stats", layers=True))
     print_fn(_table(profile.generate_summary(include_macs), f"{model.name} summary", layers=False))
     return profile
 
