@@ -19,8 +19,8 @@ code stays as it is::
 Every name here is the ``ste`` object itself, except ``lq.layers``' classes, which subclass ``ste.layers``' with larq's
 construction-time warning, and ``lq.models``, which counts as larq does; a model built through this namespace saves,
 loads and trains like any ``ste`` model. ``lq.context.quantized_scope(True)`` makes ``model.get_weights()`` return
-the quantized kernels, as in larq. ``lq.__version__`` is the larq release matched (0.14). What differs from larq, and why, is
-on the migration page (docs/larq.md).
+the quantized kernels, as in larq. ``lq.__version__`` is the larq release matched (0.14). What differs from larq,
+and why, is on the migration page (docs/larq.md).
 """
 
 from . import (

@@ -59,8 +59,11 @@ def _larq_layer(parent: type) -> Any:
     cls = type(
         parent.__name__,
         (_LarqConventions, parent),
-        {"__module__": __name__, "__doc__": f"larq's ``{parent.__name__}``: :class:`ste.layers.{parent.__name__}` "
-         f"with larq's conventions (:mod:`ste.larq.layers`)."},
+        {
+            "__module__": __name__,
+            "__doc__": f"larq's ``{parent.__name__}``: :class:`ste.layers.{parent.__name__}` "
+            f"with larq's conventions (:mod:`ste.larq.layers`).",
+        },
     )
     return keras.saving.register_keras_serializable(package="ste.larq")(cls)
 

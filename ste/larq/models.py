@@ -227,7 +227,7 @@ class ModelProfile(LayerProfile):
         return self.layer_profiles[-1].output_shape if self.layer_profiles else None
 
     def generate_table(self, include_macs: bool = True) -> list[list[Any]]:
-        config = {
+        config: dict[str, Any] = {
             "param_bidtwidths": self.unique_param_bidtwidths,
             "mac_precisions": self.unique_op_precisions if include_macs else [],
             "memory_units": 8 * 1024,
@@ -330,4 +330,3 @@ def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_ma
     print_fn(_table(profile.generate_table(), f"{model.name} stats", layers=True))
     print_fn(_table(profile.generate_summary(include_macs), f"{model.name} summary", layers=False))
     return profile
-

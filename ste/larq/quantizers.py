@@ -7,7 +7,6 @@ from typing import Any
 
 import keras
 
-from . import context
 from ..quantizers import (
     ApproxSign,
     DoReFa,
@@ -29,6 +28,7 @@ from ..quantizers import (
     ste_tern,
     swish_sign,
 )
+from . import context
 
 __all__ = [
     "ApproxSign",

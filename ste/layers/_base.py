@@ -19,11 +19,11 @@ import keras
 import tensorflow as tf
 
 from .. import constraints as ste_constraints
-from ..activations import LARQ_ACTIVATIONS
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
+from ..activations import LARQ_ACTIVATIONS
 from ..quantizers._sharing import claim
 from ._kernel_view import view_kernel
 

@@ -140,7 +140,7 @@ class QuantizedVariable:
                 f"QuantizedVariable.from_variable: `precision` must be of type `int` or `None`; received "
                 f"{type(precision).__name__} {precision!r}."
             )
-        view = object.__new__(_view_class(type(variable)))
+        view: Any = object.__new__(_view_class(type(variable)))
         view.__dict__.update(variable.__dict__)  # the same backend variable (storage), name and path
         view._ste_quantize = None if quantizer is None else (lambda: quantizer(view.value))
         view._ste_quantizer = lambda: quantizer
@@ -181,7 +181,7 @@ class QuantizedVariable:
     def __tf_tensor__(self, dtype: Any = None, name: str | None = None) -> tf.Tensor:
         quantized = self._quantized_value()
         if quantized is None:
-            return super().__tf_tensor__(dtype, name)  # type: ignore[misc,no-any-return]
+            return super().__tf_tensor__(dtype, name)  # type: ignore[misc]
         return tf.convert_to_tensor(quantized, dtype=dtype, name=name)
 
     def assign(self, value: Any, use_locking: Any = None, name: Any = None, read_value: bool = True) -> Any:

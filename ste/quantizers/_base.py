@@ -23,8 +23,8 @@ import tensorflow as tf
 
 from .._errors import ParameterError, SpecError, UnknownQuantizerError
 from .._keras_lookup import publish_activation
-from ..metrics import check_metric_names
 from .._names import NameTable, build
+from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
 

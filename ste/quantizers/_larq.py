@@ -28,8 +28,8 @@ from typing import Any
 
 import keras
 
-from ..registry import get as get_surrogate
 from .._errors import UnknownQuantizerError
+from ..registry import get as get_surrogate
 from ._base import Quantizer, add_form, check_number, register
 from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
 from ._noop import NoOp

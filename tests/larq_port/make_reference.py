@@ -135,8 +135,8 @@ def main(path):
         model = build()
         profile = lq.models.ModelProfile(model)
         reference["summary"][name] = {
-            "printed": printed(lambda: lq.models.summary(model)),
-            "printed_no_macs": printed(lambda: lq.models.summary(model, include_macs=False)),
+            "printed": printed(lambda m=model: lq.models.summary(m)),
+            "printed_no_macs": printed(lambda m=model: lq.models.summary(m, include_macs=False)),
             "layers": [
                 {
                     "input_precision": p.input_precision,

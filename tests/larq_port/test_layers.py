@@ -167,7 +167,9 @@ def test_non_zero_padding_layers(layer_cls, input_dim, dilation):
     strides = np.broadcast_to(kwargs.get("strides", 1), input_dim - 2)
     dilations = np.broadcast_to(kwargs.get("dilation_rate", 1), input_dim - 2)
     sizes = inputs.shape[1:-1]
-    totals = [max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0) for n, s, k, d in zip(sizes, strides, kernel, dilations)]
+    totals = [
+        max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0) for n, s, k, d in zip(sizes, strides, kernel, dilations)
+    ]
     # the zero input's border is padded with 1.0: the output is non-zero exactly where some padding is needed
     assert (padded.max() > 0) == (max(totals) > 0)
 
@@ -198,7 +200,9 @@ class TestLayerWarns:
     """larq logs the warning when the layer is constructed; ``ste.larq`` warns (``warnings.warn``) then too."""
 
     def test_layer_warns(self):
-        assert "kernel_constraint" in _construction_warnings(lambda: lq.layers.QuantDense(5, kernel_quantizer="ste_sign"))
+        assert "kernel_constraint" in _construction_warnings(
+            lambda: lq.layers.QuantDense(5, kernel_quantizer="ste_sign")
+        )
 
     def test_layer_does_not_warn(self):
         text = _construction_warnings(

@@ -83,7 +83,9 @@ def get_model_1d():
 def get_submodel_profile_model(start_index=2, end_index=5):
     model = get_profile_model()
     submodel = keras.Sequential(model.layers[start_index:end_index])
-    return keras.Sequential([keras.Input((64, 64, 1)), *model.layers[:start_index], submodel, *model.layers[end_index:]])
+    return keras.Sequential(
+        [keras.Input((64, 64, 1)), *model.layers[:start_index], submodel, *model.layers[end_index:]]
+    )
 
 
 def test_model_profile():
@@ -208,7 +210,9 @@ def test_submodel_summary(capsys):
     assert submodel_layer_profile.input_precision == profiles[0].input_precision
     assert submodel_layer_profile.output_shape == profiles[-1].output_shape
     assert submodel_layer_profile.weight_count() == sum(p.weight_count() for p in profiles)
-    assert set(submodel_layer_profile.unique_param_bidtwidths) == {b for p in profiles for b in p.unique_param_bidtwidths}
+    assert set(submodel_layer_profile.unique_param_bidtwidths) == {
+        b for p in profiles for b in p.unique_param_bidtwidths
+    }
     assert set(submodel_layer_profile.unique_op_precisions) == {b for p in profiles for b in p.unique_op_precisions}
     assert submodel_layer_profile.memory == sum(p.memory for p in profiles)
     assert submodel_layer_profile.fp_equivalent_memory == sum(p.fp_equivalent_memory for p in profiles)

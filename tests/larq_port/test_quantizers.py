@@ -74,7 +74,9 @@ class TestCommonFunctionality:
     @pytest.mark.parametrize("run_eagerly", [False, True])
     def test_layer_as_quantizer(self, quantizer, run_eagerly):
         input_data = (10 * RNG.random((1, 10)) - 0.5).astype("float32")
-        model = keras.Sequential([keras.Input((10,)), lq.layers.QuantDense(1, **{quantizer: DummyTrainableQuantizer()})])
+        model = keras.Sequential(
+            [keras.Input((10,)), lq.layers.QuantDense(1, **{quantizer: DummyTrainableQuantizer()})]
+        )
         model.compile(optimizer="sgd", loss="mse", run_eagerly=run_eagerly)
         model.fit(input_data, np.ones((1,)), epochs=1, verbose=0)
         assert any("dummy_weight" in var.name for var in model.trainable_variables)
@@ -105,8 +107,14 @@ def test_larq_constraint_config_loads():
 class TestQuantization:
     @pytest.mark.parametrize(
         "fn",
-        ["ste_sign", lq.quantizers.SteSign(), "approx_sign", lq.quantizers.ApproxSign(), "swish_sign",
-         lq.quantizers.SwishSign()],
+        [
+            "ste_sign",
+            lq.quantizers.SteSign(),
+            "approx_sign",
+            lq.quantizers.ApproxSign(),
+            "swish_sign",
+            lq.quantizers.SwishSign(),
+        ],
     )
     def test_xnor_binarization(self, fn):
         f = lq.quantizers.get(fn)
@@ -210,8 +218,11 @@ def _gradient(fn, x):
 class TestGradients:
     @pytest.mark.parametrize(
         "fn",
-        [lq.quantizers.SteSign(clip_value=None), lq.quantizers.SteTern(clip_value=None),
-         lq.quantizers.SteHeaviside(clip_value=None)],
+        [
+            lq.quantizers.SteSign(clip_value=None),
+            lq.quantizers.SteTern(clip_value=None),
+            lq.quantizers.SteHeaviside(clip_value=None),
+        ],
     )
     def test_identity_ste_grad(self, fn):
         x = generate_real_values_with_zeros(shape=(8, 3, 3, 16))
