@@ -17,74 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 keras = tf.keras
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import larq_models  # noqa: E402  (the models, written once for larq and for ste.larq)
 
 
-def profile_model():  # larq/models_test.py's get_profile_model
-    return keras.models.Sequential(
-        [
-            lq.layers.QuantConv2D(32, (3, 3), kernel_quantizer="ste_sign", input_shape=(64, 64, 1), padding="same"),
-            keras.layers.MaxPooling2D((2, 2)),
-            lq.layers.QuantDepthwiseConv2D(
-                kernel_size=3,
-                strides=(3, 3),
-                input_quantizer=lq.quantizers.SteTern(),
-                depthwise_quantizer=lq.quantizers.SteTern(),
-                padding="same",
-                pad_values=1.0,
-                use_bias=False,
-            ),
-            keras.layers.BatchNormalization(scale=False),
-            lq.layers.QuantSeparableConv2D(
-                32,
-                (3, 3),
-                input_quantizer="ste_sign",
-                depthwise_quantizer="ste_sign",
-                pointwise_quantizer="ste_sign",
-                padding="same",
-            ),
-            keras.layers.Flatten(),
-            keras.layers.Dense(10, trainable=False),
-        ],
-        name="sequential",
-    )
-
-
-def model_1d():  # larq/models_test.py's test_layer_profile_1d model
-    return keras.models.Sequential(
-        [
-            lq.layers.QuantConv1D(32, 3, input_shape=(64, 6), kernel_quantizer="ste_sign", padding="same"),
-            keras.layers.MaxPooling1D(2),
-            lq.layers.QuantSeparableConv1D(
-                16,
-                3,
-                input_quantizer="ste_sign",
-                depthwise_quantizer="ste_sign",
-                pointwise_quantizer="ste_sign",
-                padding="same",
-            ),
-            keras.layers.Flatten(),
-            keras.layers.Dense(10, trainable=False),
-        ],
-        name="sequential_1d",
-    )
-
-
-def small_bnn():  # larq/testing_utils.py's get_small_bnn_model(4, 3, 2), with fixed weights
-    model = keras.models.Sequential(
-        [
-            lq.layers.QuantDense(
-                3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip", input_shape=(4,), use_bias=False
-            ),
-            keras.layers.BatchNormalization(),
-            lq.layers.QuantDense(
-                2,
-                kernel_quantizer="magnitude_aware_sign",
-                input_quantizer="ste_sign",
-                kernel_constraint="weight_clip",
-                use_bias=False,
-            ),
-        ]
-    )
+def small_bnn():
+    model = larq_models.small_bnn(lq, keras)
     rng = np.random.default_rng(7)
     model.set_weights([rng.uniform(-1, 1, w.shape).astype("float32") for w in model.get_weights()])
     return model
@@ -130,9 +68,9 @@ def main(path):
         "quantized_kernel_of_layer_2": quantized_kernel,
     }
     reference["summary"] = {}
-    for name, build in (("profile", profile_model), ("1d", model_1d)):
+    for name, build in (("profile", larq_models.profile_model), ("1d", larq_models.model_1d)):
         keras.backend.clear_session()
-        model = build()
+        model = build(lq, keras)
         profile = lq.models.ModelProfile(model)
         reference["summary"][name] = {
             "printed": printed(lambda m=model: lq.models.summary(m)),

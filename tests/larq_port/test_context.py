@@ -14,6 +14,7 @@ import tensorflow as tf
 import ste
 import ste.larq as lq
 from ste.larq import context
+from tests.larq_port import larq_models
 from tests.larq_port.conftest import REFERENCE
 
 
@@ -32,20 +33,7 @@ def test_scope():  # larq/context_test.py
 
 
 def small_bnn():  # the model of tests/larq_port/make_reference.py
-    return keras.Sequential(
-        [
-            keras.Input((4,)),
-            lq.layers.QuantDense(3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip", use_bias=False),
-            keras.layers.BatchNormalization(),
-            lq.layers.QuantDense(
-                2,
-                kernel_quantizer="magnitude_aware_sign",
-                input_quantizer="ste_sign",
-                kernel_constraint="weight_clip",
-                use_bias=False,
-            ),
-        ]
-    )
+    return larq_models.small_bnn(lq, keras)
 
 
 def test_get_weights_as_larq_gives_them():

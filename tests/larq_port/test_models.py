@@ -12,6 +12,7 @@ import tensorflow as tf
 import ste
 import ste.larq as lq
 from ste.larq.models import ModelProfile
+from tests.larq_port import larq_models
 from tests.larq_port.conftest import REFERENCE
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*has a binary")
@@ -29,55 +30,11 @@ class ToyModel(keras.Model):
 
 
 def get_profile_model():
-    return keras.Sequential(
-        [
-            keras.Input((64, 64, 1)),
-            lq.layers.QuantConv2D(32, (3, 3), kernel_quantizer="ste_sign", padding="same"),
-            keras.layers.MaxPooling2D((2, 2)),
-            lq.layers.QuantDepthwiseConv2D(
-                kernel_size=3,
-                strides=(3, 3),
-                input_quantizer=lq.quantizers.SteTern(),
-                depthwise_quantizer=lq.quantizers.SteTern(),
-                padding="same",
-                pad_values=1.0,
-                use_bias=False,
-            ),
-            keras.layers.BatchNormalization(scale=False),
-            lq.layers.QuantSeparableConv2D(
-                32,
-                (3, 3),
-                input_quantizer="ste_sign",
-                depthwise_quantizer="ste_sign",
-                pointwise_quantizer="ste_sign",
-                padding="same",
-            ),
-            keras.layers.Flatten(),
-            keras.layers.Dense(10, trainable=False),
-        ],
-        name="sequential",
-    )
+    return larq_models.profile_model(lq, keras)
 
 
 def get_model_1d():
-    return keras.Sequential(
-        [
-            keras.Input((64, 6)),
-            lq.layers.QuantConv1D(32, 3, kernel_quantizer="ste_sign", padding="same"),
-            keras.layers.MaxPooling1D(2),
-            lq.layers.QuantSeparableConv1D(
-                16,
-                3,
-                input_quantizer="ste_sign",
-                depthwise_quantizer="ste_sign",
-                pointwise_quantizer="ste_sign",
-                padding="same",
-            ),
-            keras.layers.Flatten(),
-            keras.layers.Dense(10, trainable=False),
-        ],
-        name="sequential_1d",
-    )
+    return larq_models.model_1d(lq, keras)
 
 
 def get_submodel_profile_model(start_index=2, end_index=5):
