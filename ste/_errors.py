@@ -24,6 +24,7 @@ __all__ = [
     "MissingDependencyError",
     "NotBuiltError",
     "ParameterError",
+    "ParameterTypeError",
     "RegistrationError",
     "RuleError",
     "STEError",
@@ -139,6 +140,14 @@ class NotBuiltError(STEError, ValueError):
 
 class ParameterError(STEError, ValueError):
     """A hyperparameter of a surrogate or quantizer is unknown, of the wrong type or out of range."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class ParameterTypeError(ParameterError, TypeError):
+    """An argument has the wrong type where larq (or Python) raises ``TypeError``: both ``except TypeError`` and
+    ``except ste.ParameterError`` catch it."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

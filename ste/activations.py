@@ -2,7 +2,9 @@
 
 Plain differentiable functions (their gradients are TensorFlow's autodiff of these formulas, as in larq); use them
 as ``activation=ste.activations.hard_tanh`` or in ``keras.layers.Activation``. Both are registered with Keras
-(package ``ste``), so a model using them saves and loads.
+(package ``ste``), so a model using them saves and loads. ``keras.activations.get("leaky_tanh")`` finds larq's;
+in ste's quantized layers ``activation="hard_tanh"`` and ``"leaky_tanh"`` mean larq's, while
+``keras.activations.get("hard_tanh")`` stays Keras's own (same values and gradient).
 
 >>> import ste
 >>> ste.activations.leaky_tanh([-3.0, 0.5, 2.0]).numpy().tolist()
@@ -16,6 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ._keras_lookup import publish_function
 from .quantizers._base import check_number
 
 __all__ = ["hard_tanh", "leaky_tanh"]
@@ -48,3 +51,10 @@ def leaky_tanh(x: Any, alpha: float = 0.2) -> tf.Tensor:
 
 for _activation in (hard_tanh, leaky_tanh):
     keras.saving.register_keras_serializable(package="ste")(_activation)
+
+# keras.activations.get("leaky_tanh") finds larq's (Keras 3 has none); "hard_tanh" stays Keras's own there (the same
+# values and gradient), and means larq's in ste's quantized layers (``activation="hard_tanh"``).
+publish_function("leaky_tanh", leaky_tanh)
+
+#: The activation names that mean larq's functions in ste's quantized layers (Keras's own ``hard_tanh`` shadows it).
+LARQ_ACTIVATIONS = {"hard_tanh": hard_tanh, "leaky_tanh": leaky_tanh}

@@ -53,6 +53,8 @@ class WeightClip(keras.constraints.Constraint):  # type: ignore[misc]
         self.clip_value = float(clip_value)
 
     def __call__(self, w: Any) -> Any:
+        if isinstance(w, keras.Variable):
+            w = w.value  # the latent kernel, also inside lq.context.quantized_scope(True) (a kernel reads quantized)
         return keras.ops.clip(w, -self.clip_value, self.clip_value)
 
     def get_config(self) -> dict[str, Any]:
@@ -109,7 +111,12 @@ register("weight_clip")(WeightClip)
 
 
 def get(identifier: Any) -> Any:
-    """Resolve a constraint: ``"weight_clip"``, ``"weight_clip(clip_value=0.5)"``, or anything Keras accepts."""
+    """Resolve a constraint: ``"weight_clip"``, ``"weight_clip(clip_value=0.5)"``, larq's saved config
+    (``{"module": "larq.constraints", "class_name": "weight_clip", "config": {...}}``) or anything Keras accepts."""
+    if isinstance(identifier, Mapping) and str(identifier.get("module", "")).split(".")[0] == "larq":
+        if identifier.get("class_name") not in ("weight_clip", "WeightClip"):
+            raise _TABLE.unknown(str(identifier.get("class_name")), repr(dict(identifier)))
+        return WeightClip.from_config(identifier.get("config") or {})
     if isinstance(identifier, str):
         try:
             name, args, kwargs = parse_spec(identifier)

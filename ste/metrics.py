@@ -40,9 +40,41 @@ class FlipRatio(keras.metrics.Metric):  # type: ignore[misc]
     0.75
     """
 
-    def __init__(self, name: str = "flip_ratio", dtype: Any = None) -> None:
+    stateful = True  # larq's (tf.keras) attribute
+
+    def __init__(self, values_dtype: Any = None, name: str = "flip_ratio", dtype: Any = None) -> None:
+        """``values_dtype``: larq's constructor argument; ``None`` (ste's default) compares the values exactly, a
+        dtype casts them to it first as larq does (larq's default ``"int8"`` truncates fractional levels)."""
         super().__init__(name=name, dtype=dtype)
+        self.values_dtype = None if values_dtype is None else tf.as_dtype(values_dtype)
         self._previous: Any = None
+
+    def build(self, input_shape: Sequence[int]) -> None:
+        """larq's ``build``: create the state for values of shape ``input_shape``."""
+        self.build_for(tuple(input_shape), self.values_dtype or "float32")
+
+    @property
+    def total(self) -> tf.Tensor:
+        """The sum of the fractions of changed values (larq's ``total``)."""
+        return tf.zeros((), self.dtype) if self._previous is None else tf.convert_to_tensor(self._total.value)
+
+    @property
+    def count(self) -> tf.Tensor:
+        """The number of :meth:`update_state` calls, the first (recording only) included (larq's ``count``)."""
+        if self._previous is None:
+            return tf.zeros((), self.dtype)
+        return tf.convert_to_tensor(self._count.value + self._has_previous.value)
+
+    @property
+    def _previous_values(self) -> Any:
+        """The values of the last update (larq's attribute)."""
+        return self._previous
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        if self.values_dtype is not None:
+            config["values_dtype"] = self.values_dtype.name
+        return config
 
     def build_for(self, shape: Sequence[int], dtype: Any = "float32") -> None:
         """Create the state for values of ``shape`` (float32, or float64 for float64 values); else done by the first
@@ -59,6 +91,8 @@ class FlipRatio(keras.metrics.Metric):  # type: ignore[misc]
 
     def update_state(self, values: Any, sample_weight: Any = None) -> None:
         values = tf.convert_to_tensor(values)
+        if self.values_dtype is not None:
+            values = tf.cast(values, self.values_dtype)  # larq's comparison in values_dtype
         wide = tf.float64 if values.dtype == tf.float64 else tf.float32
         values = tf.cast(tf.stop_gradient(values), wide)
         if self._previous is None:

@@ -77,7 +77,11 @@ def test_reproduces_larq_zoos_published_figures(zoo_model):
 def test_quicknet_small_prints_the_published_numbers():
     keras.backend.clear_session()
     printed: list[str] = []
-    summary = lq.models.summary(ZOO.BUILDERS["quicknet_small"](lq, keras), print_fn=printed.append)
+    model = ZOO.BUILDERS["quicknet_small"](lq, keras)
+    profile = lq.models.summary(model, print_fn=printed.append)  # larq's conventions: batch norm folded
+    assert (profile.weight_count(), lq.utils.memory_as_readable_str(profile.memory)) == (12_655_688, "4.00 MiB")
+    assert "| Model size                         4.00 MiB" in printed[1]
+    summary = ste.summary(model, print_fn=printed.append)  # ste's: every variable, and larq's count too
     assert (summary.deployment_params_total, f"{summary.deployment_memory_bytes / 2**20:.2f}") == (12_655_688, "4.00")
-    assert "12,655,688 parameters, 4.00 MiB" in printed[0]
+    assert "12,655,688 parameters, 4.00 MiB" in printed[2]
     assert summary.total_params == 12_664_344  # + 8,656 = the gamma and beta of QuickNetSmall's batch norms

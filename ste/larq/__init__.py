@@ -16,22 +16,43 @@ code stays as it is::
     ])
     lq.models.summary(model)
 
-Every name here is the ``ste`` object itself (``lq.layers.QuantConv2D is ste.layers.QuantConv2D``), so a model
-built through this namespace saves, loads and trains like any ``ste`` model. What differs from larq, and why, is
-on the migration page (docs/larq.md).
+Every name here is the ``ste`` object itself, except ``lq.layers``' classes, which subclass ``ste.layers``' with larq's
+construction-time warning, and ``lq.models``, which counts as larq does; a model built through this namespace saves,
+loads and trains like any ``ste`` model. ``lq.context.quantized_scope(True)`` makes ``model.get_weights()`` return
+the quantized kernels, as in larq. ``lq.__version__`` is the larq release matched (0.14). What differs from larq,
+and why, is on the migration page (docs/larq.md).
 """
 
-from . import activations, callbacks, constraints, layers, math, metrics, models, optimizers, quantizers, utils
+from . import (
+    activations,
+    callbacks,
+    constraints,
+    context,
+    layers,
+    math,
+    metrics,
+    models,
+    optimizers,
+    quantized_variable,
+    quantizers,
+    utils,
+)
+
+#: The larq release whose API, forward values, gradients and summary figures ``ste.larq`` matches.
+__version__ = "0.14.0"
 
 __all__ = [
+    "__version__",
     "activations",
     "callbacks",
     "constraints",
+    "context",
     "layers",
     "math",
     "metrics",
     "models",
     "optimizers",
+    "quantized_variable",
     "quantizers",
     "utils",
 ]

@@ -1,4 +1,5 @@
-"""``lq.quantizers``: larq's quantizer classes, aliases, function forms and ``get``/``serialize``/``deserialize``."""
+"""``lq.quantizers``: larq's quantizer classes, aliases, function forms, ``get``/``serialize``/``deserialize`` (which
+read larq's class names and saved configs, ``{"module": "larq.quantizers", ...}``) and ``get_kernel_quantizer``."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..quantizers import (
     ste_tern,
     swish_sign,
 )
+from . import context
 
 __all__ = [
     "ApproxSign",
@@ -44,6 +46,7 @@ __all__ = [
     "deserialize",
     "dorefa_quantizer",
     "get",
+    "get_kernel_quantizer",
     "magnitude_aware_sign",
     "serialize",
     "ste_heaviside",
@@ -59,3 +62,12 @@ def deserialize(name: Any, custom_objects: dict[str, Any] | None = None) -> Any:
     """larq's ``deserialize``: a quantizer from a name or config (``custom_objects`` for user quantizers)."""
     with keras.saving.custom_object_scope(custom_objects or {}):
         return get(name)
+
+
+def get_kernel_quantizer(identifier: Any) -> Any:
+    """larq's ``get_kernel_quantizer``: :func:`get`, and a quantizer made inside ``lq.context.metrics_scope`` (with no
+    ``metrics=`` of its own) takes that scope's metrics, so the layer using it tracks its kernel's flip ratio."""
+    quantizer = get(identifier)
+    if isinstance(quantizer, Quantizer) and not quantizer._custom_metrics:
+        quantizer._custom_metrics = tuple(sorted(context.get_training_metrics()))
+    return quantizer

@@ -1,4 +1,5 @@
-"""``lq.utils``: ``register_keras_custom_object`` and ``set_precision`` for user-written quantizers."""
+"""``lq.utils``: ``register_keras_custom_object`` and ``set_precision`` for user-written quantizers, and
+``memory_as_readable_str``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import TypeVar
 import keras
 
 from .._keras_lookup import publish_function
+from .._summary import _fmt_bytes
 
-__all__ = ["register_keras_custom_object", "set_precision"]
+__all__ = ["memory_as_readable_str", "register_keras_custom_object", "set_precision"]
 
 T = TypeVar("T")
 
@@ -33,3 +35,8 @@ def set_precision(precision: int = 32) -> Callable[[T], T]:
         return function
 
     return decorator
+
+
+def memory_as_readable_str(num_bits: int) -> str:
+    """``num_bits`` as bytes with binary prefixes and two decimals, as larq prints sizes (``"1.00 KiB"``)."""
+    return _fmt_bytes(num_bits / 8)

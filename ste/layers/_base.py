@@ -24,7 +24,9 @@ from .. import quantizers as ste_quantizers
 from .._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from .._signatures import ClassSignature
+from ..activations import LARQ_ACTIVATIONS
 from ..quantizers._sharing import claim
+from ._kernel_view import view_kernel
 
 __all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
 
@@ -76,9 +78,6 @@ def _gradient_vanishes_far_out(quantizer: Any, rank: int) -> bool:
         return True
 
 
-_KERNEL_TAG = "_ste_quantized_kernel_of"
-
-
 def kernel_precision(variable: Any) -> int | None:
     """The bit width a quantized layer's quantizer gives ``variable`` (e.g. 1 for a kernel quantized by ``"sign"`` or
     ``NoOp(precision=1)``), read from the layer's quantizer when asked.
@@ -86,12 +85,7 @@ def kernel_precision(variable: Any) -> int | None:
     ``None`` for a variable that is not the kernel of a built ``ste`` quantized layer (or whose quantizer has no fixed
     precision); a variable carrying larq's ``precision`` attribute reports that instead.
     """
-    owner = getattr(variable, _KERNEL_TAG, None)
-    if owner is not None:
-        layer, attribute = owner[0](), owner[1]
-        if layer is not None and getattr(layer, attribute, None) is variable:
-            return layer.kernel_precisions.get(attribute)  # type: ignore[no-any-return]
-    return _precision(variable)
+    return _precision(variable)  # a built layer's kernel is a QuantizedVariable, whose precision is its layer's
 
 
 _MIGRATION = "docs/larq.md (Migrating from larq)"
@@ -177,6 +171,8 @@ class QuantLayerMixin:
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
             self._refuse_larq_keywords(kwargs)
             self._resolve_constraints(kwargs)
+            if isinstance(kwargs.get("activation"), str) and kwargs["activation"] in LARQ_ACTIVATIONS:
+                kwargs["activation"] = LARQ_ACTIVATIONS[kwargs["activation"]]  # larq's meaning, not Keras's
             super().__init__(*args, **kwargs)
             self._apply_options(options)
 
@@ -195,10 +191,10 @@ class QuantLayerMixin:
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
         """Let every constraint argument (``bias_constraint`` included) also be an ste name or spec string such as
-        ``"weight_clip"`` or ``"weight_clip(clip_value=0.5)"`` (before Keras sees them)."""
+        ``"weight_clip"`` or ``"weight_clip(clip_value=0.5)"``, or larq's saved config (before Keras sees them)."""
         for name, value in kwargs.items():
-            if name.endswith("_constraint") and isinstance(value, str):
-                kwargs[name] = ste_constraints.get(value)
+            if name.endswith("_constraint") and isinstance(value, (str, dict)):
+                kwargs[name] = ste_constraints.get(value)  # also larq's saved configs
 
     def _apply_options(self, options: dict[str, Any]) -> None:
         """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""
@@ -238,11 +234,15 @@ class QuantLayerMixin:
         self._flip_ratios: dict[str, ste_metrics.FlipRatio] = {}
 
     def _build_metrics(self) -> None:
-        """One :class:`ste.metrics.FlipRatio` per kernel when ``"flip_ratio"`` was asked for."""
-        if "flip_ratio" not in self._metric_names or self._flip_ratios:
+        """One :class:`ste.metrics.FlipRatio` per kernel for which ``"flip_ratio"`` was asked for."""
+        if self._flip_ratios:
             return
         name = f"flip_ratio/{getattr(self, 'name', '')}"
         for slot in self.slots:
+            # the layer's metrics=, or larq's metrics= given to the kernel's quantizer
+            asked = (*self._metric_names, *getattr(getattr(self, slot.quantizer), "_custom_metrics", ()))
+            if "flip_ratio" not in asked:
+                continue
             kernel = getattr(self, slot.kernel)
             metric = ste_metrics.FlipRatio(name=name if len(self.slots) == 1 else f"{name}/{slot.kernel}")
             metric.build_for(tuple(kernel.shape), kernel.dtype)
@@ -274,16 +274,18 @@ class QuantLayerMixin:
             quantizer = getattr(self, slot.quantizer)
             if _precision(quantizer) != 1 or getattr(self, slot.constraint, None) is not None:
                 continue
-            if not _gradient_vanishes_far_out(quantizer, len(getattr(self, slot.kernel).shape)):
-                continue
-            warnings.warn(
-                f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
-                f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
-                f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
-                f"(ste.constraints.WeightClip(1.0)).",
-                UserWarning,
-                stacklevel=_outside_ste(),
-            )
+            if _gradient_vanishes_far_out(quantizer, len(getattr(self, slot.kernel).shape)):
+                self._warn_missing_constraint(slot)
+
+    def _warn_missing_constraint(self, slot: KernelSlot) -> None:
+        warnings.warn(
+            f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
+            f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
+            f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
+            f"(ste.constraints.WeightClip(1.0)).",
+            UserWarning,
+            stacklevel=_outside_ste(),
+        )
 
     @property
     def quantized_kernel(self) -> tf.Tensor:
@@ -305,8 +307,28 @@ class QuantLayerMixin:
             if isinstance(quantizer, keras.layers.Layer) and not quantizer.built:
                 quantizer.build(tuple(getattr(self, slot.kernel).shape))
             claim(quantizer, self, slot.quantizer)
-            setattr(getattr(self, slot.kernel), _KERNEL_TAG, (weakref.ref(self), slot.kernel))  # kernel_precision
+            self._view_kernel(slot)
         self._build_metrics()
+
+    def _view_kernel(self, slot: KernelSlot) -> None:
+        """Make the kernel of ``slot`` read as this layer's quantized kernel inside ``quantized_scope(True)``
+        (:mod:`ste.layers._kernel_view`); the layer is held weakly."""
+        owner, kernel = weakref.ref(self), getattr(self, slot.kernel)
+
+        def layer() -> Any:
+            alive = owner()
+            return alive if alive is not None and getattr(alive, slot.kernel, None) is kernel else None
+
+        def quantized() -> tf.Tensor | None:
+            alive = layer()
+            return None if alive is None or getattr(alive, slot.quantizer) is None else alive._quantized(slot)
+
+        view_kernel(
+            kernel,
+            quantized,
+            lambda: getattr(layer(), slot.quantizer, None),
+            lambda: None if layer() is None else layer().kernel_precisions.get(slot.kernel),
+        )
 
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one)."""
@@ -349,15 +371,21 @@ class QuantLayerMixin:
         return on_bits(x, *kernels)
 
     def quantize_kernel(self, slot: KernelSlot) -> tf.Tensor:
-        """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it)."""
-        kernel = getattr(self, slot.kernel)
-        if isinstance(kernel, keras.Variable):
-            kernel = kernel.value  # read here, in this layer's autocast scope (a quantizer layer clears it)
-        quantizer = getattr(self, slot.quantizer)
-        quantized = kernel if quantizer is None else quantizer(kernel)
+        """The kernel of ``slot`` after its quantizer (read in the current autocast scope, as Keras reads it); in a
+        training call also the flip ratio's update."""
+        quantized = self._quantized(slot)
         if self._flip_ratios and ste_metrics.in_training():
             self._flip_ratios[slot.kernel].update_state(quantized)
         return quantized
+
+    def _quantized(self, slot: KernelSlot) -> tf.Tensor:
+        """The kernel of ``slot`` after its quantizer: the one quantization of kernels, for calls and for reads of
+        the kernel inside ``quantized_scope(True)``."""
+        kernel = getattr(self, slot.kernel)
+        if isinstance(kernel, keras.Variable):
+            kernel = kernel.value  # the latent value, read in this layer's autocast scope (a quantizer clears it)
+        quantizer = getattr(self, slot.quantizer)
+        return kernel if quantizer is None else quantizer(kernel)
 
     @property
     def quantized_kernels(self) -> dict[str, tf.Tensor]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from .._errors import ParameterError, VariableAssignmentError
+from .._errors import ParameterError, ParameterTypeError, VariableAssignmentError
 
 __all__ = ["CaseOptimizer"]
 
@@ -68,12 +68,12 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
         predicates: list[Predicate | None] = []
         for index, pair in enumerate(predicate_optimizer_pairs):
             if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise ParameterError(
+                raise ParameterTypeError(
                     f"CaseOptimizer: argument {index} must be a (predicate, optimizer) pair; received {pair!r}."
                 )
             predicate, optimizer = pair
             if predicate is not None and not callable(predicate):
-                raise ParameterError(
+                raise ParameterTypeError(
                     f"CaseOptimizer: pair {index}: the predicate must be callable(variable) -> bool; "
                     f"received {predicate!r}."
                 )
@@ -85,7 +85,7 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
             optimizers.append(default_optimizer)
         for index, optimizer in enumerate(optimizers):
             if not isinstance(optimizer, keras.optimizers.Optimizer) or isinstance(optimizer, CaseOptimizer):
-                raise ParameterError(
+                raise ParameterTypeError(
                     f"CaseOptimizer: optimizer {index} must be a Keras 3 optimizer (keras.optimizers.Optimizer, not "
                     f"a CaseOptimizer); received {optimizer!r}."
                 )

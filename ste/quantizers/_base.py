@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union
 
 import keras
@@ -24,6 +24,7 @@ import tensorflow as tf
 from .._errors import ParameterError, SpecError, UnknownQuantizerError
 from .._keras_lookup import publish_activation
 from .._names import NameTable, build
+from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
 
@@ -49,9 +50,12 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
 
     precision: int | None = None
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
+        # larq's per-quantizer training metrics (["flip_ratio"]): the layer quantizing a kernel with this quantizer
+        # tracks that kernel's flip ratio. Not part of the config, as in larq.
+        self._custom_metrics = check_metric_names(type(self).__name__, metrics)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape
@@ -150,6 +154,15 @@ def _shown(spec: str) -> str:
     return repr(spec) if len(spec) <= 80 else repr(spec[:77] + "...")
 
 
+_FORMS: list[Callable[[Any], Quantizer | None]] = []
+
+
+def add_form(form: Callable[[Any], Quantizer | None]) -> None:
+    """Let :func:`get` also read another library's names or configs: ``form(identifier)`` returns the quantizer,
+    or ``None`` when ``identifier`` is not in that form (larq's, :mod:`ste.quantizers._larq`)."""
+    _FORMS.append(form)
+
+
 def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
     """Resolve what a layer's ``*_quantizer`` argument received.
 
@@ -158,9 +171,14 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
     instance with default arguments; any other callable is returned unchanged (it must map a tensor to a tensor).
     A name that is not an ste quantizer may be a function registered with Keras under that plain name (larq's
     ``register_keras_custom_object``, ``ste.larq.utils.register_keras_custom_object``): that function is returned.
+    larq's class names (``"SteSign"``) and saved configs (``{"module": "larq.quantizers", ...}``) are read too.
     """
     if identifier is None or isinstance(identifier, Quantizer):
         return identifier
+    for form in _FORMS:
+        translated = form(identifier)
+        if translated is not None:
+            return translated
     if isinstance(identifier, str):
         registered = keras.saving.get_custom_objects().get(identifier)
         if _TABLE.get(identifier) is None and callable(registered) and not isinstance(registered, type):

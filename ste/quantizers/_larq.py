@@ -12,19 +12,27 @@ larq name (spec string)    ste equivalent
 ``dorefa_quantizer``       ``DoReFa(k_bit=..., mode=...)`` (the class itself accepts larq's argument)
 =========================  =========================================================================
 
-``clip_value=None`` means no clipping, as in larq. larq's ``metrics=["flip_ratio"]`` on a quantizer is an argument
-of the quantized layer in ``ste`` (``QuantDense(..., metrics=["flip_ratio"])``, see :mod:`ste.metrics`).
+``clip_value=None`` means no clipping, as in larq. larq's ``metrics=["flip_ratio"]`` on a quantizer is accepted: the
+layer quantizing a kernel with it tracks that kernel's flip ratio (as ``QuantDense(..., metrics=["flip_ratio"])``,
+see :mod:`ste.metrics`).
+
+:func:`ste.quantizers.get` also reads larq's own forms, so configs saved by larq load: a class name (``"SteSign"``,
+``"DoReFa"``) and a config whose ``module`` is larq's (``{"module": "larq.quantizers", "class_name": "SteSign",
+"config": {...}}``, or tf.keras 2's ``{"class_name": "SteSign", "config": {...}}``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import keras
 
+from .._errors import UnknownQuantizerError
 from ..registry import get as get_surrogate
-from ._base import Quantizer, check_number, register
-from ._binary import Heaviside, Sign, Ternary
+from ._base import Quantizer, add_form, check_number, register
+from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
+from ._noop import NoOp
 from ._uniform import DoReFa
 
 __all__ = ["ApproxSign", "DoReFaQuantizer", "SteHeaviside", "SteSign", "SteTern", "SwishSign"]
@@ -117,3 +125,47 @@ class SteTern(Ternary):
 
 #: larq's backwards-compatible name of ``DoReFa``.
 DoReFaQuantizer = DoReFa
+
+
+#: larq 0.14's quantizer class names (and aliases) -> the ste classes that take their configs.
+LARQ_CLASSES: dict[str, type[Quantizer]] = {
+    "SteSign": SteSign,
+    "ApproxSign": ApproxSign,
+    "SwishSign": SwishSign,
+    "SteHeaviside": SteHeaviside,
+    "SteTern": SteTern,
+    "MagnitudeAwareSign": MagnitudeAwareSign,
+    "DoReFa": DoReFa,
+    "DoReFaQuantizer": DoReFa,
+    "NoOp": NoOp,
+    "NoOpQuantizer": NoOp,
+}
+
+
+def _is_larq_config(config: Mapping[str, Any]) -> bool:
+    module = config.get("module")
+    if isinstance(module, str):
+        return module == "larq" or module.startswith("larq.")
+    return "registered_name" not in config and config.get("class_name") in LARQ_CLASSES  # tf.keras 2's form
+
+
+def from_larq(identifier: Any) -> Quantizer | None:
+    """The quantizer a larq class name or larq config describes (``None``: not one of larq's forms)."""
+    if isinstance(identifier, str):
+        cls = LARQ_CLASSES.get(identifier)
+        return None if cls is None else cls()
+    if not isinstance(identifier, Mapping) or not _is_larq_config(identifier):
+        return None
+    name = identifier.get("class_name")
+    cls = LARQ_CLASSES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise UnknownQuantizerError(
+            f"the larq quantizer config {dict(identifier)!r} names class {name!r}, which larq 0.14 does not define; "
+            f"larq's quantizer classes are {sorted(LARQ_CLASSES)}. Fix: for a quantizer of your own, pass the object "
+            f"itself (or register it with ste.larq.utils.register_keras_custom_object)."
+        )
+    config = identifier.get("config", {})
+    return cls.from_config(dict(config) if isinstance(config, Mapping) else {})  # type: ignore[no-any-return]
+
+
+add_form(from_larq)
