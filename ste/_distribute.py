@@ -1,4 +1,4 @@
-"""Keras 3's ``fit`` under ``tf.distribute.MultiWorkerMirroredStrategy``: two guarded fixes, installed by ``import ste``.
+"""Keras 3's ``fit`` under ``MultiWorkerMirroredStrategy``: two guarded fixes, installed by ``import ste``.
 
 Keras 3 (checked up to 3.15) cannot ``fit`` a model under ``MultiWorkerMirroredStrategy`` with more than one worker
 (keras-team/keras#20585, open):
@@ -64,7 +64,7 @@ def _first_local_batch(batch: Any) -> Any:
 def _fixed_symbolic_build(original: Any) -> Any:
     @functools.wraps(original)
     def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
-        strategy = getattr(self, "_distribute_strategy", None)
+        strategy: Any = getattr(self, "_distribute_strategy", None)
         if iterator is None or not multi_worker(strategy):
             return original(self, iterator=iterator, data_batch=data_batch)
         for _, _, it in iterator:
@@ -127,4 +127,6 @@ def installed() -> bool:
     if targets is None:
         return False
     module, trainer = targets
-    return bool(getattr(trainer._maybe_symbolic_build, _MARK, False) and getattr(module.reduce_per_replica, _MARK, False))
+    return bool(
+        getattr(trainer._maybe_symbolic_build, _MARK, False) and getattr(module.reduce_per_replica, _MARK, False)
+    )

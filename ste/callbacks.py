@@ -11,7 +11,6 @@ import keras
 import tensorflow as tf
 
 from ._distribute import multi_worker
-
 from ._errors import ParameterError
 
 __all__ = ["BackupAndRestore", "HyperparameterScheduler"]
@@ -144,8 +143,10 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
     the middle of it; keep ``save_freq="epoch"`` for a run that ends as an uninterrupted one). See docs/distributed.md.
     """
 
+    backup_dir: str
+
     def _task(self) -> int:
-        strategy = self.model.distribute_strategy if self.model is not None else None
+        strategy: Any = self.model.distribute_strategy if self.model is not None else None
         if not multi_worker(strategy):
             return 0
         return int(strategy.cluster_resolver.task_id or 0)
@@ -157,7 +158,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
         self._prev_training_metadata_path = f"{self._training_metadata_path}.bkp"
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self._chief_dir = getattr(self, "_chief_dir", self.backup_dir)
+        self._chief_dir: str = getattr(self, "_chief_dir", None) or self.backup_dir
         task = self._task()
         self.backup_dir = self._chief_dir
         self._use_dir(self._chief_dir)

@@ -87,6 +87,10 @@ def _replicas_in_sync() -> int:
     return 1 if context is None else int(context.num_replicas_in_sync)
 
 
+def _on_tpu() -> bool:
+    return isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy)
+
+
 @keras.saving.register_keras_serializable(package="ste")
 @register("lsq")
 class LSQ(Quantizer):
@@ -160,10 +164,11 @@ class LSQ(Quantizer):
             return
         if not training:  # inference graphs (model.export, predict) stay free of variable writes
             return
-        if compiling_with_xla() and _replicas_in_sync() > 1:
-            # XLA around strategy.run (fit with jit_compile=True under a strategy; TPUStrategy): once initialised
-            # (checked now, while tracing) the step needs neither the all-reduce nor the write, so the compiled
-            # step has none; the first step's initialisation cannot be compiled on CPU or GPU devices.
+        if compiling_with_xla() and _replicas_in_sync() > 1 and not _on_tpu():
+            # XLA around a multi-device strategy.run on CPU or GPU (fit with jit_compile=True under a strategy):
+            # once initialised (checked now, while tracing) the step needs neither the all-reduce nor the write, so
+            # the compiled step has none; the first step's initialisation cannot be compiled there (TPUStrategy
+            # compiles it: the code below).
             with tf.init_scope():
                 done = float(keras.ops.convert_to_numpy(self.initialized)) > 0
             if done:

@@ -86,7 +86,9 @@ class _Jobs:
         while not path.exists():
             if proc.poll() is not None and not path.exists():
                 output = self.logs[name].read_text(errors="replace")
-                pytest.fail(f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{output[-4000:]}")
+                pytest.fail(
+                    f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{output[-4000:]}"
+                )
             if time.monotonic() > self.deadlines[name]:
                 self.kill(name)
                 pytest.fail(f"subprocess {name} did not write {path.name} within {TIMEOUT} s of its start")
@@ -161,7 +163,9 @@ def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Jobs
         # multi-worker training: two workers on 127.0.0.1, started first (they take longest), and the same
         # trainings in one process (the reference)
         start_workers(jobs, "worker", ["scaleout", "{out}", str(tmp / "backup"), str(tmp / "hanging")], tmp)
-        jobs.start("reference", ["reference", str(tmp / "reference.json"), str(tmp / "one_process_backup")], _env(), tmp)
+        jobs.start(
+            "reference", ["reference", str(tmp / "reference.json"), str(tmp / "one_process_backup")], _env(), tmp
+        )
         # two seeded runs with op determinism (in subprocesses: the setting is global and cannot be undone)
         for run in range(2):
             jobs.start(f"determinism{run}", ["determinism", str(tmp / f"determinism{run}.json"), "7"], _env(), tmp)

@@ -1,11 +1,13 @@
 """The networks and training runs of the scale-out tests (issue 20): one process, replicas, workers.
 
 Self-contained (imported by path in the worker subprocesses of test_processes.py, and as a package module by the
-in-process replica tests). Three networks, each trained by Keras ``fit`` and by a custom loop with ``strategy.run``:
+in-process replica tests). Three networks, each trained by Keras ``fit`` and by a custom loop with
+``strategy.run``:
 
-- ``binary``: a binarized conv net (LSQ on its input, ``ste.layers`` convolutions with ste_sign, flip-ratio metrics, synchronized
-  ``ste.layers.BatchNormalization``), trained by ``CaseOptimizer(Bop, Adam)``; Bop's gamma scheduled by step;
-- ``lsq``: PACT and LSQ (learned clipping level and step) before binarized dense layers (models.make_model), Adam;
+- ``binary``: a binarized conv net (LSQ on its input, ``ste.layers`` convolutions with ste_sign, flip-ratio
+  metrics, synchronized ``ste.layers.BatchNormalization``), trained by ``CaseOptimizer(Bop, Adam)``; Bop's gamma
+  scheduled by step;
+- ``lsq``: PACT and LSQ (learned clipping level and step) before binarized dense layers (models.make_model), SGD;
 - ``spiking``: LIF neurons with a learnable β over 6 time steps, Adam.
 
 A run's result is its weights keyed ``layer/variable``, its logs (``fit``) or metric results (custom loop).
@@ -182,7 +184,11 @@ def custom_loop(kind: str, strategy: tf.distribute.Strategy | None) -> dict[str,
         if bop is not None:  # the schedule fit's callback applies, by Bop's own step count
             bop.gamma.assign(gamma_schedule(int(bop.iterations.numpy())))
         losses.append(float(step(batch)))
-    return {"weights": weights_of(model), "logs": {"loss": float(np.mean(losses)), **flip_ratios(model)}, "losses": losses}
+    return {
+        "weights": weights_of(model),
+        "logs": {"loss": float(np.mean(losses)), **flip_ratios(model)},
+        "losses": losses,
+    }
 
 
 def as_lists(result: dict[str, Any]) -> dict[str, Any]:

@@ -101,28 +101,31 @@ def test_every_layer_compiles_in_strategy_run(name: str) -> None:
     _check_under_xla_in_strategy(lambda t: layer(t, training=training), list(layer.trainable_variables), x)
 
 
+def _bop_and_flip_ratio_steps(jit: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    kernel = keras.Variable(np.where(np.random.default_rng(8).normal(size=(3, 4)) >= 0, 1.0, -1.0).astype(np.float32))
+    bop = ste.optimizers.Bop(threshold=1e-3, gamma=0.5)
+    bop.build([kernel])
+    metric = ste.metrics.FlipRatio()
+    metric.build_for((3, 4))
+    grad = tf.constant(np.random.default_rng(9).normal(size=(3, 4)).astype(np.float32))
+
+    def step(g: tf.Tensor) -> tf.Tensor:
+        bop.apply([g], [kernel])
+        metric.update_state(kernel)
+        return metric.result()
+
+    compiled = tf.function(step, jit_compile=jit)
+    ratios = [compiled(grad * s).numpy() for s in (1.0, -1.0, 1.0)]
+    return kernel.numpy(), ratios
+
+
 def test_bop_and_flip_ratio_updates_compile_with_xla() -> None:
     """Variable writes compile with XLA on one device (on a TPU the whole replica step is compiled); the values equal
     the same updates without XLA."""
-    results = []
-    for jit in (False, True):
-        kernel = keras.Variable(np.where(_RNG.normal(size=(3, 4)) >= 0, 1.0, -1.0).astype(np.float32))
-        bop = ste.optimizers.Bop(threshold=1e-3, gamma=0.5)
-        bop.build([kernel])
-        metric = ste.metrics.FlipRatio()
-        metric.build_for((3, 4))
-        grad = tf.constant(np.random.default_rng(9).normal(size=(3, 4)).astype(np.float32))
-
-        def step(g: tf.Tensor) -> tf.Tensor:
-            bop.apply([g], [kernel])
-            metric.update_state(kernel)
-            return metric.result()
-
-        compiled = tf.function(step, jit_compile=jit)
-        ratios = [compiled(grad * s).numpy() for s in (1.0, -1.0, 1.0)]
-        results.append((kernel.numpy(), ratios))
+    results = [_bop_and_flip_ratio_steps(jit) for jit in (False, True)]
     np.testing.assert_array_equal(results[1][0], results[0][0])
     np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)
+    assert results[0][1][-1] > 0  # kernels flipped: the compared updates are not trivial
 
 
 def test_lsq_initialisation_under_xla_in_a_strategy_raises_before_any_write() -> None:
