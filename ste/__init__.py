@@ -23,6 +23,7 @@ from . import (
     testing,
 )
 from ._bitmask import bit_masks, set_bit_masks
+from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
@@ -55,6 +56,7 @@ from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
 
 _install_save_check()
+_install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
 
 __all__ = [
     "CallError",

@@ -1,4 +1,5 @@
-"""Training callbacks (larq's ``lq.callbacks`` on Keras 3): :class:`HyperparameterScheduler`."""
+"""Training callbacks: :class:`HyperparameterScheduler` (larq's ``lq.callbacks`` on Keras 3) and
+:class:`BackupAndRestore` (Keras's, with a chief's directory under ``MultiWorkerMirroredStrategy``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ._distribute import multi_worker
 from ._errors import ParameterError
 
-__all__ = ["HyperparameterScheduler"]
+__all__ = ["BackupAndRestore", "HyperparameterScheduler"]
 
 
 def _takes_two_arguments(schedule: Callable[..., Any]) -> bool:
@@ -123,3 +125,44 @@ class HyperparameterScheduler(keras.callbacks.Callback):  # type: ignore[misc]
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if logs is not None:
             logs[self.log_name] = float(keras.ops.convert_to_numpy(self._variable()))
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
+    """``keras.callbacks.BackupAndRestore`` that several workers can share (same arguments and files).
+
+    Keras 3's callback makes every worker of a ``tf.distribute.MultiWorkerMirroredStrategy`` write the same files in
+    ``backup_dir``: on a shared file system they overwrite each other mid-write. Here only the chief (worker 0)
+    writes ``backup_dir``; every other worker writes its own ``<backup_dir>_worker<i>`` (it must still save: reading
+    a metric's state is a collective all workers take part in) and removes it at the end. Every worker restores from
+    the chief's files, which are the same state (the variables are mirrored). So a checkpoint written by one process
+    restores into several workers and one written by the chief restores into one process. With one worker (or
+    without a multi-worker strategy) this is Keras's callback unchanged.
+
+    Like Keras's, it resumes at an epoch boundary: an epoch interrupted in the middle runs again from its first batch
+    (Keras 3's ``save_freq=<int>`` saves mid-epoch but resumes at the start of the saved epoch, with the weights of
+    the middle of it; keep ``save_freq="epoch"`` for a run that ends as an uninterrupted one). See docs/distributed.md.
+    """
+
+    backup_dir: str
+
+    def _task(self) -> int:
+        strategy: Any = self.model.distribute_strategy if self.model is not None else None
+        if not multi_worker(strategy):
+            return 0
+        return int(strategy.cluster_resolver.task_id or 0)
+
+    def _use_dir(self, backup_dir: str) -> None:
+        self._weights_path = f"{backup_dir}/latest.weights.h5"
+        self._training_metadata_path = f"{backup_dir}/training_metadata.json"
+        self._prev_weights_path = f"{self._weights_path}.bkp"
+        self._prev_training_metadata_path = f"{self._training_metadata_path}.bkp"
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self._chief_dir: str = getattr(self, "_chief_dir", None) or self.backup_dir
+        task = self._task()
+        self.backup_dir = self._chief_dir
+        self._use_dir(self._chief_dir)
+        super().on_train_begin(logs)  # every worker restores the chief's state
+        if task != 0:
+            self.backup_dir = f"{self._chief_dir}_worker{task}"
+            self._use_dir(self.backup_dir)

@@ -113,6 +113,25 @@ class FlipRatio(keras.metrics.Metric):  # type: ignore[misc]
             return tf.zeros((), self.dtype)
         return tf.math.divide_no_nan(self._total.value, self._count.value)
 
+    def save_own_variables(self, store: Any) -> None:
+        """Saved in ``.weights.h5`` (Keras saves no metric's state): the recorded values and the running mean, so a
+        run resumed from a checkpoint (``keras.callbacks.BackupAndRestore``) counts the same flips."""
+        for i, variable in enumerate(self.variables):
+            store[f"{i}"] = variable
+
+    def load_own_variables(self, store: Any) -> None:
+        """Restore what :meth:`save_own_variables` saved; a file saved without it (before ste 0.2) leaves the state
+        as it is."""
+        if not len(store.keys()):
+            return
+        if len(store.keys()) != len(self.variables):
+            raise ParameterError(
+                f"FlipRatio {self.name!r}: the weights file holds {len(store.keys())} state variables, this metric has "
+                f"{len(self.variables)}. Fix: load weights saved from the same model."
+            )
+        for i, variable in enumerate(self.variables):
+            variable.assign(store[f"{i}"])
+
     def reset_state(self) -> None:
         if self._previous is not None:
             self._total.assign(tf.zeros((), self._total.dtype))

@@ -14,7 +14,8 @@ import keras
 import tensorflow as tf
 
 from .._dsl import forward
-from .._errors import ParameterError
+from .._errors import NotBuiltError, ParameterError
+from .._xla import compiling_with_xla
 from ._base import Quantizer, as_tensor, check_bits, check_number, register
 
 __all__ = ["LSQ", "PACT"]
@@ -84,6 +85,10 @@ def _replicas_in_sync() -> int:
     """Replicas that each run this call on their own shard (1 outside a strategy's replica context)."""
     context = tf.distribute.get_replica_context()
     return 1 if context is None else int(context.num_replicas_in_sync)
+
+
+def _on_tpu() -> bool:
+    return isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy)
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -159,6 +164,22 @@ class LSQ(Quantizer):
             return
         if not training:  # inference graphs (model.export, predict) stay free of variable writes
             return
+        if compiling_with_xla() and _replicas_in_sync() > 1 and not _on_tpu():
+            # XLA around a multi-device strategy.run on CPU or GPU (fit with jit_compile=True under a strategy):
+            # once initialised (checked now, while tracing) the step needs neither the all-reduce nor the write, so
+            # the compiled step has none; the first step's initialisation cannot be compiled there (TPUStrategy
+            # compiles it: the code below).
+            with tf.init_scope():
+                done = float(keras.ops.convert_to_numpy(self.initialized)) > 0
+            if done:
+                return
+            raise NotBuiltError(
+                f"LSQ {self.name!r}: its step is initialised from the first training batch, which XLA cannot compile "
+                f"inside a multi-replica strategy here (an all-reduce and a variable write across devices); "
+                f"received an uninitialised step in an XLA-compiled replica step. Fix: run one step without XLA "
+                f"first (model.fit(..., epochs=1) with jit_compile=False, or model(x, training=True) under "
+                f"strategy.run), or load a trained step, then compile."
+            )
         # In a graph: assign unconditionally (the step keeps its value once initialised). An assign (or the
         # all-reduce of initial_step) inside tf.cond would break under MirroredStrategy, whose replica-context
         # assign and all-reduce are merge_calls.

@@ -1,6 +1,8 @@
 """Subprocess entry points for test_processes.py (not a test module).
 
-    python _worker.py multiworker OUT.json          # one MultiWorkerMirroredStrategy worker (TF_CONFIG from env)
+    python _worker.py scaleout OUT.json BACKUP MARKER  # one MultiWorkerMirroredStrategy worker (TF_CONFIG from env)
+    python _worker.py reference OUT.json BACKUP        # the same trainings in one process
+    python _worker.py resume OUT.json BACKUP...        # continue from backups (workers when TF_CONFIG is set)
     python _worker.py determinism OUT.json SEED     # a seeded training run with op determinism enabled
     python _worker.py load KERAS_DIR MODULE_DIR INPUTS.npz OUT.npz   # load exports WITHOUT ever importing ste
 
@@ -24,67 +26,103 @@ def _hex_weights(model: Any) -> dict[str, str]:
     return {v.path: np.asarray(v.numpy()).tobytes().hex() for v in model.weights}
 
 
-def multiworker(out: str) -> None:
-    import keras
-    import tensorflow as tf
+def _dump(out: str, payload: Any) -> None:
+    """Write JSON atomically (the test may read it while this process goes on)."""
+    with open(out + ".part", "w") as f:
+        json.dump(payload, f)
+    os.replace(out + ".part", out)
+
+
+def _task() -> int:
+    return int(json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0))
+
+
+class _HangMidEpoch:
+    """Worker 1, in the middle of epoch ``epoch``: writes ``marker`` and waits to be killed by the test."""
+
+    def __new__(cls, marker: str, epoch: int, batch: int) -> Any:
+        import keras
+
+        class Hang(keras.callbacks.Callback):  # type: ignore[misc]
+            def on_epoch_begin(self, e: int, logs: Any = None) -> None:
+                self.epoch = e
+
+            def on_train_batch_end(self, b: int, logs: Any = None) -> None:
+                if _task() == 1 and self.epoch == epoch and b == batch:
+                    open(marker, "w").close()
+                    import time
+
+                    time.sleep(600)  # killed by the test long before
+
+        return Hang()
+
+
+FAULT_EPOCHS = 3
+
+
+def _backup_fit(strategy: Any, backup: str, epochs: int, *extra: Any, delete: bool = True) -> dict[str, Any]:
+    import ste
 
     sys.path.insert(0, HERE)
-    import models
+    import scaleout
 
+    restore = ste.callbacks.BackupAndRestore(backup, delete_checkpoint=delete)
+    return scaleout.as_lists(scaleout.fit("binary", strategy, epochs=epochs, extra_callbacks=(restore, *extra)))
+
+
+def scaleout_worker(out: str, backup: str, marker: str) -> None:
+    """One of two MultiWorkerMirroredStrategy workers (TF_CONFIG from env): every net by fit and by a custom loop
+    (results in OUT), then the fault run: fit with BackupAndRestore until worker 1 stops mid-epoch to be killed."""
+    import tensorflow as tf
+
+    import ste
+
+    sys.path.insert(0, HERE)
+    import scaleout
+
+    ste.set_bit_masks(True)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    with strategy.scope():
-        model = models.make_model(0)
-        optimizer = keras.optimizers.SGD(0.05)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-    x, y = models.make_data(64)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).with_options(options)
-    distributed = strategy.experimental_distribute_dataset(dataset)
-    initial = {v.path: v.numpy().tolist() for v in model.weights}
+    results: dict[str, Any] = {"task": _task(), "fit_fixes_installed": ste._distribute.installed()}
+    for kind in scaleout.NETS:
+        results[kind] = {
+            "fit": scaleout.as_lists(scaleout.fit(kind, strategy)),
+            "loop": scaleout.as_lists(scaleout.custom_loop(kind, strategy)),
+        }
+    _dump(out, results)
+    _backup_fit(strategy, backup, FAULT_EPOCHS, _HangMidEpoch(marker, FAULT_EPOCHS - 1, 4))
+    raise SystemExit("the fault run was expected to be killed mid-epoch")
 
-    # Keras 3.15's model.fit cannot run under MultiWorkerMirroredStrategy (its symbolic build reduces a PerReplica
-    # batch eagerly and fails), so the steps are TensorFlow's own custom-loop engine: strategy.run + all-reduce.
-    @tf.function
-    def step(batch: Any) -> tf.Tensor:
-        def replica(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
-            with tf.GradientTape() as tape:
-                per_example = loss_fn(yb, model(xb, training=True))
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=16)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
 
-        return strategy.reduce("SUM", strategy.run(replica, args=batch), axis=None)
+def reference(out: str, backup: str) -> None:
+    """One process, no strategy: every net by fit and by the custom loop; the uninterrupted fault run; and a
+    checkpoint of one process after FAULT_EPOCHS - 1 epochs (kept in BACKUP) for two workers to continue."""
+    import ste
 
-    losses = [float(step(batch)) for _ in range(2) for batch in distributed]
+    sys.path.insert(0, HERE)
+    import scaleout
 
-    # The same steps on one device (outside the strategy): the same global batches, the same mean loss.
-    single = models.make_model(0)
-    single_optimizer = keras.optimizers.SGD(0.05)
+    ste.set_bit_masks(True)
+    results: dict[str, Any] = {}
+    for kind in scaleout.NETS:
+        results[kind] = {
+            "fit": scaleout.as_lists(scaleout.fit(kind, None)),
+            "loop": scaleout.as_lists(scaleout.custom_loop(kind, None)),
+        }
+    results["uninterrupted"] = scaleout.as_lists(scaleout.fit("binary", None, epochs=FAULT_EPOCHS))
+    _backup_fit(None, backup, FAULT_EPOCHS - 1, delete=False)
+    _dump(out, results)
 
-    @tf.function
-    def single_step(xb: tf.Tensor, yb: tf.Tensor) -> None:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(loss_fn(yb, single(xb, training=True)))
-        grads = tape.gradient(loss, single.trainable_variables)
-        single_optimizer.apply_gradients(zip(grads, single.trainable_variables))
 
-    for _ in range(2):
-        for xb, yb in dataset:
-            single_step(xb, yb)
-    with open(out, "w") as f:
-        json.dump(
-            {
-                "hex": _hex_weights(model),
-                "initial": initial,
-                "final": {v.path: v.numpy().tolist() for v in model.weights},
-                "one_device": {v.path: w.numpy().tolist() for v, w in zip(model.weights, single.weights, strict=True)},
-                "losses": losses,
-                "task": json.loads(os.environ["TF_CONFIG"])["task"]["index"],
-            },
-            f,
-        )
+def resume(out: str, *backups: str) -> None:
+    """Continue the fault run from each backup directory in turn (under MultiWorkerMirroredStrategy when TF_CONFIG
+    is set, else in one process), FAULT_EPOCHS epochs in all."""
+    import tensorflow as tf
+
+    import ste
+
+    ste.set_bit_masks(True)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if "TF_CONFIG" in os.environ else None
+    _dump(out, {"task": _task(), "runs": [_backup_fit(strategy, backup, FAULT_EPOCHS) for backup in backups]})
 
 
 def determinism(out: str, seed: int) -> None:
@@ -145,8 +183,12 @@ def load(keras_dir: str, module_dir: str, inputs: str, out: str) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, *args = sys.argv[1:]
-    if mode == "multiworker":
-        multiworker(args[0])
+    if mode == "scaleout":
+        scaleout_worker(*args)
+    elif mode == "reference":
+        reference(*args)
+    elif mode == "resume":
+        resume(*args)
     elif mode == "determinism":
         determinism(args[0], int(args[1]))
     elif mode == "load":

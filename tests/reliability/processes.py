@@ -1,15 +1,18 @@
 """Subprocess jobs for test_processes.py, started once per session by tests/reliability/conftest.py.
 
-All subprocesses (two MultiWorkerMirroredStrategy workers, two seeded training runs, one export loader) start
+All subprocesses (two MultiWorkerMirroredStrategy workers and the same trainings in one process, two seeded
+training runs, one export loader) start
 together, as soon as the first reliability test runs, so that their TensorFlow start-ups overlap with each other
 and with the in-process tests; the tests in test_processes.py (which conftest moves to the end) wait for them.
-Every process has a time limit and is killed at the end of the session, whatever happened.
+The fault test kills the workers mid-epoch and starts the runs that resume from
+their backups. Every process has a time limit and is killed at the end of the session, whatever happened.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -77,6 +80,27 @@ class _Jobs:
         output = self.logs[name].read_text(errors="replace")
         assert proc.returncode == 0, f"subprocess {name} failed:\n{output[-4000:]}"
 
+    def wait_for_file(self, name: str, path: Path) -> None:
+        """Until ``path`` exists (written by job ``name``, which goes on running), within the job's time limit."""
+        proc = self.procs[name]
+        while not path.exists():
+            if proc.poll() is not None and not path.exists():
+                output = self.logs[name].read_text(errors="replace")
+                pytest.fail(
+                    f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{output[-4000:]}"
+                )
+            if time.monotonic() > self.deadlines[name]:
+                self.kill(name)
+                pytest.fail(f"subprocess {name} did not write {path.name} within {TIMEOUT} s of its start")
+            time.sleep(0.2)
+
+    def kill(self, name: str) -> int | None:
+        """Kill job ``name`` by its process id (if still running); its exit code."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=30)
+
     def kill_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -121,16 +145,27 @@ def _forward_and_gradients(fn: Any, x: np.ndarray, dy: np.ndarray, variables: li
     return [y.numpy(), *(g.numpy() for g in grads)]
 
 
+def start_workers(jobs: _Jobs, prefix: str, args: list[str], cwd: Path) -> None:
+    """Two MultiWorkerMirroredStrategy workers ``<prefix>0`` and ``<prefix>1`` on free ports of 127.0.0.1; ``{out}``
+    in ``args`` becomes each worker's own ``<prefix><i>.json``."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    for index in range(2):
+        config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        own = [a.replace("{out}", str(cwd / f"{prefix}{index}.json")) for a in args]
+        jobs.start(f"{prefix}{index}", own, _env(TF_CONFIG=config), cwd)
+
+
 def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Jobs, Path, dict[str, Any]]]:
     """Start every subprocess; yields (jobs, their directory, the values the loaded exports must reproduce)."""
     tmp = tmp_path_factory.mktemp("processes")
     jobs = _Jobs()
     try:
-        # multi-worker training: two workers on 127.0.0.1, started first (they take longest)
-        cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
-        for index in range(2):
-            config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-            jobs.start(f"worker{index}", ["multiworker", str(tmp / f"worker{index}.json")], _env(TF_CONFIG=config), tmp)
+        # multi-worker training: two workers on 127.0.0.1, started first (they take longest), and the same
+        # trainings in one process (the reference)
+        start_workers(jobs, "worker", ["scaleout", "{out}", str(tmp / "backup"), str(tmp / "hanging")], tmp)
+        jobs.start(
+            "reference", ["reference", str(tmp / "reference.json"), str(tmp / "one_process_backup")], _env(), tmp
+        )
         # two seeded runs with op determinism (in subprocesses: the setting is global and cannot be undone)
         for run in range(2):
             jobs.start(f"determinism{run}", ["determinism", str(tmp / f"determinism{run}.json"), "7"], _env(), tmp)
