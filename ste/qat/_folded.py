@@ -55,11 +55,38 @@ class _BatchNormFolding:
     def build(self, input_shape: Any) -> None:
         super().build(input_shape)  # type: ignore[misc]
         channels = self._channels()
-        add = self.add_weight  # type: ignore[attr-defined]
-        self.gamma = add(name="gamma", shape=(channels,), initializer="ones", trainable=self.batch_norm["scale"])
-        self.beta = add(name="beta", shape=(channels,), initializer="zeros", trainable=self.batch_norm["center"])
-        self.moving_mean = add(name="moving_mean", shape=(channels,), initializer="zeros", trainable=False)
-        self.moving_variance = add(name="moving_variance", shape=(channels,), initializer="ones", trainable=False)
+
+        def add(name: str, initializer: str, trainable: bool) -> Any:
+            # float32 under mixed precision, read without autocasting (the moving statistics keep their precision)
+            return self.add_weight(  # type: ignore[attr-defined]
+                name=name, shape=(channels,), initializer=initializer, trainable=trainable, autocast=False
+            )
+
+        self.gamma = add("gamma", "ones", self.batch_norm["scale"])
+        self.beta = add("beta", "zeros", self.batch_norm["center"])
+        self.moving_mean = add("moving_mean", "zeros", False)
+        self.moving_variance = add("moving_variance", "ones", False)
+
+    def _saved_variables(self) -> list[Any]:
+        kernel = self._kernel if hasattr(self, "_kernel") else self.kernel  # Keras's Conv2D keeps it as _kernel
+        bias = [self.bias] if self.use_bias else []
+        return [kernel, *bias, self.gamma, self.beta, self.moving_mean, self.moving_variance]
+
+    def save_own_variables(self, store: Any) -> None:
+        """Every variable, the batch norm's included (Keras's convolutions save only the kernel and bias)."""
+        if getattr(self, "built", False):
+            for index, variable in enumerate(self._saved_variables()):
+                store[str(index)] = variable
+
+    def load_own_variables(self, store: Any) -> None:
+        variables = self._saved_variables()
+        if len(store.keys()) != len(variables):
+            raise ValueError(
+                f"{type(self).__name__} '{getattr(self, 'name', '')}' expected {len(variables)} saved variables "
+                f"(kernel, bias if any, gamma, beta, moving_mean, moving_variance); the file has {len(store.keys())}."
+            )
+        for index, variable in enumerate(variables):
+            variable.assign(store[str(index)])
 
     def _fold_scale(self) -> tf.Tensor:
         gamma = tf.cast(self.gamma.value, self.compute_dtype)

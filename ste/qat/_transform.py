@@ -105,7 +105,7 @@ class _Graph:
         self.calls: dict[int, int] = {}
         for node in self.nodes:
             self.calls[id(node.operation)] = self.calls.get(id(node.operation), 0) + 1
-        self.inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in self.graph.inputs]
+        self.inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t._keras_history[0].name) for t in self.graph.inputs]
         self.tensors: dict[int, tuple[Any, bool]] = {
             id(t): (new, flag) for t, new, flag in zip(self.graph.inputs, self.inputs, input_flags)
         }
