@@ -63,6 +63,12 @@ _PASSTHROUGH = (
     L.ActivityRegularization,
     L.Identity,
 )
+#: The output ranges of TFLite's int8 kernels for these activations (scale 1/256 or 1/128).
+_FIXED_RANGES: dict[Any, tuple[float, float]] = {
+    keras.activations.softmax: (0.0, 255 / 256),
+    keras.activations.sigmoid: (0.0, 255 / 256),
+    keras.activations.tanh: (-1.0, 127 / 128),
+}
 _FUSED = (keras.activations.relu, keras.activations.relu6, keras.activations.linear)
 
 
@@ -117,5 +123,8 @@ class Int8Scheme(Scheme):
                 if source is not None:
                     getattr(new, name).assign(source)
 
-    def activation_quantizer(self, name: str) -> Quantizer:
+    def activation_quantizer(self, name: str, after: Any = None) -> Quantizer:
+        fixed = _FIXED_RANGES.get(after)
+        if fixed is not None:  # TFLite's int8 kernel has this output range: training quantizes on it too
+            return ActivationFakeQuant(bits=8, initial_min=fixed[0], initial_max=fixed[1], ema_decay=1.0, name=name)
         return ActivationFakeQuant(bits=8, name=name)

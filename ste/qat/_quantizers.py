@@ -72,7 +72,8 @@ class ActivationFakeQuant(Quantizer):
     """Asymmetric per-tensor fake quantization with moving-average min/max (see the module docstring).
 
     In a training call the range first moves: min ← decay·min + (1 − decay)·min(batch min, 0), likewise max; the
-    batch is then quantized on the new range (as TFMOT does).
+    batch is then quantized on the new range (as TFMOT does). ``ema_decay=1`` keeps the initial range: the fixed
+    output ranges TFLite's int8 kernels use after softmax and sigmoid ([0, 255/256]) and tanh ([−1, 127/128]).
     """
 
     def __init__(
@@ -86,8 +87,8 @@ class ActivationFakeQuant(Quantizer):
     ) -> None:
         self.bits = check_bits("ActivationFakeQuant", bits, low=2)
         self.ema_decay = check_number("ActivationFakeQuant", "ema_decay", ema_decay)
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ParameterError(f"ActivationFakeQuant: ema_decay must be in [0, 1); received {ema_decay!r}.")
+        if not 0.0 <= self.ema_decay <= 1.0:
+            raise ParameterError(f"ActivationFakeQuant: ema_decay must be in [0, 1]; received {ema_decay!r}.")
         self.initial_min = check_number("ActivationFakeQuant", "initial_min", initial_min)
         self.initial_max = check_number("ActivationFakeQuant", "initial_max", initial_max)
         if not self.initial_min <= 0.0 <= self.initial_max or self.initial_min == self.initial_max:
@@ -117,7 +118,7 @@ class ActivationFakeQuant(Quantizer):
     def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
         x = as_tensor(inputs)
         low, high = self.min.value, self.max.value
-        if training:
+        if training and self.ema_decay < 1.0:
             decay = self.ema_decay
             batch_min = tf.minimum(tf.cast(tf.reduce_min(x), tf.float32), 0.0)
             batch_max = tf.maximum(tf.cast(tf.reduce_max(x), tf.float32), 0.0)

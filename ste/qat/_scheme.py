@@ -76,5 +76,6 @@ class Scheme(abc.ABC):
         """Whether ``activation`` (a function) runs inside the quantized layer, before its output quantizer."""
 
     @abc.abstractmethod
-    def activation_quantizer(self, name: str) -> Quantizer:
-        """A new quantizer for one activation tensor."""
+    def activation_quantizer(self, name: str, after: Any = None) -> Quantizer:
+        """A new quantizer for one activation tensor; ``after`` is the activation function that produced it, if
+        known (a scheme may give e.g. softmax outputs a fixed range)."""

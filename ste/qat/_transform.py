@@ -57,6 +57,8 @@ def _activation_of(layer: keras.layers.Layer) -> Any:
         return None
     if type(layer) is keras.layers.Activation:
         return layer.activation
+    if type(layer) is keras.layers.Softmax:
+        return keras.activations.softmax
     return None
 
 
@@ -105,7 +107,9 @@ class _Graph:
         self.calls: dict[int, int] = {}
         for node in self.nodes:
             self.calls[id(node.operation)] = self.calls.get(id(node.operation), 0) + 1
-        self.inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t._keras_history[0].name) for t in self.graph.inputs]
+        self.inputs = [
+            keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t._keras_history[0].name) for t in self.graph.inputs
+        ]
         self.tensors: dict[int, tuple[Any, bool]] = {
             id(t): (new, flag) for t, new, flag in zip(self.graph.inputs, self.inputs, input_flags)
         }
@@ -140,13 +144,15 @@ class _Graph:
         self.rewrite.counter += 1
         return f"{base}_quant_{self.rewrite.counter}"
 
-    def quantize(self, tensor: Any, new: Any, base: str) -> Any:
-        """``new`` (the new graph's ``tensor``) after a new activation quantizer, or its range group's."""
+    def quantize(self, tensor: Any, new: Any, base: str, after: Any = None) -> Any:
+        """``new`` (the new graph's ``tensor``, computed by the activation ``after`` if known) after a new activation
+        quantizer, or its range group's."""
         root = self.root(id(tensor))
+        scheme = self.rewrite.scheme
         if root == id(tensor) and id(tensor) not in self.groups.values():
-            return self.rewrite.scheme.activation_quantizer(self.quantizer_name(base))(new)
+            return scheme.activation_quantizer(self.quantizer_name(base), after)(new)
         if root not in self.group_quantizers:
-            self.group_quantizers[root] = self.rewrite.scheme.activation_quantizer(self.quantizer_name(base))
+            self.group_quantizers[root] = scheme.activation_quantizer(self.quantizer_name(base), after)
         return self.group_quantizers[root](new)
 
     def quantized(self, tensor: Any) -> Any:
@@ -162,10 +168,10 @@ class _Graph:
         values = {id(t): self.quantized(t) if quantize else self.tensors[id(t)][0] for t in node.input_tensors}
         return node.arguments.fill_in(values)  # type: ignore[no-any-return]
 
-    def store(self, tensors: list[Any], outputs: Any, flag: bool, quantize: bool, name: str) -> None:
+    def store(self, tensors: list[Any], outputs: Any, flag: bool, quantize: bool, name: str, after: Any = None) -> None:
         for tensor, new in zip(tensors, keras.tree.flatten(outputs)):
             if quantize:
-                new, flag = self.quantize(tensor, new, name), True
+                new, flag = self.quantize(tensor, new, name, after), True
             self.tensors[id(tensor)] = (new, flag)
 
     def copy(self, layer: keras.layers.Layer) -> keras.layers.Layer:
@@ -213,7 +219,8 @@ class _Graph:
         outputs = self.copy(layer)(*args, **kwargs)
         self.copy_float_weights(layer)
         flag = role == "passthrough" and all(self.tensors[id(t)][1] for t in node.input_tensors)
-        self.store(node.outputs, outputs, flag, quantize=role in ("output", "shared"), name=layer.name)
+        quantize = role in ("output", "shared")
+        self.store(node.outputs, outputs, flag, quantize, name=layer.name, after=_activation_of(layer))
 
     def copy_float_weights(self, layer: keras.layers.Layer) -> None:
         copy = self.copies[id(layer)]
@@ -245,7 +252,7 @@ class _Graph:
             name = self.quantizer_name(layer.name)
             outputs = scheme.activation_quantizer(name)(outputs)
             outputs = keras.layers.Activation(activation, name=f"{layer.name}_activation")(outputs)
-        self.store(tail.outputs, outputs, False, quantize=True, name=tail.operation.name)
+        self.store(tail.outputs, outputs, False, quantize=True, name=tail.operation.name, after=activation)
 
 
 def _layers_in_order(inputs: Any, outputs: Any) -> list[keras.layers.Layer]:

@@ -37,7 +37,8 @@ def interpreter(flatbuffer: bytes) -> tf.lite.Interpreter:
         from ai_edge_litert import interpreter as litert
 
         made = litert.Interpreter(
-            model_content=flatbuffer, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            model_content=flatbuffer,
+            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
         )
     except ImportError:
         made = tf.lite.Interpreter(

@@ -119,7 +119,7 @@ def test_activation_quantizer_follows_tfmots_moving_average():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"bits": 1}, {"ema_decay": 1.0}, {"initial_min": 1.0}, {"narrow_range": "yes"}],
+    [{"bits": 1}, {"ema_decay": 1.5}, {"initial_min": 1.0}, {"narrow_range": "yes"}],
 )
 def test_invalid_parameters_raise_ste_errors(kwargs):
     with pytest.raises(ste.ParameterError):

@@ -66,7 +66,9 @@ def test_original_model_is_untouched_by_qat_training():
         np.testing.assert_array_equal(a, b)
 
 
-def folded_pair(depthwise: bool, quantizer: object = None) -> tuple[keras.layers.Layer, keras.layers.Layer, keras.layers.Layer]:
+def folded_pair(
+    depthwise: bool, quantizer: object = None
+) -> tuple[keras.layers.Layer, keras.layers.Layer, keras.layers.Layer]:
     """A FoldedConv2D without weight quantizer and the Conv2D + BatchNormalization it stands for, same weights."""
     rng = np.random.default_rng(4)
     conv = L.DepthwiseConv2D(3, padding="same", use_bias=True) if depthwise else L.Conv2D(6, 3, use_bias=True)
@@ -109,8 +111,13 @@ def test_sequential_stays_sequential_and_nested_models_are_quantized():
     q = ste.quantize_model(outer)
     q_inner = q.get_layer("inner")
     assert isinstance(q_inner, keras.Sequential)
-    assert kinds(q_inner) == ["ActivationFakeQuant", "QuantDense", "ActivationFakeQuant", "QuantDense",
-                              "ActivationFakeQuant"]
+    assert kinds(q_inner) == [
+        "ActivationFakeQuant",
+        "QuantDense",
+        "ActivationFakeQuant",
+        "QuantDense",
+        "ActivationFakeQuant",
+    ]
     assert kinds(q) == ["InputLayer", "Sequential", "QuantDense", "ActivationFakeQuant"]  # no second quantizer
     x = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
     assert np.abs(q.predict(x, verbose=0) - outer.predict(x, verbose=0)).max() < 0.1
