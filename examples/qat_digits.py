@@ -39,13 +39,13 @@ def load() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 def float_model() -> keras.Model:
     i = keras.Input((8, 8, 1), name="pixels")
     x = L.Conv2D(32, 3, padding="same", use_bias=False)(i)
-    x = L.BatchNormalization()(x)
+    x = L.BatchNormalization(momentum=0.9)(x)
     x = L.ReLU()(x)
     y = L.DepthwiseConv2D(3, padding="same", use_bias=False)(x)
-    y = L.BatchNormalization()(y)
+    y = L.BatchNormalization(momentum=0.9)(y)
     y = L.ReLU(6.0)(y)
     y = L.Conv2D(32, 1, use_bias=False)(y)
-    y = L.BatchNormalization()(y)
+    y = L.BatchNormalization(momentum=0.9)(y)
     x = L.Add()([x, y])
     x = L.MaxPooling2D()(x)
     x = L.Flatten()(x)
@@ -108,12 +108,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     float_file = float_tflite(model)
     int8_accuracy = tflite_accuracy(int8, x_test, y_test)
 
-    print(
-        f"test accuracy  float: {float_accuracy:.2%}   QAT (Keras): {qat_accuracy:.2%}   int8 TFLite: {int8_accuracy:.2%}"
-    )
-    print(
-        f"TFLite file    float: {len(float_file)} bytes   int8: {len(int8)} bytes   ({len(int8) / len(float_file):.2f}x)"
-    )
+    print(f"test accuracy  float: {float_accuracy:.2%}   QAT: {qat_accuracy:.2%}   int8 TFLite: {int8_accuracy:.2%}")
+    ratio = len(int8) / len(float_file)
+    print(f"TFLite file    float: {len(float_file)} bytes   int8: {len(int8)} bytes   ({ratio:.2f}x)")
     return {
         "float": float_accuracy,
         "qat": qat_accuracy,
