@@ -17,6 +17,7 @@ from . import (
     layers,
     metrics,
     optimizers,
+    qat,
     quantizers,
     registry,
     spiking,
@@ -54,6 +55,7 @@ from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
+from .qat import quantize_annotate_layer, quantize_apply, quantize_model, quantize_scope, to_tflite
 
 _install_save_check()
 _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
@@ -100,10 +102,16 @@ __all__ = [
     "metrics",
     "optimizers",
     "plot",
+    "qat",
+    "quantize_annotate_layer",
+    "quantize_apply",
+    "quantize_model",
+    "quantize_scope",
     "quantizers",
     "registry",
     "set_bit_masks",
     "spiking",
     "summary",
     "testing",
+    "to_tflite",
 ]

@@ -1,0 +1,37 @@
+"""Quantization-aware training for any Keras 3 model, deployed as a real int8 TFLite model (TFMOT's API).
+
+>>> import ste, keras
+>>> model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)])
+>>> qat = ste.quantize_model(model)          # train it with compile/fit
+>>> flatbuffer = ste.to_tflite(qat)          # int8 FULLY_CONNECTED kernels
+
+A :class:`Scheme` says which layers it covers and how it quantizes them (:class:`Int8Scheme`, ``"int8"``: TFMOT's
+default 8-bit scheme with batch norms folded during training). See docs/qat.md.
+"""
+
+from ._api import quantize_annotate_layer, quantize_apply, quantize_model, quantize_scope, schemes, to_tflite
+from ._fake_quant import fake_quant, fake_quant_op, nudged_range
+from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
+from ._int8 import Int8Scheme
+from ._quantizers import ActivationFakeQuant, WeightFakeQuant
+from ._scheme import QuantizeConfig, Role, Scheme
+
+__all__ = [
+    "ActivationFakeQuant",
+    "FoldedConv2D",
+    "FoldedDepthwiseConv2D",
+    "Int8Scheme",
+    "QuantizeConfig",
+    "Role",
+    "Scheme",
+    "WeightFakeQuant",
+    "fake_quant",
+    "fake_quant_op",
+    "nudged_range",
+    "quantize_annotate_layer",
+    "quantize_apply",
+    "quantize_model",
+    "quantize_scope",
+    "schemes",
+    "to_tflite",
+]

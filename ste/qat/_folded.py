@@ -1,0 +1,136 @@
+"""Convolutions with a batch normalization folded in during training: :class:`FoldedConv2D`,
+:class:`FoldedDepthwiseConv2D`.
+
+The kernel that is fake-quantized is the folded one, W·s with s = γ/√(moving variance + ε) per output channel, so
+the int8 model computes what training saw. Training (Krishnamoorthi 2018; PyTorch's ``ConvBn2d``):
+z = conv(x, q(W·s))/s + b, then batch normalization of z with the batch's statistics (which also updates the moving
+ones, with Keras's momentum and biased variance). Inference: conv(x, q(W·s)) + β + s·(b − moving mean), the folded
+convolution the TFLite converter turns into one int8 kernel. Without quantization both equal the convolution
+followed by the batch norm. A channel with s = 0 (γ = 0) divides by 1 instead (its folded kernel is 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._errors import ParameterError
+from ..layers import QuantConv2D, QuantDepthwiseConv2D
+
+__all__ = ["FoldedConv2D", "FoldedDepthwiseConv2D"]
+
+_BN_KEYS = ("momentum", "epsilon", "center", "scale")
+
+
+class _BatchNormFolding:
+    """Adds the batch norm's four weights and its folding to a quantized convolution."""
+
+    kernel: Any
+    bias: Any
+    use_bias: bool
+    activation: Any
+    compute_dtype: Any
+
+    @classmethod
+    def options(cls) -> dict[str, tuple[Any, str]]:
+        return {**super().options(), "batch_norm": (None, "dict[str, Any]")}  # type: ignore[misc]
+
+    def _apply_options(self, options: dict[str, Any]) -> None:
+        config = dict(options.pop("batch_norm") or {})
+        unknown = sorted(set(config) - set(_BN_KEYS))
+        if unknown:
+            raise ParameterError(f"{type(self).__name__}: batch_norm takes {list(_BN_KEYS)}; received {unknown}.")
+        self.batch_norm = {"momentum": 0.99, "epsilon": 1e-3, "center": True, "scale": True, **config}
+        super()._apply_options(options)  # type: ignore[misc]
+
+    def _options_config(self) -> dict[str, Any]:
+        return {**super()._options_config(), "batch_norm": dict(self.batch_norm)}  # type: ignore[misc]
+
+    def _channels(self) -> int:
+        shape = self.kernel.shape
+        return int(shape[-2] * shape[-1]) if isinstance(self, keras.layers.DepthwiseConv2D) else int(shape[-1])
+
+    def build(self, input_shape: Any) -> None:
+        super().build(input_shape)  # type: ignore[misc]
+        channels = self._channels()
+
+        def add(name: str, initializer: str, trainable: bool) -> Any:
+            # float32 under mixed precision, read without autocasting (the moving statistics keep their precision)
+            return self.add_weight(  # type: ignore[attr-defined]
+                name=name, shape=(channels,), initializer=initializer, trainable=trainable, autocast=False
+            )
+
+        self.gamma = add("gamma", "ones", self.batch_norm["scale"])
+        self.beta = add("beta", "zeros", self.batch_norm["center"])
+        self.moving_mean = add("moving_mean", "zeros", False)
+        self.moving_variance = add("moving_variance", "ones", False)
+
+    def _saved_variables(self) -> list[Any]:
+        kernel = self._kernel if hasattr(self, "_kernel") else self.kernel  # Keras's Conv2D keeps it as _kernel
+        bias = [self.bias] if self.use_bias else []
+        return [kernel, *bias, self.gamma, self.beta, self.moving_mean, self.moving_variance]
+
+    def save_own_variables(self, store: Any) -> None:
+        """Every variable, the batch norm's included (Keras's convolutions save only the kernel and bias)."""
+        if getattr(self, "built", False):
+            for index, variable in enumerate(self._saved_variables()):
+                store[str(index)] = variable
+
+    def load_own_variables(self, store: Any) -> None:
+        variables = self._saved_variables()
+        if len(store.keys()) != len(variables):
+            raise ValueError(
+                f"{type(self).__name__} '{getattr(self, 'name', '')}' expected {len(variables)} saved variables "
+                f"(kernel, bias if any, gamma, beta, moving_mean, moving_variance); the file has {len(store.keys())}."
+            )
+        for index, variable in enumerate(variables):
+            variable.assign(store[str(index)])
+
+    def _fold_scale(self) -> tf.Tensor:
+        gamma = tf.cast(self.gamma.value, self.compute_dtype)
+        variance = tf.cast(self.moving_variance.value, self.compute_dtype)
+        return gamma * tf.math.rsqrt(variance + tf.constant(self.batch_norm["epsilon"], self.compute_dtype))
+
+    def quantize_kernel(self, slot: Any) -> tf.Tensor:
+        """The folded kernel W·s after the kernel quantizer."""
+        kernel = tf.cast(self.kernel.value, self.compute_dtype)
+        scale = self._fold_scale()
+        if isinstance(self, keras.layers.DepthwiseConv2D):  # kernel (h, w, in, multiplier): channel in·multiplier
+            scale = tf.reshape(scale, kernel.shape[-2:])
+        folded = kernel * scale
+        quantizer = getattr(self, slot.quantizer)
+        return folded if quantizer is None else quantizer(folded)
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        scale = self._fold_scale()
+        kernel = self.quantize_kernel(self.slots[0])  # type: ignore[attr-defined]
+        x, padding = self._padded(self.quantize_inputs(inputs))  # type: ignore[attr-defined]
+        z = self._convolve(x, [kernel], padding)  # type: ignore[attr-defined]
+        bias = tf.cast(self.bias.value, z.dtype) if self.use_bias else tf.zeros([], z.dtype)
+        dtype = z.dtype
+        if training:
+            safe = tf.where(tf.equal(scale, 0), tf.ones_like(scale), scale)
+            z = z / safe + bias
+            mean, variance = tf.nn.moments(tf.cast(z, tf.float32), axes=list(range(z.shape.rank - 1)))
+            momentum = self.batch_norm["momentum"]
+            self.moving_mean.assign(self.moving_mean.value * momentum + mean * (1.0 - momentum))
+            self.moving_variance.assign(self.moving_variance.value * momentum + variance * (1.0 - momentum))
+            inv = tf.cast(self.gamma.value, tf.float32) * tf.math.rsqrt(variance + self.batch_norm["epsilon"])
+            shift = tf.cast(self.beta.value, tf.float32) - mean * inv
+            y = z * tf.cast(inv, dtype) + tf.cast(shift, dtype)
+        else:
+            y = z + (tf.cast(self.beta.value, dtype) + scale * (bias - tf.cast(self.moving_mean.value, dtype)))
+        return y if self.activation is None else self.activation(y)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class FoldedConv2D(_BatchNormFolding, QuantConv2D):
+    """``QuantConv2D`` followed by a batch normalization folded into it (see the module docstring); the extra
+    argument ``batch_norm`` holds the batch norm's ``momentum``, ``epsilon``, ``center`` and ``scale``."""
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class FoldedDepthwiseConv2D(_BatchNormFolding, QuantDepthwiseConv2D):
+    """``QuantDepthwiseConv2D`` followed by a folded batch normalization (see :class:`FoldedConv2D`)."""

@@ -1,0 +1,139 @@
+"""The two quantizers of the int8 scheme, as ``ste.quantizers.Quantizer`` layers around :data:`fake_quant_op`.
+
+* :class:`WeightFakeQuant` (TFMOT's ``LastValueQuantizer(symmetric=True, narrow_range=True)``): the range is
+  ±max|w| of the current weights, per tensor or per output channel; stateless (TFMOT stores the last value in
+  variables; here it is recomputed from the weights, the same number once they are fixed).
+* :class:`ActivationFakeQuant` (TFMOT's ``MovingAverageQuantizer``): asymmetric, per tensor, with non-trainable
+  ``min``/``max`` starting at −6/6 that follow an exponential moving average (decay 0.999, no debiasing) of each
+  training batch's min(x, 0) and max(x, 0); inference reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._errors import ParameterError
+from ..quantizers import Quantizer
+from ..quantizers._base import as_tensor, check_bits, check_number
+from ._fake_quant import fake_quant_op
+
+__all__ = ["ActivationFakeQuant", "WeightFakeQuant"]
+
+
+def _check_flag(owner: str, field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(f"{owner}: {field} must be True or False; received {value!r}.")
+    return value
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class WeightFakeQuant(Quantizer):
+    """Symmetric fake quantization of a weight on [−m, m], m = max|w| (int8: narrow range [−127, 127]).
+
+    ``channel_axes``: 0 for one range per tensor (Dense), 1 for one per index of the last axis (convolution
+    kernels, output channel last), 2 for one per pair of the last two axes (a depthwise kernel
+    ``(h, w, in, multiplier)``, whose output channel is in·multiplier, as TFLite quantizes it).
+    """
+
+    def __init__(self, bits: int = 8, channel_axes: int = 0, narrow_range: bool = True, **kwargs: Any) -> None:
+        self.bits = check_bits("WeightFakeQuant", bits, low=2)
+        if channel_axes not in (0, 1, 2) or isinstance(channel_axes, bool):
+            raise ParameterError(f"WeightFakeQuant: channel_axes must be 0, 1 or 2; received {channel_axes!r}.")
+        self.channel_axes = int(channel_axes)
+        self.narrow_range = _check_flag("WeightFakeQuant", "narrow_range", narrow_range)
+        self.precision = self.bits
+        super().__init__(**kwargs)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        w = as_tensor(inputs)
+        if self.channel_axes == 0:
+            m = tf.reduce_max(tf.abs(w))
+            return fake_quant_op(w, -m, m, bits=self.bits, narrow_range=self.narrow_range)
+        shape = tf.shape(w)
+        flat = w if self.channel_axes == 1 else tf.reshape(w, tf.concat([shape[:-2], [-1]], 0))
+        m = tf.reduce_max(tf.abs(flat), axis=list(range(flat.shape.rank - 1)))
+        quantized = fake_quant_op(flat, -m, m, bits=self.bits, narrow_range=self.narrow_range)
+        return quantized if self.channel_axes == 1 else tf.reshape(quantized, shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            **super().get_config(),
+            "bits": self.bits,
+            "channel_axes": self.channel_axes,
+            "narrow_range": self.narrow_range,
+        }
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class ActivationFakeQuant(Quantizer):
+    """Asymmetric per-tensor fake quantization with moving-average min/max (see the module docstring).
+
+    In a training call the range first moves: min ← decay·min + (1 − decay)·min(batch min, 0), likewise max; the
+    batch is then quantized on the new range (as TFMOT does). ``ema_decay=1`` keeps the initial range: the fixed
+    output ranges TFLite's int8 kernels use after softmax and sigmoid ([0, 255/256]) and tanh ([−1, 127/128]).
+    """
+
+    def __init__(
+        self,
+        bits: int = 8,
+        ema_decay: float = 0.999,
+        initial_min: float = -6.0,
+        initial_max: float = 6.0,
+        narrow_range: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.bits = check_bits("ActivationFakeQuant", bits, low=2)
+        self.ema_decay = check_number("ActivationFakeQuant", "ema_decay", ema_decay)
+        if not 0.0 <= self.ema_decay <= 1.0:
+            raise ParameterError(f"ActivationFakeQuant: ema_decay must be in [0, 1]; received {ema_decay!r}.")
+        self.initial_min = check_number("ActivationFakeQuant", "initial_min", initial_min)
+        self.initial_max = check_number("ActivationFakeQuant", "initial_max", initial_max)
+        if not self.initial_min <= 0.0 <= self.initial_max or self.initial_min == self.initial_max:
+            raise ParameterError(
+                f"ActivationFakeQuant: the initial range must contain 0 and not be empty; received "
+                f"[{initial_min!r}, {initial_max!r}]. Fix: e.g. initial_min=-6.0, initial_max=6.0 (TFMOT's)."
+            )
+        self.narrow_range = _check_flag("ActivationFakeQuant", "narrow_range", narrow_range)
+        self.precision = self.bits
+        super().__init__(**kwargs)
+
+    def build(self, input_shape: Any) -> None:
+        def bound(name: str, value: float) -> Any:
+            return self.add_weight(
+                name=name,
+                shape=(),
+                dtype="float32",
+                initializer=keras.initializers.Constant(value),
+                trainable=False,
+                aggregation="mean",
+            )
+
+        self.min = bound("min", self.initial_min)
+        self.max = bound("max", self.initial_max)
+        self.built = True
+
+    def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
+        x = as_tensor(inputs)
+        low, high = self.min.value, self.max.value
+        if training and self.ema_decay < 1.0:
+            decay = self.ema_decay
+            batch_min = tf.minimum(tf.cast(tf.reduce_min(x), tf.float32), 0.0)
+            batch_max = tf.maximum(tf.cast(tf.reduce_max(x), tf.float32), 0.0)
+            low = low * decay + batch_min * (1.0 - decay)
+            high = high * decay + batch_max * (1.0 - decay)
+            self.min.assign(low)
+            self.max.assign(high)
+        return fake_quant_op(x, low, high, bits=self.bits, narrow_range=self.narrow_range)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            **super().get_config(),
+            "bits": self.bits,
+            "ema_decay": self.ema_decay,
+            "initial_min": self.initial_min,
+            "initial_max": self.initial_max,
+            "narrow_range": self.narrow_range,
+        }

@@ -1,0 +1,81 @@
+"""What a quantization scheme is: which layers it covers, and how it quantizes each.
+
+A :class:`Scheme` answers two questions for the graph rewrite of :mod:`ste.qat._transform`, which never branches on
+a scheme's concrete class:
+
+* :meth:`Scheme.role` — how a layer takes part: ``"compute"`` (it has weights to quantize and gets a quantized
+  copy from :meth:`Scheme.quantize`), ``"output"`` (quantized inputs, its output quantized: Add, average pooling),
+  ``"shared"`` (its inputs take its output's range: Concatenate), ``"passthrough"`` (a quantized input stays
+  quantized: max pooling, reshapes, dropout, padding), or ``None`` (not covered: it stays float);
+* :meth:`Scheme.quantize` — the quantized layer for a covered one, optionally with a batch normalization folded in
+  and an activation fused; :meth:`Scheme.activation_quantizer` — a new quantizer for one activation tensor.
+
+A layer annotated with :class:`QuantizeConfig` takes the roles ``"output"`` or ``"passthrough"`` the config names,
+whatever the scheme says.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import keras
+
+from ..quantizers import Quantizer
+
+__all__ = ["QuantizeConfig", "Role", "Scheme"]
+
+Role = Literal["compute", "output", "shared", "passthrough"]
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """A per-layer choice for :func:`ste.quantize_annotate_layer`, for a layer the scheme does not cover (or to
+    override it): ``quantize_output=True`` quantizes the layer's inputs and its output (the layer itself is kept
+    as it is, e.g. a custom activation); ``quantize_output=False`` passes a quantized input through; ``float=True``
+    keeps the layer float without a warning."""
+
+    quantize_output: bool = True
+    float: bool = False
+
+    def role(self) -> Role | None:
+        if self.float:
+            return None
+        return "output" if self.quantize_output else "passthrough"
+
+
+class Scheme(abc.ABC):
+    """A quantization scheme (see the module docstring). Subclasses: :class:`ste.qat.Int8Scheme`."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def role(self, layer: keras.layers.Layer) -> Role | None:
+        """How ``layer`` takes part (``None``: the scheme does not cover it)."""
+
+    @abc.abstractmethod
+    def quantize(
+        self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
+    ) -> keras.layers.Layer:
+        """A new quantized layer computing ``layer`` (then ``batch_norm``, if given, folded in) then ``activation``;
+        its weights are copied by :meth:`copy_weights` once it is built."""
+
+    @abc.abstractmethod
+    def copy_weights(
+        self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None
+    ) -> None:
+        """Copy the trained float weights of ``layer`` (and ``batch_norm``) into ``new`` (built)."""
+
+    @abc.abstractmethod
+    def folds(self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer) -> bool:
+        """Whether ``batch_norm`` directly after ``layer`` is folded into it."""
+
+    @abc.abstractmethod
+    def fuses(self, activation: Any) -> bool:
+        """Whether ``activation`` (a function) runs inside the quantized layer, before its output quantizer."""
+
+    @abc.abstractmethod
+    def activation_quantizer(self, name: str, after: Any = None) -> Quantizer:
+        """A new quantizer for one activation tensor; ``after`` is the activation function that produced it, if
+        known (a scheme may give e.g. softmax outputs a fixed range)."""

@@ -1,0 +1,221 @@
+"""``ste.quantize_model`` on functional, Sequential and nested models: what is quantized, folded and fused, what
+stays float, saving and resuming; the folded batch norm against Keras's Conv2D + BatchNormalization."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+
+from .helpers import L, data, residual_net
+
+
+def kinds(model: keras.Model) -> list[str]:
+    return [type(layer).__name__ for layer in model.layers]
+
+
+def test_functional_model_is_rewritten_as_tfmots_scheme():
+    q = ste.quantize_model(residual_net())
+    assert kinds(q) == [
+        "InputLayer",
+        "ActivationFakeQuant",  # the float input
+        "FoldedConv2D",  # conv + BN + ReLU
+        "ActivationFakeQuant",
+        "FoldedDepthwiseConv2D",  # depthwise + BN + ReLU6
+        "ActivationFakeQuant",
+        "Add",
+        "ActivationFakeQuant",  # one quantizer layer for the concatenation's inputs and its output
+        "QuantConv2D",  # activation="relu" fused
+        "Concatenate",
+        "MaxPooling2D",
+        "Flatten",
+        "Dropout",
+        "QuantDense",
+        "ActivationFakeQuant",
+    ]
+    concat = next(layer for layer in q.layers if isinstance(layer, L.Concatenate))
+    shared = [layer for layer in q.layers if isinstance(layer, ste.qat.ActivationFakeQuant)][3]
+    assert len(shared._inbound_nodes) == 3  # add output, conv output, concatenation output: one range
+    assert concat.input[1]._keras_history[0] is shared
+
+
+def test_trained_weights_are_kept_and_outputs_close_to_float():
+    model = residual_net()
+    x, y = data()
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=2, verbose=0)
+    q = ste.quantize_model(model)
+    dense = model.layers[-1]
+    np.testing.assert_array_equal(q.get_layer(dense.name).kernel.numpy(), dense.kernel.numpy())
+    float_out, q_out = model.predict(x, verbose=0), q.predict(x, verbose=0)
+    step = 12 / 255  # the output range is still TFMOT's initial [−6, 6]
+    assert np.abs(float_out - q_out).max() < 3 * step
+    assert np.mean(np.abs(float_out - q_out) <= step) > 0.8
+
+
+def test_original_model_is_untouched_by_qat_training():
+    model = residual_net()
+    before = [w.copy() for w in model.get_weights()]
+    q = ste.quantize_model(model)
+    q.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    q.fit(*data(), epochs=1, verbose=0)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def folded_pair(
+    depthwise: bool, quantizer: object = None
+) -> tuple[keras.layers.Layer, keras.layers.Layer, keras.layers.Layer]:
+    """A FoldedConv2D without weight quantizer and the Conv2D + BatchNormalization it stands for, same weights."""
+    rng = np.random.default_rng(4)
+    conv = L.DepthwiseConv2D(3, padding="same", use_bias=True) if depthwise else L.Conv2D(6, 3, use_bias=True)
+    bn = L.BatchNormalization(momentum=0.9)
+    x = keras.Input((7, 7, 4))
+    bn(conv(x))
+    for variable in [*conv.weights, bn.gamma, bn.beta, bn.moving_mean]:
+        variable.assign(rng.normal(size=variable.shape))
+    bn.moving_variance.assign(rng.uniform(0.5, 2, size=bn.moving_variance.shape))
+    cls = ste.qat.FoldedDepthwiseConv2D if depthwise else ste.qat.FoldedConv2D
+    folded = cls(**conv.get_config(), kernel_quantizer=quantizer, batch_norm={"momentum": 0.9, "epsilon": bn.epsilon})
+    folded(x)
+    ste.qat.Int8Scheme().copy_weights(folded, conv, bn)
+    return folded, conv, bn
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_unquantized_folding_equals_conv_then_batch_norm(depthwise):
+    folded, conv, bn = folded_pair(depthwise)
+    x = tf.random.stateless_normal([5, 7, 7, 4], seed=[1, 1])
+    np.testing.assert_allclose(folded(x, training=False), bn(conv(x), training=False), rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(folded(x, training=True), bn(conv(x), training=True), rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(folded.moving_mean, bn.moving_mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(folded.moving_variance, bn.moving_variance, rtol=1e-4)
+
+
+def test_quantized_kernel_is_the_folded_one():
+    folded, conv, bn = folded_pair(False, ste.qat.WeightFakeQuant(channel_axes=1))
+    scale = bn.gamma.numpy() / np.sqrt(bn.moving_variance.numpy() + bn.epsilon)
+    w = conv.kernel.numpy() * scale
+    m = np.abs(w).max(axis=(0, 1, 2))
+    expected = np.round(w / (m / 127)) * (m / 127)  # symmetric narrow-range levels of the folded kernel
+    np.testing.assert_allclose(folded.quantized_kernel.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sequential_stays_sequential_and_nested_models_are_quantized():
+    inner = keras.Sequential([keras.Input((6,)), L.Dense(8), L.ReLU(), L.Dense(4)], name="inner")
+    outer_in = keras.Input((6,))
+    outer = keras.Model(outer_in, L.Dense(3)(inner(outer_in)))
+    q = ste.quantize_model(outer)
+    q_inner = q.get_layer("inner")
+    assert isinstance(q_inner, keras.Sequential)
+    assert kinds(q_inner) == [
+        "ActivationFakeQuant",
+        "QuantDense",
+        "ActivationFakeQuant",
+        "QuantDense",
+        "ActivationFakeQuant",
+    ]
+    assert kinds(q) == ["InputLayer", "Sequential", "QuantDense", "ActivationFakeQuant"]  # no second quantizer
+    x = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float32)
+    assert np.abs(q.predict(x, verbose=0) - outer.predict(x, verbose=0)).max() < 0.1
+
+
+def test_uncovered_layers_are_named_in_one_warning_and_strict_raises():
+    i = keras.Input((4, 6))
+    x = L.Dense(6)(i)
+    x = L.LayerNormalization(name="norm")(x)
+    x = L.GRU(3, name="gru")(x)
+    model = keras.Model(i, L.Dense(2)(x))
+    with pytest.warns(UserWarning, match=r"2 layer\(s\).*norm \(LayerNormalization\).*gru \(GRU\)"):
+        q = ste.quantize_model(model)
+    assert kinds(q).count("QuantDense") == 2
+    with pytest.raises(ste.UnsupportedLayerError, match="quantize_annotate_layer"):
+        ste.quantize_model(model, strict=True)
+
+
+def test_annotation_and_quantize_apply():
+    i = keras.Input((5,))
+    a = ste.quantize_annotate_layer(L.Dense(4, name="a"))
+    norm = ste.quantize_annotate_layer(L.LayerNormalization(name="n"), ste.qat.QuantizeConfig(quantize_output=True))
+    model = keras.Model(i, L.Dense(2, name="b")(norm(a(i))))
+    q = ste.quantize_apply(model)
+    assert type(q.get_layer("a")).__name__ == "QuantDense"
+    assert type(q.get_layer("b")).__name__ == "Dense"  # not annotated: float
+    assert type(q.get_layer("n")).__name__ == "LayerNormalization"
+    assert kinds(q).count("ActivationFakeQuant") == 3  # input, a's output, n's output
+    q_strict = ste.quantize_model(model, strict=True)  # the config covers the LayerNormalization
+    assert type(q_strict.get_layer("b")).__name__ == "QuantDense"
+
+
+def test_errors_for_bad_arguments():
+    with pytest.raises(ste.ParameterError, match="unknown scheme"):
+        ste.quantize_model(residual_net(), scheme="int7")
+    with pytest.raises(ste.NotBuiltError, match="not built"):
+        ste.quantize_model(keras.Sequential([L.Dense(2)]))
+    with pytest.raises(ste.ParameterError):
+        ste.quantize_annotate_layer("dense")
+
+
+def train(model: keras.Model, x: np.ndarray, y: np.ndarray, epochs: int) -> None:
+    model.fit(x, y, epochs=epochs, batch_size=16, shuffle=False, verbose=0)
+
+
+def test_save_load_and_resumed_training_equal_uninterrupted(tmp_path):
+    x, y = data()
+    q = ste.quantize_model(residual_net(dropout=0.0))  # no random op: both runs see the same steps
+    q.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train(q, x, y, 1)
+    path = tmp_path / "qat.keras"
+    q.save(path)
+    loaded = keras.models.load_model(path)  # plain `import ste`
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), q.predict(x, verbose=0))
+    train(q, x, y, 1)
+    train(loaded, x, y, 1)
+    for a, b in zip(q.weights, loaded.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
+
+
+def test_quantize_scope_loads_class_names_without_package():
+    config = keras.saving.serialize_keras_object(ste.qat.ActivationFakeQuant(name="q"))
+    config.pop("module", None)
+    config["registered_name"] = "ActivationFakeQuant"
+    with ste.quantize_scope():
+        layer = keras.saving.deserialize_keras_object(config)
+    assert isinstance(layer, ste.qat.ActivationFakeQuant)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_training_step_runs_under_tf_function_and_xla(jit):
+    q = ste.quantize_model(residual_net())
+    q.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
+    x, y = data()
+    history = q.fit(x, y, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    quantizer = q.layers[1]
+    assert float(quantizer.min.numpy()) > -6.0  # the moving average moved towards the batch's min(x, 0) = 0
+
+
+def test_mixed_float16_fake_quantizes_in_float16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = residual_net()
+        q = ste.quantize_model(model)
+        seen = []
+        original = ste.qat._quantizers.fake_quant_op
+
+        def spy(x, *args, **kwargs):
+            seen.append(x.dtype)
+            return original(x, *args, **kwargs)
+
+        ste.qat._quantizers.fake_quant_op = spy
+        try:
+            q(data(4)[0], training=True)
+        finally:
+            ste.qat._quantizers.fake_quant_op = original
+        assert seen[0] == tf.float32  # the model's float32 input
+        assert set(seen[1:]) == {tf.float16}  # every activation and kernel in the compute dtype
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

@@ -1,0 +1,89 @@
+"""Real int8 deployment: the stock TFLite converter turns a quantize_model'd network into int8 kernels that compute
+what the Keras QAT model computes (LiteRT's reference kernels; ``tf.lite.Interpreter`` without ai-edge-litert)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import ste
+
+from .helpers import data, ops, residual_net, run
+
+INT8_KERNELS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
+
+
+def output_step(model: keras.Model) -> float:
+    last = model.layers[-1]
+    assert isinstance(last, ste.qat.ActivationFakeQuant)
+    return float(ste.qat.nudged_range(last.min, last.max, bits=8, narrow_range=False)[2])
+
+
+def assert_int8(flatbuffer: bytes) -> list[str]:
+    found = ops(flatbuffer)
+    names = [name for name, _, _ in found]
+    for name, inputs, outputs in found:
+        if name in INT8_KERNELS:
+            assert inputs[:2] == ["int8", "int8"] and outputs == ["int8"], (name, inputs, outputs)
+    # quantize/dequantize only at the float input and output
+    assert names.count("QUANTIZE") == 1 and names[0] == "QUANTIZE"
+    assert names.count("DEQUANTIZE") == 1 and names[-1] == "DEQUANTIZE"
+    return names
+
+
+@pytest.fixture(scope="module")
+def trained() -> keras.Model:
+    x, y = data(256)
+    q = ste.quantize_model(residual_net())
+    q.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    q.fit(x, y, epochs=3, batch_size=32, verbose=0)
+    return q
+
+
+def test_every_kernel_is_int8_and_outputs_match_keras(trained):
+    flatbuffer = ste.to_tflite(trained)
+    names = assert_int8(flatbuffer)
+    assert INT8_KERNELS <= set(names) and "CONCATENATION" in names and "ADD" in names
+    x, _ = data(64, seed=1)
+    lite, keras_out = run(flatbuffer, x), trained.predict(x, verbose=0)
+    within = np.abs(lite - keras_out) <= output_step(trained) * 1.001
+    assert within.mean() >= 0.99, within.mean()
+
+
+def test_export_and_stock_converter_give_the_same(trained, tmp_path):
+    import tensorflow as tf
+
+    trained.export(str(tmp_path / "model"), verbose=False)
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "model"))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    assert_int8(converter.convert())
+
+
+def test_int8_io_has_no_float_edges(trained):
+    found = ops(ste.to_tflite(trained, int8_io=True))
+    assert all(name not in ("QUANTIZE", "DEQUANTIZE") for name, _, _ in found)
+    assert found[0][1][0] == "int8" and found[-1][2] == ["int8"]
+
+
+def test_to_tflite_refuses_a_non_model():
+    with pytest.raises(ste.ParameterError):
+        ste.to_tflite("model.keras")
+
+
+def test_mobilenet_v2_converts_end_to_end():
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), classes=10)
+    q = ste.quantize_model(model, strict=True)
+    x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
+    q(x, training=True)  # one step of range statistics
+    flatbuffer = ste.to_tflite(q)
+    found = ops(flatbuffer)
+    names = [name for name, _, _ in found]
+    keras_kinds = [type(layer) for layer in model.layers]
+    assert names.count("CONV_2D") == keras_kinds.count(keras.layers.Conv2D) == 35
+    assert names.count("DEPTHWISE_CONV_2D") == keras_kinds.count(keras.layers.DepthwiseConv2D) == 17
+    assert names.count("FULLY_CONNECTED") == 1
+    for name, inputs, outputs in found:
+        if name in INT8_KERNELS:
+            assert inputs[:2] == ["int8", "int8"] and outputs == ["int8"], (name, inputs, outputs)
+    assert names.count("QUANTIZE") == 1 and names.count("DEQUANTIZE") == 1
