@@ -56,6 +56,15 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape
 
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """A smooth function whose derivative at ``x`` is this quantizer's gradient (``None``: none is known).
+
+        :func:`ste.testing.check_gradient` and ``python -m ste check`` compare the quantizer's gradient with it.
+        Quantities the backward pass holds constant (MagnitudeAwareSign's α, DoReFa's m) are computed from ``x``
+        and kept fixed, so the function's derivative near ``x`` is the gradient at ``x``.
+        """
+        return None
+
     def compute_output_spec(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         return keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
 

@@ -6,6 +6,7 @@ Each is one ``ste`` op: the forward is the exact quantizer, the backward is a su
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -99,6 +100,10 @@ class _SurrogateQuantizer(Quantizer):
 
     def call(self, inputs: Any) -> tf.Tensor:
         return self.op(as_tensor(inputs))
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """The surrogate's primitive (the gradient is dy·d(x)), if it has one."""
+        return self.surrogate.primitive if self.surrogate.has_primitive else None
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "surrogate": self.surrogate.get_config()}
@@ -210,6 +215,18 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
                 )
             surrogate = get_surrogate("straight_through", clip=clip_value)
         super().__init__(surrogate=surrogate, **kwargs)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """α·P(t), P the surrogate's primitive and α = mean(abs(x)) of ``x`` held fixed (the gradient is dy·α·d(x))."""
+        if not self.surrogate.has_primitive:
+            return None
+        scale = magnitude_scale(tf.convert_to_tensor(x))
+        primitive = self.surrogate.primitive
+
+        def scaled(t: tf.Tensor) -> tf.Tensor:
+            return tf.cast(scale, t.dtype) * primitive(t)
+
+        return scaled
 
     def _make_op(self) -> STEFunction[..., tf.Tensor]:
         surrogate = self.surrogate

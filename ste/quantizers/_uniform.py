@@ -5,6 +5,7 @@ Both round with ``tf.round``, which rounds half to even (0.5 → 0, 1.5 → 2, 2
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -137,6 +138,13 @@ class DoReFa(Quantizer):
         check_levels(self, x.dtype, bits=self._bits, levels_for_bits=_dorefa_levels(self._mode))
         return self.op(x, bits=self._bits)
 
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """clip(t, 0, 1) for activations; tanh(t)/m with m = max(abs(tanh(x))) of ``x`` held fixed for weights."""
+        if self._mode == "activations":
+            return lambda t: tf.clip_by_value(t, tf.zeros([], t.dtype), tf.ones([], t.dtype))
+        _, m = _tanh_and_max(tf.convert_to_tensor(x))
+        return lambda t: tf.tanh(t) / tf.cast(m, t.dtype)
+
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "bits": self.bits, "mode": self.mode}
 
@@ -192,6 +200,10 @@ class Uniform(Quantizer):
         x = as_tensor(inputs)
         check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
         return self.op(x, bits=self.bits, low=self.min, high=self.max)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """clip(t, min, max): the gradient is dy·1[min <= x <= max]."""
+        return lambda t: tf.clip_by_value(t, tf.constant(self.min, t.dtype), tf.constant(self.max, t.dtype))
 
     def _levels(self, bits: int) -> Levels:
         n = 2**bits - 1
