@@ -21,6 +21,7 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
+from .._arguments import check_bool_arguments
 from .._bitmask import keep_bits, pack_bits, unpack_values
 from .._errors import NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
@@ -114,7 +115,7 @@ def _keras_parent(cls: type) -> type | None:
     return None
 
 
-class _ClassSignature:
+class ClassSignature:
     """``__signature__`` of a layer class only: its instances keep their own (``call``'s) signature, which
     ``tf.function(layer, input_signature=...)`` and Keras inspect."""
 
@@ -171,7 +172,7 @@ class QuantLayerMixin:
             for name, (default, annotation) in cls.options().items()
         ]
         var_keyword = inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)
-        cls.__signature__ = _ClassSignature(inspect.Signature([*parameters, *options, var_keyword]))  # type: ignore[attr-defined]
+        cls.__signature__ = ClassSignature(inspect.Signature([*parameters, *options, var_keyword]))  # type: ignore[attr-defined]
 
     @classmethod
     def options(cls) -> dict[str, tuple[Any, str]]:
@@ -182,6 +183,7 @@ class QuantLayerMixin:
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            check_bool_arguments(type(self).__name__, type(self), args, kwargs)  # use_bias="no" is refused
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
             self._refuse_larq_keywords(kwargs)
             self._resolve_constraints(kwargs)

@@ -19,12 +19,15 @@ lowering: the float network's step took 1.03-1.05x as long with the fused kernel
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool_arguments
 from .._xla import compiling_with_xla
+from ._base import ClassSignature
 
 __all__ = ["BatchNormalization"]
 
@@ -36,6 +39,14 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
     """``keras.layers.BatchNormalization`` whose training step uses TensorFlow's fused batch-norm kernel where its
     configuration allows (see the module docstring); a drop-in replacement with the same arguments, weights and
     saved form."""
+
+    if not TYPE_CHECKING:  # static tools see Keras's __init__ and its parameters
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            check_bool_arguments("BatchNormalization", keras.layers.BatchNormalization, args, kwargs)
+            super().__init__(*args, **kwargs)
+
+    __signature__ = ClassSignature(inspect.signature(keras.layers.BatchNormalization))
 
     def _fused_format(self, inputs: Any, training: Any, mask: Any) -> str | None:
         """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""

@@ -12,6 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
@@ -170,12 +171,9 @@ class Ternary(_SurrogateQuantizer):
         self.threshold = check_number(type(self).__name__, "threshold", threshold)
         if self.threshold < 0:
             raise ParameterError(f"{type(self).__name__}: threshold must be >= 0; received {threshold!r}.")
-        if not isinstance(ternary_weight_networks, bool):
-            raise ParameterError(
-                f"{type(self).__name__}: ternary_weight_networks must be True or False; "
-                f"received {ternary_weight_networks!r}."
-            )
-        self.ternary_weight_networks = ternary_weight_networks
+        self.ternary_weight_networks = check_bool(
+            type(self).__name__, "ternary_weight_networks", ternary_weight_networks
+        )
         super().__init__(surrogate=surrogate, **kwargs)
 
     def call(self, inputs: Any) -> tf.Tensor:

@@ -13,8 +13,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._dsl import forward
-from .._errors import ParameterError
 from ._base import Quantizer, as_tensor, check_bits, check_number, register
 from ._dtypes import Levels, check_levels, wide
 
@@ -113,13 +113,10 @@ class LSQ(Quantizer):
     """
 
     def __init__(self, bits: int = 4, signed: bool = True, sharded: bool = True, **kwargs: Any) -> None:
-        if not isinstance(signed, bool):
-            raise ParameterError(f"LSQ: signed must be True or False; received {signed!r}.")
-        if not isinstance(sharded, bool):
-            raise ParameterError(
-                f"LSQ: sharded must be True (x is a per-replica shard of a batch, e.g. an activation) or False (x is "
-                f"the same on every replica, e.g. a weight); received {sharded!r}."
-            )
+        signed = check_bool("LSQ", "signed", signed)
+        sharded = check_bool(
+            "LSQ", "sharded", sharded
+        )  # True: x is a per-replica shard (an activation); False: a weight
         self.bits = check_bits("LSQ", bits, low=2 if signed else 1)
         self.signed = signed
         self.sharded = sharded
