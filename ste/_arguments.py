@@ -1,4 +1,5 @@
-"""Validating switch arguments: every boolean argument of ``ste`` is a real ``bool`` (or numpy bool), never truthy.
+"""Validating arguments: numbers (:func:`check_number`) and switches. Every boolean argument of ``ste`` is a
+real ``bool`` (or numpy bool), never truthy.
 
 ``bool("no")`` is True, so a switch read with ``bool()`` silently turns ``detach_reset="no"`` into True. Every
 constructor and function of the package that takes a switch checks it here, at the call: :func:`check_bool` for one
@@ -8,6 +9,8 @@ argument, :func:`check_bool_arguments` for every argument whose default in a sig
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,7 +18,7 @@ import numpy as np
 
 from ._errors import ParameterError
 
-__all__ = ["check_bool", "check_bool_arguments"]
+__all__ = ["check_bool", "check_bool_arguments", "check_number"]
 
 
 def check_bool(owner: str, name: str, value: Any) -> bool:
@@ -46,3 +49,24 @@ def check_bool_arguments(
         parameter = signature.parameters[name]
         if isinstance(parameter.default, bool) and parameter.kind is not inspect.Parameter.VAR_KEYWORD:
             check_bool(owner, name, value)
+
+
+def check_number(owner: str, field: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.ParameterError`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
+        raise ParameterError(f"{owner}: {field} must be a finite number; received {_short(value)}.")
+    if positive and float(value) <= 0:
+        raise ParameterError(f"{owner}: {field} must be > 0; received {value!r}.")
+    return float(value)
+
+
+def _finite(value: numbers.Real) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int beyond float range
+        return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"

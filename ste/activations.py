@@ -16,7 +16,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .quantizers._base import check_number
+from ._arguments import check_number
 
 __all__ = ["hard_tanh", "leaky_tanh"]
 

@@ -26,6 +26,8 @@ import keras
 import tensorflow as tf
 
 from .._arguments import check_bool_arguments
+from .._configs import rebuild
+from .._errors import InputError
 from .._xla import compiling_with_xla
 from ._base import ClassSignature
 
@@ -48,6 +50,11 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
 
     __signature__ = ClassSignature(inspect.signature(keras.layers.BatchNormalization))
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """The layer of a saved config; a damaged config raises an ste error (not Keras's bare TypeError)."""
+        return rebuild(cls, config, super().from_config)
+
     def _fused_format(self, inputs: Any, training: Any, mask: Any) -> str | None:
         """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""
         if not (training and self.trainable) or mask is not None or self.renorm or self.synchronized:
@@ -63,6 +70,12 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
         return "NHWC" if axis == 3 else "NCHW" if axis == 1 else None
 
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        dtype = tf.as_dtype(inputs.dtype)
+        if not (dtype.is_floating or dtype.is_integer or dtype.is_bool):  # a string or complex input
+            raise InputError(
+                f"BatchNormalization '{self.name}': its input has dtype {dtype.name}; expected a real number dtype "
+                f"(float16, bfloat16, float32, float64; integers are cast, as Keras does). Fix: convert it first."
+            )
         data_format = self._fused_format(inputs, training, mask)
         if data_format is None:
             return super().call(inputs, training=training, mask=mask)

@@ -7,6 +7,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_number
+from .._configs import rebuild
 from .._errors import CallError, ParameterError
 from ..layers import kernel_precision
 from . import _hyperparameters as hp
@@ -59,6 +61,9 @@ class Bop(keras.optimizers.Optimizer):  # type: ignore[misc]
                 f"with their exponential moving average after fit, which is not ±1. Fix: leave use_ema out (Bop's "
                 f"momentum m already averages the gradients); use it on the other variables' optimizer instead."
             )
+        for key in ("clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"):
+            if kwargs.get(key) is not None:  # Keras checks them only in the first training step
+                check_number("Bop", key, kwargs[key], positive=True)
         super().__init__(learning_rate=0.0, name=name, **kwargs)
         self._threshold = hp.make(self, "threshold", threshold, positive=False)
         self._gamma = hp.make(self, "gamma", gamma, positive=True)
@@ -117,12 +122,14 @@ class Bop(keras.optimizers.Optimizer):  # type: ignore[misc]
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Bop:
-        config = dict(config)
-        config.pop("learning_rate", None)  # a config written by Keras's base class: Bop has no learning rate
-        for name in ("threshold", "gamma"):
-            if name in config:
-                config[name] = hp.deserialize_value(config[name], custom_objects)
-        return cls(**config)
+        def build(config: dict[str, Any]) -> Bop:
+            config.pop("learning_rate", None)  # a config written by Keras's base class: Bop has no learning rate
+            for name in ("threshold", "gamma"):
+                if name in config:
+                    config[name] = hp.deserialize_value(config[name], custom_objects)
+            return cls(**config)
+
+        return rebuild(cls, config, build)
 
     @staticmethod
     def is_binary_variable(variable: Any) -> bool:

@@ -12,13 +12,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._arguments import check_bool, check_number
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
 from ..registry import Surrogate, SurrogateLike
 from ..registry import get as get_surrogate
-from ._base import Quantizer, as_tensor, check_number, register, resolve_surrogate
+from ._base import Quantizer, as_tensor, register, resolve_surrogate
 
 __all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "Ternary"]
 
@@ -100,7 +100,7 @@ class _SurrogateQuantizer(Quantizer):
         return forward(type(self).forward_fn).backward(self.surrogate)
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return self.op(as_tensor(inputs))
+        return self.op(as_tensor(inputs, self))
 
     def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
         """The surrogate's primitive (the gradient is dy·d(x)), if it has one."""
@@ -178,7 +178,7 @@ class Ternary(_SurrogateQuantizer):
 
     def call(self, inputs: Any) -> tf.Tensor:
         return self.op(
-            as_tensor(inputs), threshold=self.threshold, ternary_weight_networks=self.ternary_weight_networks
+            as_tensor(inputs, self), threshold=self.threshold, ternary_weight_networks=self.ternary_weight_networks
         )
 
     def get_config(self) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from typing import Any
 
 import keras
 
+from .._arguments import check_number
 from ..registry import get as get_surrogate
-from ._base import Quantizer, check_number, register
+from ._base import Quantizer, register
 from ._binary import Heaviside, Sign, Ternary
 from ._uniform import DoReFa
 

@@ -13,9 +13,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._arguments import check_bool, check_number
 from .._dsl import forward
-from ._base import Quantizer, as_tensor, check_bits, check_number, register
+from ._base import Quantizer, as_tensor, check_bits, register
 from ._dtypes import Levels, check_levels, wide
 
 __all__ = ["LSQ", "PACT"]
@@ -164,7 +164,7 @@ class LSQ(Quantizer):
         self.initialized.assign(1.0)
 
     def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
-        x = as_tensor(inputs)
+        x = as_tensor(inputs, self)
         check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
         self._initialize(x, training)
         replicas = _replicas_in_sync() if self.sharded else 1
@@ -240,7 +240,7 @@ class PACT(Quantizer):
         self.built = True
 
     def call(self, inputs: Any) -> tf.Tensor:
-        x = as_tensor(inputs)
+        x = as_tensor(inputs, self)
         check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
         return self.op(x, self.alpha, bits=self.bits)
 

@@ -11,10 +11,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_number
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
-from ._base import Quantizer, as_tensor, check_bits, check_number, register
+from ._base import Quantizer, as_tensor, check_bits, register
 from ._dtypes import Levels, check_levels, wide
 
 __all__ = ["DoReFa", "Uniform"]
@@ -134,7 +135,7 @@ class DoReFa(Quantizer):
         return dorefa_activations_op if self._mode == "activations" else dorefa_weights_op
 
     def call(self, inputs: Any) -> tf.Tensor:
-        x = as_tensor(inputs)
+        x = as_tensor(inputs, self)
         check_levels(self, x.dtype, bits=self._bits, levels_for_bits=_dorefa_levels(self._mode))
         return self.op(x, bits=self._bits)
 
@@ -197,7 +198,7 @@ class Uniform(Quantizer):
         self.op = uniform_op
 
     def call(self, inputs: Any) -> tf.Tensor:
-        x = as_tensor(inputs)
+        x = as_tensor(inputs, self)
         check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
         return self.op(x, bits=self.bits, low=self.min, high=self.max)
 
