@@ -268,3 +268,9 @@ def test_check_passes_magnitude_aware_sign(capsys):
     assert main(["check", "magnitude_aware_sign", "--points", "201"]) == 0
     out = capsys.readouterr().out
     assert out.count("ok ") == 2 and "MagnitudeAwareSign" in out
+
+
+def test_check_skips_a_quantizer_with_variables_and_says_how_to_check_it(capsys):
+    assert main(["check", "lsq", "--points", "51"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("skip") and "q.op" in out and "step" in out
