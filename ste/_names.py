@@ -26,6 +26,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ._arguments import check_bool
 from ._errors import ParameterError, RegistrationError, STEError
 
 __all__ = ["NameTable", "build", "normalize_name"]
@@ -83,6 +84,7 @@ class NameTable(Generic[T]):
 
     def register(self, name: str, entry: T, *, replace: bool = False) -> str:
         """Store ``entry`` under ``name`` (normalised, returned); an existing name needs ``replace=True``."""
+        replace = check_bool(f"register {self.kind} {name!r}", "replace", replace)
         normal = self.check_name(name)
         with self._lock:
             if normal in self._entries and not replace:
@@ -98,6 +100,7 @@ class NameTable(Generic[T]):
     def decorator(self, name: str, *, replace: bool = False) -> Callable[[E], E]:
         """A decorator registering its argument under ``name`` (the name is checked at once) and returning it."""
         self.check_name(name)
+        check_bool(f"register {self.kind} {name!r}", "replace", replace)
 
         def decorate(entry: E) -> E:
             self.register(name, entry, replace=replace)  # type: ignore[arg-type]  # E is T

@@ -26,6 +26,7 @@ from typing import Any
 
 import keras
 
+from ._arguments import check_bool
 from ._errors import NotBuiltError
 from ._export import walk_layers
 from .layers import QuantLayerMixin
@@ -370,6 +371,7 @@ def summary(model: Any, print_fn: Callable[[str], Any] | None = print, *, includ
     :class:`ModelSummary` (its ``str()`` is the table). Raises :class:`ste.NotBuiltError` if the model or one of
     its layers is not built.
     """
+    include_macs = check_bool("summary", "include_macs", include_macs)
     layers = list(walk_layers(model))
     _check_built(model, layers)
     result = ModelSummary(name=model.name, layers=[_layer_summary(path, layer) for path, layer in layers])

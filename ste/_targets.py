@@ -88,14 +88,16 @@ def check_target(
 ) -> tuple[Any, Any, bool | None]:
     """``(target, reference, elementwise)`` for ``check_gradient``/``check_finite``: a quantizer becomes its op.
 
-    The reference of a quantizer with a surrogate defaults to the surrogate's primitive (elementwise), so that the
-    check says whether the quantizer's gradient is ``dy·d(x)``; one without needs ``reference=``.
+    The reference of a quantizer defaults to its :meth:`~ste.quantizers.Quantizer.gradient_reference` at the sample
+    (elementwise; a surrogate quantizer's is the surrogate's primitive, MagnitudeAwareSign's is α times it), so that
+    the check says whether the quantizer's gradient is the one it documents; one without needs ``reference=``.
     """
     quantizer = as_quantizer(target)
     if quantizer is None:
         return target, reference, elementwise
-    op = quantizer_op(quantizer, tf.convert_to_tensor(sample), caller)
-    surrogate = quantizer_surrogate(quantizer)
-    if reference is None and surrogate is not None and surrogate.has_primitive:
-        return op, surrogate.primitive, True if elementwise is None else elementwise
+    x = tf.convert_to_tensor(sample)
+    op = quantizer_op(quantizer, x, caller)
+    known = quantizer.gradient_reference(x) if reference is None else None
+    if known is not None:
+        return op, known, True if elementwise is None else elementwise
     return op, reference, elementwise

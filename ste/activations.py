@@ -18,8 +18,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ._arguments import check_number
 from ._keras_lookup import publish_function
-from .quantizers._base import check_number
 
 __all__ = ["hard_tanh", "leaky_tanh"]
 

@@ -275,3 +275,27 @@ def quantizer_reference(name: str) -> Callable[[Array], tuple[Array, Array]]:
             f"quantizer {name!r} has no independent numpy reference in tests/references.py; add its formula there."
         )
     return QUANTIZERS[name]
+
+
+# -- quantizers with a variable: smooth references of op(x, v) for check_gradient --------------------------------
+#
+# Each maps (x, v) at the check point (x0, v0) to a function of (x, v) whose finite differences at (x0, v0) are the
+# documented gradients (REFERENCE.md §2): PACT's is clip(x, 0, α) itself; LSQ's step gradient is
+# g·(round(x/s) − x/s inside, −Q_N below, Q_P above) with g = 1/√(N·Q_P), and its x gradient 1[inside].
+
+
+def pact_reference(x0: Array, alpha0: float, bits: int) -> Callable[[Any, Any], Array]:
+    return lambda x, a, **_: np.clip(np.asarray(x, np.float64), 0.0, float(np.asarray(a)))
+
+
+def lsq_reference(x0: Array, s0: float, q_n: int, q_p: int) -> Callable[[Any, Any], Array]:
+    v0 = x0 / s0
+    per = np.where(v0 <= -q_n, -q_n, np.where(v0 >= q_p, q_p, np.round(v0) - v0))
+    g = 1.0 / math.sqrt(x0.size * q_p)
+
+    def reference(x: Any, s: Any, **_: Any) -> Array:
+        x = np.asarray(x, np.float64)
+        clipped = np.clip(x, -q_n * s0, q_p * s0)  # d/dx = 1[inside]
+        return clipped + g * per * float(np.asarray(s))  # d/ds = g·per (summed by the vector-Jacobian product)
+
+    return reference

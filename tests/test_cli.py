@@ -259,8 +259,15 @@ def test_check_takes_a_quantizer_name(capsys):
     assert main(["check", "ste_sign(clip_value=2.0)", "--points", "101"]) == 0
     out = capsys.readouterr().out
     assert out.count("ok ") == 2 and "SteSign(clip_value=2.0)" in out
-    assert main(["check", "dorefa(bits=2)", "--points", "51"]) == 0  # no surrogate: finiteness only
-    assert capsys.readouterr().out.startswith("skip")
+    assert main(["check", "dorefa(bits=2)", "--points", "51"]) == 0  # no surrogate: its reference clip(x, 0, 1)
+    assert capsys.readouterr().out.count("ok ") == 2
+
+
+def test_check_passes_magnitude_aware_sign(capsys):
+    """Issue 22.A4: the reference holds α (mean(abs(x))) fixed, as the gradient does; it used to report FAIL."""
+    assert main(["check", "magnitude_aware_sign", "--points", "201"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok ") == 2 and "MagnitudeAwareSign" in out
 
 
 # --- quantizer names: list, show and check take them as plot does ----------------------------------------------

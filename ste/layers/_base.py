@@ -21,8 +21,10 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
+from .._arguments import check_bool_arguments
 from .._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
-from .._errors import NotBuiltError, ParameterError
+from .._configs import rebuild
+from .._errors import InputError, NotBuiltError, ParameterError
 from .._signatures import ClassSignature
 from ..activations import LARQ_ACTIVATIONS
 from ..quantizers._sharing import claim
@@ -168,6 +170,7 @@ class QuantLayerMixin:
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            check_bool_arguments(type(self).__name__, type(self), args, kwargs)  # use_bias="no" is refused
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
             self._refuse_larq_keywords(kwargs)
             self._resolve_constraints(kwargs)
@@ -216,6 +219,11 @@ class QuantLayerMixin:
             quantizer = getattr(self, slot.quantizer)
             if isinstance(quantizer, ste_quantizers.LSQ):
                 quantizer.sharded = False  # a kernel is the same on every replica (its gradient scale uses its own N)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """The layer of a saved config; a damaged config raises an ste error (not Keras's bare TypeError)."""
+        return rebuild(cls, config, super().from_config)  # type: ignore[misc]
 
     def get_config(self) -> dict[str, Any]:
         """The Keras parent's config plus the quantizers (and the other options)."""
@@ -331,7 +339,20 @@ class QuantLayerMixin:
         )
 
     def quantize_inputs(self, inputs: Any) -> Any:
-        """The layer's input after its ``input_quantizer`` (unchanged without one)."""
+        """The layer's input after its ``input_quantizer`` (unchanged without one).
+
+        A non-floating input (string, integer, bool, complex) raises :class:`ste.InputError` naming the layer, with
+        or without an input quantizer (the convolutions of the Keras parents have no such kernels, and a quantizer
+        computes on floats), instead of a TensorFlow kernel error.
+        """
+        dtype = getattr(inputs, "dtype", None)
+        if dtype is not None and not tf.as_dtype(dtype).is_floating:
+            layer = f"{type(self).__name__} '{getattr(self, 'name', '')}'"
+            raise InputError(
+                f"{layer}: its input has dtype {tf.as_dtype(dtype).name}; expected "
+                f"float16, bfloat16, float32 or float64. Fix: cast it first, e.g. keras.ops.cast(x, 'float32') (or a "
+                f"keras.layers.Rescaling layer for integer pixels)."
+            )
         return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
 
     def apply_to_quantized_input(self, fn: Callable[..., Any], x: Any, kernels: list[tf.Tensor]) -> Any:

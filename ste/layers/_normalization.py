@@ -19,12 +19,17 @@ lowering: the float network's step took 1.03-1.05x as long with the fused kernel
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool_arguments
+from .._configs import rebuild
+from .._errors import InputError
 from .._xla import compiling_with_xla
+from ._base import ClassSignature
 
 __all__ = ["BatchNormalization"]
 
@@ -36,6 +41,19 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
     """``keras.layers.BatchNormalization`` whose training step uses TensorFlow's fused batch-norm kernel where its
     configuration allows (see the module docstring); a drop-in replacement with the same arguments, weights and
     saved form."""
+
+    if not TYPE_CHECKING:  # static tools see Keras's __init__ and its parameters
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            check_bool_arguments("BatchNormalization", keras.layers.BatchNormalization, args, kwargs)
+            super().__init__(*args, **kwargs)
+
+    __signature__ = ClassSignature(inspect.signature(keras.layers.BatchNormalization))
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """The layer of a saved config; a damaged config raises an ste error (not Keras's bare TypeError)."""
+        return rebuild(cls, config, super().from_config)
 
     def _fused_format(self, inputs: Any, training: Any, mask: Any) -> str | None:
         """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""
@@ -52,6 +70,12 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
         return "NHWC" if axis == 3 else "NCHW" if axis == 1 else None
 
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        dtype = tf.as_dtype(inputs.dtype)
+        if not (dtype.is_floating or dtype.is_integer or dtype.is_bool):  # a string or complex input
+            raise InputError(
+                f"BatchNormalization '{self.name}': its input has dtype {dtype.name}; expected a real number dtype "
+                f"(float16, bfloat16, float32, float64; integers are cast, as Keras does). Fix: convert it first."
+            )
         data_format = self._fused_format(inputs, training, mask)
         if data_format is None:
             return super().call(inputs, training=training, mask=mask)

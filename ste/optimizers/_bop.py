@@ -7,7 +7,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError
+from .._arguments import check_number
+from .._configs import rebuild
+from .._errors import CallError, ParameterError
 from ..layers import kernel_precision
 from . import _hyperparameters as hp
 
@@ -27,9 +29,11 @@ class Bop(keras.optimizers.Optimizer):  # type: ignore[misc]
         threshold: τ, the momentum a weight needs to flip (default 1e-8).
         gamma: γ, the adaptivity rate of the moving average (default 1e-4), in (0, 1].
         name: the optimizer's name.
-        **kwargs: Keras optimizer arguments (``clipnorm``, ``clipvalue``, ``global_clipnorm``, ``use_ema``,
-            ``loss_scale_factor``, ``gradient_accumulation_steps``); ``weight_decay`` is refused (it would move
-            binary weights off ±1).
+        **kwargs: Keras optimizer arguments (``clipnorm``, ``clipvalue``, ``global_clipnorm``,
+            ``loss_scale_factor``, ``gradient_accumulation_steps``). Refused: ``weight_decay`` and ``use_ema=True``
+            (each would move binary weights off ±1: Keras overwrites the weights with their moving average after
+            ``fit``) and ``learning_rate`` (Bop has none; γ and τ set its steps), as larq's Bop refuses the last
+            two with a TypeError.
 
     ``threshold`` and ``gamma`` are each a number (kept in a variable, so
     :class:`ste.callbacks.HyperparameterScheduler` can change it during training), a
@@ -43,7 +47,23 @@ class Bop(keras.optimizers.Optimizer):  # type: ignore[misc]
                 "Bop: weight_decay is not supported: it would move binary weights off ±1. Fix: leave it out; "
                 "decay the other variables' optimizer instead."
             )
-        kwargs.pop("learning_rate", None)  # from a Keras config: Bop has no learning rate
+        if "learning_rate" in kwargs:
+            raise CallError(
+                f"Bop: it has no learning_rate (received learning_rate={kwargs['learning_rate']!r}); a weight flips "
+                f"when its gradient's moving average m (rate gamma) exceeds threshold, so gamma and threshold set "
+                f"how fast it learns. Fix: leave learning_rate out and tune gamma (default 1e-4) or threshold "
+                f"(default 1e-8); the learning rate of the other variables belongs to CaseOptimizer's "
+                f"default_optimizer. (larq's Bop refuses it too.)"
+            )
+        if kwargs.get("use_ema", False) is not False:
+            raise CallError(
+                f"Bop: use_ema={kwargs['use_ema']!r} is not supported: Keras would overwrite the binary weights "
+                f"with their exponential moving average after fit, which is not ±1. Fix: leave use_ema out (Bop's "
+                f"momentum m already averages the gradients); use it on the other variables' optimizer instead."
+            )
+        for key in ("clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"):
+            if kwargs.get(key) is not None:  # Keras checks them only in the first training step
+                check_number("Bop", key, kwargs[key], positive=True)
         super().__init__(learning_rate=0.0, name=name, **kwargs)
         self._threshold = hp.make(self, "threshold", threshold, positive=False)
         self._gamma = hp.make(self, "gamma", gamma, positive=True)
@@ -102,11 +122,14 @@ class Bop(keras.optimizers.Optimizer):  # type: ignore[misc]
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Bop:
-        config = dict(config)
-        for name in ("threshold", "gamma"):
-            if name in config:
-                config[name] = hp.deserialize_value(config[name], custom_objects)
-        return cls(**config)
+        def build(config: dict[str, Any]) -> Bop:
+            config.pop("learning_rate", None)  # a config written by Keras's base class: Bop has no learning rate
+            for name in ("threshold", "gamma"):
+                if name in config:
+                    config[name] = hp.deserialize_value(config[name], custom_objects)
+            return cls(**config)
+
+        return rebuild(cls, config, build)
 
     @staticmethod
     def is_binary_variable(variable: Any) -> bool:

@@ -97,9 +97,7 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
         self._predicates = predicates
         self._optimizers = optimizers
         self._has_default = default_optimizer is not None
-        self._saved_assignment: list[tuple[str, int | None]] | None = (
-            [(str(path), claim) for path, claim in assignment] if assignment else None
-        )
+        self._saved_assignment = _checked_assignment(assignment, len(optimizers)) if assignment else None
         self._assignment: dict[Any, int] = {}
         self._paths: list[tuple[str, int | None]] = []
 
@@ -252,6 +250,7 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
         def load(item: Any) -> Any:
             return None if item is None else keras.saving.deserialize_keras_object(item, custom_objects=custom_objects)
 
+        _check_config(config)
         pairs = tuple((load(p), load(o)) for p, o in zip(config["predicates"], config["optimizers"]))
         return cls(
             *pairs,
@@ -259,3 +258,59 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
             name=config.get("name", "case_optimizer"),
             assignment=config.get("assignment"),
         )
+
+
+def _damaged(what: str) -> ParameterError:
+    return ParameterError(
+        f"CaseOptimizer: the saved config is damaged: {what}. It is what CaseOptimizer.get_config() writes (keys "
+        f"'predicates' and 'optimizers', lists of equal length, 'default_optimizer', 'assignment'). Fix: save the "
+        f"model again with ste, or repair the optimizer's config in the .keras file's config.json."
+    )
+
+
+def _check_config(config: Any) -> None:
+    """Refuse a config that ``get_config`` cannot have written (missing keys, wrong types, unequal lengths)."""
+    if not isinstance(config, dict):
+        raise _damaged(f"expected a dict, received {type(config).__name__}")
+    missing = [key for key in ("predicates", "optimizers") if key not in config]
+    if missing:
+        raise _damaged(f"missing key(s) {missing}")
+    predicates, optimizers = config["predicates"], config["optimizers"]
+    if not isinstance(predicates, list) or not isinstance(optimizers, list):
+        raise _damaged(
+            f"'predicates' and 'optimizers' must be lists; received {type(predicates).__name__} and "
+            f"{type(optimizers).__name__}"
+        )
+    if len(predicates) != len(optimizers) or not optimizers:
+        raise _damaged(f"{len(predicates)} predicate(s) for {len(optimizers)} optimizer(s)")
+    for key in ("optimizers", "predicates"):
+        for index, item in enumerate(config[key]):
+            if item is not None and not isinstance(item, (dict, str)):
+                raise _damaged(f"{key}[{index}] is {type(item).__name__} {item!r:.60}, not a serialized object")
+    if config.get("default_optimizer") is not None and not isinstance(config["default_optimizer"], (dict, str)):
+        raise _damaged(f"'default_optimizer' is {type(config['default_optimizer']).__name__}")
+    if config.get("name") is not None and not isinstance(config["name"], str):
+        raise _damaged(f"'name' is {type(config['name']).__name__} {config['name']!r:.60}, not a string")
+
+
+def _checked_assignment(assignment: Any, count: int) -> list[tuple[str, int | None]]:
+    """A saved assignment as ``[(path, claim)]``: claim an optimizer index in [0, count) or None (not trained)."""
+    if not isinstance(assignment, (list, tuple)):
+        raise VariableAssignmentError(
+            f"CaseOptimizer: assignment must be a list of [variable path, optimizer index] pairs; received "
+            f"{type(assignment).__name__} {assignment!r:.80}. Fix: load a config written by CaseOptimizer.get_config()."
+        )
+    checked: list[tuple[str, int | None]] = []
+    for item in assignment:
+        ok = isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
+        claim = item[1] if ok else None
+        if ok and claim is not None:
+            ok = isinstance(claim, int) and not isinstance(claim, bool) and 0 <= claim < count
+        if not ok:
+            raise VariableAssignmentError(
+                f"CaseOptimizer: the saved assignment entry {item!r:.80} is not [variable path, optimizer index] "
+                f"with an index from 0 to {count - 1} (or null for a variable no optimizer trains): that variable "
+                f"would never train. Fix: save the model again with ste, or correct the index in the .keras file."
+            )
+        checked.append((item[0], claim))
+    return checked

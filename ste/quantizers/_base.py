@@ -13,7 +13,6 @@ are parsed with :func:`ste.registry.parse_spec` (``ast``, literals only, never `
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union
@@ -21,7 +20,9 @@ from typing import Any, TypeVar, Union
 import keras
 import tensorflow as tf
 
+from .._configs import rebuild
 from .._errors import ParameterError, SpecError, UnknownQuantizerError
+from .._inputs import to_input_tensor
 from .._keras_lookup import publish_activation
 from .._names import NameTable, build
 from ..metrics import check_metric_names
@@ -60,6 +61,20 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape
 
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """A smooth function whose derivative at ``x`` is this quantizer's gradient (``None``: none is known).
+
+        :func:`ste.testing.check_gradient` and ``python -m ste check`` compare the quantizer's gradient with it.
+        Quantities the backward pass holds constant (MagnitudeAwareSign's α, DoReFa's m) are computed from ``x``
+        and kept fixed, so the function's derivative near ``x`` is the gradient at ``x``.
+        """
+        return None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """The quantizer of a saved config; a damaged config raises an ste error (not Keras's bare TypeError)."""
+        return rebuild(cls, config, super().from_config)
+
     def compute_output_spec(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         return keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
 
@@ -82,27 +97,6 @@ def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16) -> int:
             f"{owner}: bits must be an integer from {low} to {high}; received {bits!r}. Fix: e.g. {owner}(bits=4)."
         )
     return int(bits)
-
-
-def check_number(owner: str, field: str, value: Any, *, positive: bool = False) -> float:
-    """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.ParameterError`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
-        raise ParameterError(f"{owner}: {field} must be a finite number; received {_short(value)}.")
-    if positive and float(value) <= 0:
-        raise ParameterError(f"{owner}: {field} must be > 0; received {value!r}.")
-    return float(value)
-
-
-def _finite(value: numbers.Real) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # an int beyond float range
-        return False
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def resolve_surrogate(owner: str, surrogate: SurrogateLike) -> Surrogate:
@@ -213,8 +207,10 @@ def serialize(quantizer: Any) -> Any:
     return keras.saving.serialize_keras_object(quantizer)
 
 
-def as_tensor(x: Any) -> tf.Tensor:
-    """``x`` as a tensor without changing a floating dtype (Keras variables are read here)."""
-    if isinstance(x, tf.Tensor):
+def as_tensor(x: Any, owner: object = None) -> tf.Tensor:
+    """``x`` as a floating tensor without changing its dtype (Keras variables are read here); anything else (a
+    string, integer, bool or complex tensor, None) raises :class:`ste.InputError` naming ``owner``'s class, before
+    any variable of the quantizer changes."""
+    if isinstance(x, tf.Tensor) and x.dtype.is_floating:
         return x
-    return tf.convert_to_tensor(x)
+    return to_input_tensor(x, 0, type(owner).__name__ if owner is not None else "quantizer")

@@ -6,18 +6,20 @@ Each is one ``ste`` op: the forward is the exact quantizer, the backward is a su
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool, check_number
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
 from .._signatures import NOT_GIVEN
 from ..registry import Surrogate, SurrogateLike
 from ..registry import get as get_surrogate
-from ._base import Quantizer, as_tensor, check_number, register, resolve_surrogate
+from ._base import Quantizer, as_tensor, register, resolve_surrogate
 
 __all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "Ternary"]
 
@@ -97,7 +99,11 @@ class _SurrogateQuantizer(Quantizer):
         return forward(type(self).forward_fn).backward(self.surrogate)
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return self.op(as_tensor(inputs))
+        return self.op(as_tensor(inputs, self))
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """The surrogate's primitive (the gradient is dy·d(x)), if it has one."""
+        return self.surrogate.primitive if self.surrogate.has_primitive else None
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "surrogate": self.surrogate.get_config()}
@@ -164,17 +170,14 @@ class Ternary(_SurrogateQuantizer):
         self.threshold = check_number(type(self).__name__, "threshold", threshold)
         if self.threshold < 0:
             raise ParameterError(f"{type(self).__name__}: threshold must be >= 0; received {threshold!r}.")
-        if not isinstance(ternary_weight_networks, bool):
-            raise ParameterError(
-                f"{type(self).__name__}: ternary_weight_networks must be True or False; "
-                f"received {ternary_weight_networks!r}."
-            )
-        self.ternary_weight_networks = ternary_weight_networks
+        self.ternary_weight_networks = check_bool(
+            type(self).__name__, "ternary_weight_networks", ternary_weight_networks
+        )
         super().__init__(surrogate=surrogate, **kwargs)
 
     def call(self, inputs: Any) -> tf.Tensor:
         return self.op(
-            as_tensor(inputs), threshold=self.threshold, ternary_weight_networks=self.ternary_weight_networks
+            as_tensor(inputs, self), threshold=self.threshold, ternary_weight_networks=self.ternary_weight_networks
         )
 
     def get_config(self) -> dict[str, Any]:
@@ -209,6 +212,18 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
                 )
             surrogate = get_surrogate("straight_through", clip=clip_value)
         super().__init__(surrogate=surrogate, **kwargs)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """α·P(t), P the surrogate's primitive and α = mean(abs(x)) of ``x`` held fixed (the gradient is dy·α·d(x))."""
+        if not self.surrogate.has_primitive:
+            return None
+        scale = magnitude_scale(tf.convert_to_tensor(x))
+        primitive = self.surrogate.primitive
+
+        def scaled(t: tf.Tensor) -> tf.Tensor:
+            return tf.cast(scale, t.dtype) * primitive(t)
+
+        return scaled
 
     def _make_op(self) -> STEFunction[..., tf.Tensor]:
         surrogate = self.surrogate

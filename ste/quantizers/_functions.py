@@ -12,6 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from .._arguments import check_bool
 from ._base import Quantizer, as_tensor
 from ._binary import MagnitudeAwareSign
 from ._larq import ApproxSign, SteHeaviside, SteSign, SteTern, SwishSign
@@ -36,7 +37,8 @@ def _quantizer(cls: Any, *args: Any) -> Quantizer:
 
 
 def _apply(cls: Any, x: Any, *args: Any) -> tf.Tensor:
-    return _quantizer(cls, *args).call(as_tensor(x))
+    quantizer = _quantizer(cls, *args)
+    return quantizer.call(as_tensor(x, quantizer))
 
 
 def ste_sign(x: Any, clip_value: float | None = 1.0) -> tf.Tensor:
@@ -64,13 +66,16 @@ def ste_tern(
 ) -> tf.Tensor:
     """sign(sign(x + Δ) + sign(x − Δ)) with Δ = ``threshold_value`` (or 0.7·mean(abs(x)) when
     ``ternary_weight_networks``); gradient dy·1[abs(x) <= clip_value]. larq's ``ste_tern``."""
-    return _apply(SteTern, x, threshold_value, ternary_weight_networks, clip_value)
+    # checked here: the quantizer cache cannot tell 1 from True
+    twn = check_bool("ste_tern", "ternary_weight_networks", ternary_weight_networks)
+    return _apply(SteTern, x, threshold_value, twn, clip_value)
 
 
 def magnitude_aware_sign(x: Any, clip_value: float | None = 1.0) -> tf.Tensor:
     """α·sign(x), α = mean(abs(x)) over every axis but the last (a constant in the backward pass); gradient
     dy·α·1[abs(x) <= clip_value]. larq's ``MagnitudeAwareSign`` as a function."""
-    return _quantizer(MagnitudeAwareSign, "straight_through", clip_value).call(as_tensor(x))
+    quantizer = _quantizer(MagnitudeAwareSign, "straight_through", clip_value)
+    return quantizer.call(as_tensor(x, quantizer))
 
 
 def dorefa_quantizer(x: Any, k_bit: int = 2, mode: str = "activations") -> tf.Tensor:

@@ -13,21 +13,19 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool, check_number
 from .._dsl import forward
-from .._errors import NotBuiltError, ParameterError
+from .._errors import NotBuiltError
 from .._xla import compiling_with_xla
-from ._base import Quantizer, as_tensor, check_bits, check_number, register
+from ._base import Quantizer, as_tensor, check_bits, register
+from ._dtypes import Levels, check_levels, wide
 
 __all__ = ["LSQ", "PACT"]
 
 
-def _wide(dtype: tf.DType) -> tf.DType:
-    return tf.float64 if dtype == tf.float64 else tf.float32
-
-
 def _sum_to(value: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     """Sum ``value`` (accumulated in at least float32) to a scalar of ``like``'s shape and dtype."""
-    total = tf.reduce_sum(tf.cast(value, _wide(value.dtype)))
+    total = tf.reduce_sum(tf.cast(value, wide(value.dtype)))
     return tf.cast(tf.reshape(total, tf.shape(like)), like.dtype)
 
 
@@ -35,9 +33,12 @@ def _sum_to(value: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 
 
 def lsq(x: tf.Tensor, step: tf.Tensor, *, q_n: int, q_p: int, replicas: int = 1) -> tf.Tensor:
-    """round(clip(x/s, −Q_N, Q_P))·s (round half to even); ``replicas`` only concerns the gradient."""
-    s = tf.cast(step, x.dtype)
-    return tf.round(tf.clip_by_value(x / s, tf.constant(-q_n, x.dtype), tf.constant(q_p, x.dtype))) * s
+    """round(clip(x/s, −Q_N, Q_P))·s (round half to even; half precision computes in float32); ``replicas`` only
+    concerns the gradient."""
+    w = tf.cast(x, wide(x.dtype))
+    s = tf.cast(step, w.dtype)
+    low, high = tf.constant(-q_n, w.dtype), tf.constant(q_p, w.dtype)
+    return tf.cast(tf.round(tf.clip_by_value(w / s, low, high)) * s, x.dtype)
 
 
 def lsq_vjp(
@@ -57,15 +58,14 @@ def lsq_vjp(
 def _lsq_derivatives(x: tf.Tensor, step: tf.Tensor, q_n: int, q_p: int, replicas: int) -> tuple[tf.Tensor, tf.Tensor]:
     """(∂y/∂x = 1[−Q_N < x/s < Q_P] in x's dtype, each element's ∂y/∂s including the gradient scale, in at least
     float32)."""
-    s = tf.cast(step, x.dtype)
-    v = x / s
+    compute = wide(x.dtype)  # as the forward: v = x/s in float32 for half precision
+    s = tf.cast(step, compute)
+    v = tf.cast(x, compute) / s
     below = v <= -q_n
     above = v >= q_p
     inside = tf.logical_not(below | above)
-    wide = _wide(x.dtype)
-    vw = tf.cast(v, wide)
-    ds_each = tf.where(inside, tf.round(vw) - vw, tf.where(below, tf.constant(-q_n, wide), tf.constant(q_p, wide)))
-    scale = tf.math.rsqrt(tf.cast(tf.size(x), wide) * replicas * q_p)
+    ds_each = tf.where(inside, tf.round(v) - v, tf.where(below, tf.constant(-q_n, compute), tf.constant(q_p, compute)))
+    scale = tf.math.rsqrt(tf.cast(tf.size(x), compute) * replicas * q_p)
     return tf.cast(inside, x.dtype), ds_each * scale
 
 
@@ -119,13 +119,10 @@ class LSQ(Quantizer):
     """
 
     def __init__(self, bits: int = 4, signed: bool = True, sharded: bool = True, **kwargs: Any) -> None:
-        if not isinstance(signed, bool):
-            raise ParameterError(f"LSQ: signed must be True or False; received {signed!r}.")
-        if not isinstance(sharded, bool):
-            raise ParameterError(
-                f"LSQ: sharded must be True (x is a per-replica shard of a batch, e.g. an activation) or False (x is "
-                f"the same on every replica, e.g. a weight); received {sharded!r}."
-            )
+        signed = check_bool("LSQ", "signed", signed)
+        sharded = check_bool(
+            "LSQ", "sharded", sharded
+        )  # True: x is a per-replica shard (an activation); False: a weight
         self.bits = check_bits("LSQ", bits, low=2 if signed else 1)
         self.signed = signed
         self.sharded = sharded
@@ -189,12 +186,19 @@ class LSQ(Quantizer):
         self.initialized.assign(1.0)
 
     def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
-        x = as_tensor(inputs)
+        x = as_tensor(inputs, self)
+        check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
         self._initialize(x, training)
         replicas = _replicas_in_sync() if self.sharded else 1
         if replicas == 1:  # the op exactly as on one device (same hyperparameters, same compiled function)
             return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p)
         return self.op(x, self.step, q_n=self.q_n, q_p=self.q_p, replicas=replicas)
+
+    def _levels(self, bits: int) -> Levels:
+        """The integer grid −Q_N … Q_P (its multiples by s merge in a dtype exactly when these do)."""
+        q_n = 2 ** (bits - 1) if self.signed else 0
+        q_p = 2 ** (bits - 1) - 1 if self.signed else 2**bits - 1
+        return Levels(-q_n, q_p, q_n + q_p + 1, {"Q_N": q_n, "Q_P": q_p})
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "bits": self.bits, "signed": self.signed, "sharded": self.sharded}
@@ -204,27 +208,30 @@ class LSQ(Quantizer):
 
 
 def pact(x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
-    """round(clip(x, 0, α)·n/α)·α/n with n = 2^bits − 1 (round half to even)."""
-    a = tf.cast(alpha, x.dtype)
-    n = tf.constant(2**bits - 1, x.dtype)
-    y = tf.clip_by_value(x, tf.zeros([], x.dtype), a)
-    return tf.round(y * n / a) * a / n
+    """round(clip(x, 0, α)·n/α)·α/n with n = 2^bits − 1 (round half to even; half precision computes in float32)."""
+    w = tf.cast(x, wide(x.dtype))
+    a = tf.cast(alpha, w.dtype)
+    n = tf.constant(2**bits - 1, w.dtype)
+    y = tf.clip_by_value(w, tf.zeros([], w.dtype), a)
+    return tf.cast(tf.round(y * n / a) * a / n, x.dtype)
 
 
 def pact_vjp(dy: tf.Tensor, x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tuple[tf.Tensor, tf.Tensor]:
     """d/dx = 1[0 <= x <= α]; d/dα = Σ dy·1[x >= α]."""
-    a = tf.cast(alpha, x.dtype)
-    dx = dy * tf.cast((x >= 0) & (x <= a), x.dtype)
-    dalpha = _sum_to(dy * tf.cast(x >= a, dy.dtype), alpha)
+    w = tf.cast(x, wide(x.dtype))  # compared as in the forward (float32 for half precision)
+    a = tf.cast(alpha, w.dtype)
+    dx = dy * tf.cast((w >= 0) & (w <= a), x.dtype)
+    dalpha = _sum_to(dy * tf.cast(w >= a, dy.dtype), alpha)
     return dx, dalpha
 
 
 def pact_jvp(tangents: tuple[tf.Tensor, tf.Tensor], x: tf.Tensor, alpha: tf.Tensor, *, bits: int) -> tf.Tensor:
     """The JVP of :func:`pact_vjp`'s derivative: 1[0 <= x <= α]·t_x + 1[x >= α]·t_α."""
     tx, ta = tangents
-    a = tf.cast(alpha, x.dtype)
-    inside = tf.cast((x >= 0) & (x <= a), x.dtype)
-    return tf.cast(tx, x.dtype) * inside + tf.cast(x >= a, x.dtype) * tf.cast(ta, x.dtype)
+    w = tf.cast(x, wide(x.dtype))
+    a = tf.cast(alpha, w.dtype)
+    inside = tf.cast((w >= 0) & (w <= a), x.dtype)
+    return tf.cast(tx, x.dtype) * inside + tf.cast(w >= a, x.dtype) * tf.cast(ta, x.dtype)
 
 
 pact_op = forward(pact).backward(pact_vjp, jvp=pact_jvp)
@@ -255,7 +262,18 @@ class PACT(Quantizer):
         self.built = True
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return self.op(as_tensor(inputs), self.alpha, bits=self.bits)
+        x = as_tensor(inputs, self)
+        check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
+        return self.op(x, self.alpha, bits=self.bits)
+
+    def _levels(self, bits: int) -> Levels:
+        alpha = self.alpha_init
+        try:  # the current α (trained or loaded) when it can be read now; else the initial one
+            with tf.init_scope():
+                alpha = float(tf.convert_to_tensor(self.alpha).numpy())
+        except Exception:  # e.g. a variable a strategy keeps per replica: check the initial α
+            pass
+        return Levels(0.0, alpha, 2**bits, {"alpha": alpha, "2^bits - 1": 2**bits - 1})
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "bits": self.bits, "alpha": self.alpha_init}

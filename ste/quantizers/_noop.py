@@ -37,7 +37,7 @@ class NoOp(Quantizer):
         super().__init__(**kwargs)
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return tf.identity(as_tensor(inputs))
+        return tf.identity(as_tensor(inputs, self))
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "precision": self.precision}

@@ -5,16 +5,19 @@ Both round with ``tf.round``, which rounds half to even (0.5 → 0, 1.5 → 2, 2
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from .._arguments import check_number
 from .._dsl import STEFunction, forward
 from .._errors import ParameterError
 from .._maskrule import mask_rule
 from .._signatures import NOT_GIVEN
-from ._base import Quantizer, as_tensor, check_bits, check_number, register
+from ._base import Quantizer, as_tensor, check_bits, register
+from ._dtypes import Levels, check_levels, wide
 
 __all__ = ["DoReFa", "Uniform"]
 
@@ -22,9 +25,10 @@ _MODES = ("activations", "weights")
 
 
 def dorefa_activations(x: tf.Tensor, *, bits: int) -> tf.Tensor:
-    """round(n·clip(x, 0, 1))/n with n = 2^bits − 1 (round half to even)."""
-    n = tf.constant(2**bits - 1, x.dtype)
-    return tf.round(tf.clip_by_value(x, tf.zeros([], x.dtype), tf.ones([], x.dtype)) * n) / n
+    """round(n·clip(x, 0, 1))/n with n = 2^bits − 1 (round half to even; half precision computes in float32)."""
+    w = tf.cast(x, wide(x.dtype))
+    n = tf.constant(2**bits - 1, w.dtype)
+    return tf.cast(tf.round(tf.clip_by_value(w, tf.zeros([], w.dtype), tf.ones([], w.dtype)) * n) / n, x.dtype)
 
 
 def _in_unit_interval(x: tf.Tensor) -> tf.Tensor:
@@ -52,11 +56,13 @@ def _tanh_and_max(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def dorefa_weights(x: tf.Tensor, *, bits: int) -> tf.Tensor:
-    """2·q(tanh(x)/(2m) + 1/2) − 1 with q(u) = round(n·u)/n, m = max(abs(tanh(x))) (round half to even)."""
-    n = tf.constant(2**bits - 1, x.dtype)
-    t, m = _tanh_and_max(x)
-    u = t / (2 * m) + tf.constant(0.5, x.dtype)
-    return 2 * (tf.round(u * n) / n) - 1
+    """2·q(tanh(x)/(2m) + 1/2) − 1 with q(u) = round(n·u)/n, m = max(abs(tanh(x))) (round half to even; half
+    precision computes in float32)."""
+    w = tf.cast(x, wide(x.dtype))
+    n = tf.constant(2**bits - 1, w.dtype)
+    t, m = _tanh_and_max(w)
+    u = t / (2 * m) + tf.constant(0.5, w.dtype)
+    return tf.cast(2 * (tf.round(u * n) / n) - 1, x.dtype)
 
 
 def dorefa_weights_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
@@ -67,6 +73,15 @@ def dorefa_weights_vjp(dy: tf.Tensor, x: tf.Tensor, *, bits: int) -> tf.Tensor:
 
 
 dorefa_weights_op = forward(dorefa_weights).backward(dorefa_weights_vjp, jvp=dorefa_weights_vjp)
+
+
+def _dorefa_levels(mode: str) -> Any:
+    low = 0.0 if mode == "activations" else -1.0
+
+    def levels(bits: int) -> Levels:
+        return Levels(low, 1.0, 2**bits, {"2^bits - 1": 2**bits - 1})
+
+    return levels
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -120,18 +135,29 @@ class DoReFa(Quantizer):
         return dorefa_activations_op if self._mode == "activations" else dorefa_weights_op
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return self.op(as_tensor(inputs), bits=self._bits)
+        x = as_tensor(inputs, self)
+        check_levels(self, x.dtype, bits=self._bits, levels_for_bits=_dorefa_levels(self._mode))
+        return self.op(x, bits=self._bits)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """clip(t, 0, 1) for activations; tanh(t)/m with m = max(abs(tanh(x))) of ``x`` held fixed for weights."""
+        if self._mode == "activations":
+            return lambda t: tf.clip_by_value(t, tf.zeros([], t.dtype), tf.ones([], t.dtype))
+        _, m = _tanh_and_max(tf.convert_to_tensor(x))
+        return lambda t: tf.tanh(t) / tf.cast(m, t.dtype)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "bits": self.bits, "mode": self.mode}
 
 
 def uniform(x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
-    """low + round((clip(x, low, high) − low)/Δ)·Δ with Δ = (high − low)/(2^bits − 1) (round half to even)."""
-    lo = tf.constant(low, x.dtype)
-    hi = tf.constant(high, x.dtype)
-    step = tf.constant((high - low) / (2**bits - 1), x.dtype)
-    return lo + tf.round((tf.clip_by_value(x, lo, hi) - lo) / step) * step
+    """low + round((clip(x, low, high) − low)/Δ)·Δ with Δ = (high − low)/(2^bits − 1) (round half to even; half
+    precision computes in float32)."""
+    w = tf.cast(x, wide(x.dtype))
+    lo = tf.constant(low, w.dtype)
+    hi = tf.constant(high, w.dtype)
+    step = tf.constant((high - low) / (2**bits - 1), w.dtype)
+    return tf.cast(lo + tf.round((tf.clip_by_value(w, lo, hi) - lo) / step) * step, x.dtype)
 
 
 def _in_range(x: tf.Tensor, *, low: float, high: float) -> tf.Tensor:
@@ -172,7 +198,18 @@ class Uniform(Quantizer):
         self.op = uniform_op
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return self.op(as_tensor(inputs), bits=self.bits, low=self.min, high=self.max)
+        x = as_tensor(inputs, self)
+        check_levels(self, x.dtype, bits=self.bits, levels_for_bits=self._levels)
+        return self.op(x, bits=self.bits, low=self.min, high=self.max)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """clip(t, min, max): the gradient is dy·1[min <= x <= max]."""
+        return lambda t: tf.clip_by_value(t, tf.constant(self.min, t.dtype), tf.constant(self.max, t.dtype))
+
+    def _levels(self, bits: int) -> Levels:
+        n = 2**bits - 1
+        constants = {"min": self.min, "max": self.max, "max - min": self.max - self.min, "2^bits - 1": n}
+        return Levels(self.min, self.max, n + 1, constants)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "bits": self.bits, "min": self.min, "max": self.max}

@@ -14,9 +14,10 @@ import functools
 from collections.abc import Callable
 from typing import TypeVar
 
+import numpy as np
 import tensorflow as tf
 
-__all__ = ["RATIO_LIMIT", "SAFE_LOGIT", "elementwise", "saturating_ratio"]
+__all__ = ["RATIO_LIMIT", "SAFE_LOGIT", "elementwise", "saturating_ratio", "smallest_normal"]
 
 #: sigmoid(-1e4) is 0 in float32 and float64; a sigmoid-type derivative at |z| >= 1e4 underflows to 0.
 SAFE_LOGIT = 1.0e4
@@ -51,3 +52,10 @@ def saturating_ratio(v: tf.Tensor) -> tf.Tensor:
     limit = tf.constant(RATIO_LIMIT, v.dtype)
     v = tf.clip_by_value(v, -limit, limit)
     return v / (1 + tf.abs(v))
+
+
+def smallest_normal(dtype: tf.DType) -> float:
+    """The smallest positive normal number of ``dtype`` (TensorFlow's CPU kernels flush subnormals to zero)."""
+    if dtype == tf.bfloat16:
+        return float(np.finfo(np.float32).tiny)  # bfloat16 has float32's exponent range
+    return float(np.finfo(dtype.as_numpy_dtype).tiny)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar, Union, overload
 
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import ParameterError, RegistrationError, SpecError, UnknownSurrogateError
 from .._names import NameTable, build
 from ._spec import parse_spec
@@ -110,6 +111,7 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
     An existing name raises :class:`ste.RegistrationError` unless ``replace=True``. Returns ``obj`` unchanged.
     """
     normal = _TABLE.check_name(name)
+    replace = check_bool(f"register surrogate {normal!r}", "replace", replace)
 
     def decorate(target: T) -> T:
         if isinstance(target, type) and issubclass(target, Surrogate):

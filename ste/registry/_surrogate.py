@@ -31,6 +31,7 @@ import tensorflow as tf
 from typing_extensions import dataclass_transform
 
 from .._errors import ParameterError, RegistrationError, SpecError
+from ._numerics import smallest_normal
 
 __all__ = ["Surrogate"]
 
@@ -67,13 +68,6 @@ def _restore(reference: type[Surrogate] | str, params: dict[str, Any]) -> Surrog
     return reference(**params)
 
 
-def _tiny(dtype: tf.DType) -> float:
-    """The smallest positive normal number of ``dtype`` (TensorFlow's CPU kernels flush subnormals to zero)."""
-    if dtype == tf.bfloat16:
-        return float(np.finfo(np.float32).tiny)  # bfloat16 has float32's exponent range
-    return float(np.finfo(dtype.as_numpy_dtype).tiny)
-
-
 def _cast(number: float, dtype: tf.DType) -> float:
     """``number`` rounded to ``dtype`` (inf when out of range), as a Python float."""
     if dtype == tf.float64:
@@ -85,7 +79,7 @@ def _cast(number: float, dtype: tf.DType) -> float:
 def _probe_points(dtype: tf.DType, scales: list[float]) -> np.ndarray:
     """Inputs where a derivative is largest or most fragile: 0, ±1, ±tiny, ±max, and around each parameter scale."""
     largest = float(dtype.max)
-    values = {0.0, 1.0, _tiny(dtype), largest, 0.5}
+    values = {0.0, 1.0, smallest_normal(dtype), largest, 0.5}
     for scale in scales:
         for candidate in (scale, scale / 2, 1 / scale, 0.5 / scale, 2.4 / scale):
             if math.isfinite(candidate):
@@ -403,7 +397,7 @@ class Surrogate:
             return  # a symbolic tensor parameter: nothing to check before it runs
         where = f"{op}: " if op else ""
         compute = self.compute_dtype(dtype)
-        tiny, largest = _tiny(compute), float(compute.max)
+        tiny, largest = smallest_normal(compute), float(compute.max)
         for field, number in values.items():
             assert number is not None
             if not math.isfinite(number):

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import ParameterError
 from .._signatures import forwarding_signature, init_signature
 from ..registry import Surrogate, SurrogateLike
@@ -110,8 +111,8 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
         self.units = units
         self.threshold = checked_number(label, "threshold", threshold, 0.0, None, low_open=True)
         self.reset = reset
-        self.detach_reset = bool(detach_reset)
-        self.learn_threshold = bool(learn_threshold)
+        self.detach_reset = check_bool(label, "detach_reset", detach_reset)
+        self.learn_threshold = check_bool(label, "learn_threshold", learn_threshold)
         self.emit = emit
         self.surrogate, self.learned_surrogate = resolve_surrogate(surrogate, learn_surrogate, label)
         self._spike: Callable[..., Any] = spike_op(self.surrogate, self.learned_surrogate)

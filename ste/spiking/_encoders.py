@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import CallError, ParameterError
 
 __all__ = ["delta_encode", "latency_encode", "rate_encode"]
@@ -66,6 +67,7 @@ def latency_encode(x: Any, steps: int, *, tau: float = 5.0, threshold: float = 0
     Returns:
         Spikes (0/1) of shape ``[batch, steps, ...]``.
     """
+    linear = check_bool("latency_encode", "linear", linear)
     steps = _steps(steps, "latency_encode")
     if not tau > 0 or not threshold > 0:
         raise ParameterError(
@@ -93,6 +95,8 @@ def delta_encode(x: Any, *, threshold: float = 0.1, padding: bool = False, off_s
     Returns:
         Spikes of x's shape: 0/1, or −1/0/1 with ``off_spike``.
     """
+    padding = check_bool("delta_encode", "padding", padding)
+    off_spike = check_bool("delta_encode", "off_spike", off_spike)
     x = _floating(x, "delta_encode")
     if x.shape.rank is not None and x.shape.rank < 2:
         raise CallError(f"delta_encode: x must be [batch, time, ...]; received shape {x.shape}.")

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import keras
 
+from .._arguments import check_bool
 from .._errors import CallError
 from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
@@ -37,6 +38,9 @@ def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
                     keys.add(name)
     _KEYS[cell_class] = frozenset(keys)
     return _KEYS[cell_class]
+
+
+_RNN_SWITCHES = ("return_sequences", "return_state", "go_backwards", "stateful", "unroll", "zero_output_for_mask")
 
 
 class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
@@ -71,6 +75,9 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         zero_output_for_mask: bool = True,
         **kwargs: Any,
     ) -> None:
+        for key, value in locals().items():  # return_sequences="no" etc.: refused, not read with bool()
+            if key in _RNN_SWITCHES:
+                check_bool(type(self).__name__, key, value)
         keys = _cell_keys(self.cell_class)
         cell_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if key in keys}
         cell_kwargs.update({key: kwargs[key] for key in _LAYER_KEYS if key in kwargs})

@@ -12,6 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from ._cell import SpikingCell, checked_number
 from ._constraint import Interval
 from ._layer import SpikingRNN
@@ -36,7 +37,7 @@ class LIFCell(SpikingCell):
     def __init__(self, beta: float = 0.9, threshold: float = 1.0, *, learn_beta: bool = False, **kwargs: Any) -> None:
         super().__init__(threshold, **kwargs)
         self.beta = checked_number(type(self).__name__, "beta", beta, 0.0, 1.0)
-        self.learn_beta = bool(learn_beta)
+        self.learn_beta = check_bool(type(self).__name__, "learn_beta", learn_beta)
 
     def learned_parameters(self) -> dict[str, tuple[float, Interval]]:
         out = super().learned_parameters()

@@ -12,6 +12,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
+
 __all__ = ["RateCrossEntropy", "rate_cross_entropy"]
 
 
@@ -23,6 +25,8 @@ def rate_cross_entropy(y_true: Any, spikes: Any, *, sparse: bool = True, from_co
         spikes: the output layer's spike train.
         from_counts: use the spike count over time as the logits instead of averaging per-step losses.
     """
+    sparse = check_bool("rate_cross_entropy", "sparse", sparse)
+    from_counts = check_bool("rate_cross_entropy", "from_counts", from_counts)
     spikes = tf.convert_to_tensor(spikes)
     logits = tf.cast(spikes, tf.float32)
     if sparse:
@@ -45,8 +49,8 @@ class RateCrossEntropy(keras.losses.Loss):  # type: ignore[misc]
 
     def __init__(self, sparse: bool = True, from_counts: bool = False, name: str = "rate_cross_entropy", **kwargs: Any):
         super().__init__(name=name, **kwargs)
-        self.sparse = sparse
-        self.from_counts = from_counts
+        self.sparse = check_bool("RateCrossEntropy", "sparse", sparse)
+        self.from_counts = check_bool("RateCrossEntropy", "from_counts", from_counts)
 
     def call(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         return rate_cross_entropy(y_true, y_pred, sparse=self.sparse, from_counts=self.from_counts)

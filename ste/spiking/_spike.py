@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import ParameterError
 from ..registry import Surrogate, SurrogateLike, get
 
@@ -33,14 +35,17 @@ def resolve_surrogate(
     """The registry surrogate and the names of its parameters to learn (``True``: every numeric parameter)."""
     resolved = get(surrogate)
     numeric = tuple(k for k, v in resolved.params.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
-    if learned is True:
-        names = numeric
-    elif learned is False or learned is None:
+    if isinstance(learned, (bool, np.bool_)):
+        names = numeric if learned else ()
+    elif learned is None:
         names = ()
     elif isinstance(learned, str):
         names = (learned,)
-    else:
+    elif isinstance(learned, Sequence) and all(isinstance(n, str) for n in learned):
         names = tuple(learned)
+    else:
+        check_bool(layer, "learn_surrogate", learned)  # raises: learn_surrogate must be True or False (or names)
+        names = ()
     unknown = [n for n in names if n not in numeric]
     if unknown:
         raise ParameterError(
@@ -54,7 +59,7 @@ def resolve_surrogate(
             f"and {resolved!r} has none. "
             f"Fix: choose a surrogate with a primitive (e.g. 'atan') or learn_surrogate=False."
         )
-    if learned is True and not names:
+    if isinstance(learned, (bool, np.bool_)) and learned and not names:
         raise ParameterError(f"{layer}: learn_surrogate=True, but the surrogate {resolved!r} has no numeric parameter.")
     return resolved, names
 

@@ -259,3 +259,102 @@ def test_every_error_class_is_an_ste_error_and_keeps_its_type_through_tf_functio
 
         with pytest.raises(cls, match="boom"):
             raise_it(tf.constant(1.0))
+
+
+# -- issue 22.B: quantizers, quantized layers and saved configs ------------------------------------------------
+
+_BAD_DTYPES = {
+    "string": lambda shape: tf.fill(shape, "a"),
+    "int32": lambda shape: tf.zeros(shape, tf.int32),
+    "int64": lambda shape: tf.zeros(shape, tf.int64),
+    "bool": lambda shape: tf.zeros(shape, tf.bool),
+    "complex64": lambda shape: tf.zeros(shape, tf.complex64),
+}
+
+
+@pytest.mark.parametrize("dtype", sorted(_BAD_DTYPES))
+@pytest.mark.parametrize("name", ste.quantizers.names())
+def test_every_quantizer_refuses_a_non_floating_input_before_its_variables_change(name: str, dtype: str) -> None:
+    quantizer = ste.quantizers.get(name)
+    quantizer(tf.ones([2, 3]))  # built, LSQ's step initialised
+    before = [v.numpy().copy() for v in quantizer.weights]
+    with pytest.raises(ste.InputError, match=rf"{type(quantizer).__name__}.*{dtype}.*Fix"):
+        quantizer(_BAD_DTYPES[dtype]([2, 3]))
+    for old, new in zip(before, quantizer.weights):
+        np.testing.assert_array_equal(old, new.numpy())
+
+
+def test_lsq_on_a_string_tensor_is_an_input_error_even_before_it_is_initialised() -> None:
+    with pytest.raises(ste.InputError, match="LSQ.*string"):
+        ste.quantizers.LSQ()(tf.constant([["a", "b"]]))
+
+
+@pytest.mark.parametrize("value", [None, object()], ids=["None", "object"])
+@pytest.mark.parametrize(
+    "function", ["ste_sign", "approx_sign", "ste_tern", "magnitude_aware_sign", "dorefa_quantizer"]
+)
+def test_larq_function_forms_refuse_what_is_not_a_tensor(function: str, value: Any) -> None:
+    with pytest.raises(ste.InputError):
+        getattr(ste.quantizers, function)(value)
+
+
+_LAYERS = {
+    "QuantDense": (lambda: ste.layers.QuantDense(2, kernel_quantizer="ste_sign"), (1, 4)),
+    "QuantConv1D": (lambda: ste.layers.QuantConv1D(2, 1, kernel_quantizer="ste_sign"), (1, 4, 2)),
+    "QuantConv2D": (lambda: ste.layers.QuantConv2D(2, 1, kernel_quantizer="ste_sign"), (1, 4, 4, 2)),
+    "QuantConv3D": (lambda: ste.layers.QuantConv3D(2, 1, kernel_quantizer="ste_sign"), (1, 4, 4, 4, 2)),
+    "QuantDepthwiseConv2D": (lambda: ste.layers.QuantDepthwiseConv2D(1, depthwise_quantizer="ste_sign"), (1, 4, 4, 2)),
+    "QuantSeparableConv2D": (lambda: ste.layers.QuantSeparableConv2D(2, 1), (1, 4, 4, 2)),
+    "QuantConv2DTranspose": (lambda: ste.layers.QuantConv2DTranspose(2, 1, kernel_quantizer="ste_sign"), (1, 4, 4, 2)),
+}
+
+
+@pytest.mark.parametrize("dtype", sorted(_BAD_DTYPES))
+@pytest.mark.parametrize("layer", sorted(_LAYERS))
+@pytest.mark.parametrize("input_quantizer", [None, "ste_sign"])
+def test_every_quantized_layer_refuses_a_non_floating_input(layer: str, dtype: str, input_quantizer: Any) -> None:
+    make, shape = _LAYERS[layer]
+    instance = make()
+    instance.input_quantizer = ste.quantizers.get(input_quantizer)
+    with pytest.raises(ste.InputError, match=dtype):
+        instance(_BAD_DTYPES[dtype](shape))
+
+
+@pytest.mark.parametrize("dtype", ["string", "complex64"])
+def test_batch_normalization_refuses_string_and_complex_input(dtype: str) -> None:
+    with pytest.raises(ste.InputError, match=f"BatchNormalization.*{dtype}"):
+        ste.layers.BatchNormalization()(_BAD_DTYPES[dtype]((2, 3)))
+
+
+_DAMAGED_CONFIGS = [
+    (ste.quantizers.DoReFa, {"bits": -1}, "bits must be an integer"),
+    (ste.quantizers.DoReFa, {"mode": None}, "mode must be"),
+    (ste.quantizers.Uniform, {"min": "garbage"}, "min must be a finite number"),
+    (ste.quantizers.LSQ, {"signed": "no"}, "signed must be True or False"),
+    (ste.quantizers.PACT, {"alpha": [1, 2]}, "alpha must be a finite number"),
+    (ste.quantizers.NoOp, {"precision": None}, "precision must be"),
+    (ste.quantizers.Sign, {"surrogate": {"name": "no_such_surrogate"}}, "no_such_surrogate"),
+    (ste.quantizers.Sign, {"trainable": "garbage"}, "damaged"),
+    (ste.quantizers.Sign, {"dtype": [1, 2]}, "damaged"),
+    (ste.layers.QuantDense, {"units": "garbage"}, "damaged"),
+    (ste.layers.QuantDense, {"use_bias": "no"}, "use_bias must be True or False"),
+    (ste.layers.QuantDense, {"kernel_quantizer": "no_such_quantizer"}, "no_such_quantizer"),
+    (ste.layers.BatchNormalization, {"center": "no"}, "center must be True or False"),
+    (ste.layers.BatchNormalization, {"axis": "garbage"}, "damaged"),
+    (ste.optimizers.Bop, {"gamma": "garbage"}, "gamma"),
+    (ste.optimizers.Bop, {"clipnorm": "garbage"}, "clipnorm must be a finite number"),
+    (ste.optimizers.Bop, {"no_such_argument": 1}, "damaged"),
+]
+
+
+@pytest.mark.parametrize(("cls", "damage", "fragment"), _DAMAGED_CONFIGS, ids=lambda v: getattr(v, "__name__", None))
+def test_a_damaged_saved_config_raises_an_ste_error_not_kerass_bare_type_error(cls: Any, damage: Any, fragment: str):
+    made = {
+        ste.layers.QuantDense: lambda: ste.layers.QuantDense(2, kernel_quantizer="ste_sign"),
+        ste.quantizers.NoOp: lambda: ste.quantizers.NoOp(precision=1),
+    }.get(cls, cls)()
+    config = {**made.get_config(), **damage}
+    with pytest.raises(ste.STEError, match=fragment):
+        cls.from_config(config)
+    with pytest.raises(ste.ParameterError, match="expected the dict"):
+        cls.from_config(["not", "a", "dict"])

@@ -303,3 +303,65 @@ def test_threshold_schedule_round_trips_and_is_read_at_bops_step():
     assert variable.numpy().tolist() == [1.0]
     bop.apply([tf.constant([1.0])], [variable])  # w·m = 1 > τ = 0: flipped
     assert variable.numpy().tolist() == [-1.0]
+
+
+# -- issue 22: refused instead of silently ignored; damaged saved configs -----------------------------------------
+
+
+def test_bop_refuses_use_ema_and_learning_rate_as_larq_does():
+    """larq's Bop (a legacy Keras optimizer) raises TypeError for both; Keras 3's EMA would overwrite ±1 weights
+    with their averages after fit, and Bop has no learning rate."""
+    with pytest.raises(ste.CallError, match="use_ema") as error:
+        Bop(use_ema=True)
+    assert isinstance(error.value, TypeError)
+    with pytest.raises(ste.CallError, match="learning_rate.*gamma") as error:
+        Bop(learning_rate=0.1)
+    assert isinstance(error.value, TypeError)
+    assert Bop(use_ema=False).get_config()["use_ema"] is False
+    config = {**Bop(gamma=1e-3).get_config(), "learning_rate": 0.0}  # what Keras's base class may have written
+    assert float(Bop.from_config(config).gamma.numpy()) == pytest.approx(1e-3)
+
+
+def test_bop_with_use_ema_false_keeps_binary_kernels_after_fit():
+    model = _fit_steps(_models.binarized_mlp(hidden=8), _models.bop_adam(gamma=1e-2))
+    for layer in model.layers:
+        if layer.name.startswith("binary"):
+            assert set(np.unique(layer.kernel.numpy())) <= {-1.0, 1.0}
+
+
+def _rewrite_optimizer_config(path, edit):
+    """Rewrite the optimizer's config inside a .keras zip (config.json) with ``edit(config)``."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    document = json.loads(files["config.json"])
+    edit(document["compile_config"]["optimizer"]["config"])
+    files["config.json"] = json.dumps(document).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+
+
+@pytest.mark.parametrize(
+    ("damage", "error", "match"),
+    [
+        (lambda c: c["assignment"][0].__setitem__(1, -1), ste.VariableAssignmentError, "never train"),
+        (lambda c: c["assignment"][0].__setitem__(1, 7), ste.VariableAssignmentError, "index from 0 to 1"),
+        (lambda c: c["assignment"][0].pop(), ste.VariableAssignmentError, "not \\[variable path"),
+        (lambda c: c.__setitem__("assignment", "all"), ste.VariableAssignmentError, "list of"),
+        (lambda c: c.pop("optimizers"), ste.ParameterError, "missing key"),
+        (lambda c: c.pop("predicates"), ste.ParameterError, "missing key"),
+        (lambda c: c["predicates"].append(None), ste.ParameterError, "2 predicate\\(s\\) for 1"),
+        (lambda c: c.__setitem__("optimizers", {"a": 1}), ste.ParameterError, "must be lists"),
+        (lambda c: c["optimizers"].__setitem__(0, 3), ste.ParameterError, "not a serialized"),
+    ],
+)
+def test_a_damaged_case_optimizer_config_fails_to_load_with_an_ste_error(tmp_path, damage, error, match):
+    model = _fit_steps(_models.binarized_mlp(hidden=8), _models.bop_adam(gamma=1e-2))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    _rewrite_optimizer_config(path, damage)
+    with pytest.raises(error, match=match):
+        keras.saving.load_model(path)
