@@ -28,8 +28,8 @@ import tensorflow as tf
 from .._arguments import check_bool_arguments
 from .._configs import rebuild
 from .._errors import InputError
+from .._signatures import ClassSignature
 from .._xla import compiling_with_xla
-from ._base import ClassSignature
 
 __all__ = ["BatchNormalization"]
 
