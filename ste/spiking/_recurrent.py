@@ -12,6 +12,7 @@ snnTorch); ``detach_reset`` concerns the reset term only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,11 @@ from ._synaptic import SynapticCell
 __all__ = ["RLIF", "RLIFCell", "RSynaptic", "RSynapticCell"]
 
 _KERNEL, _BIAS = "recurrent_kernel", "recurrent_bias"
+
+
+def _in_float32(initializer: Any, shape: Any, dtype: Any = None) -> tf.Tensor:
+    """The initial value drawn in float32 (Keras's orthogonal initializer has no bfloat16 QR), then cast."""
+    return tf.cast(initializer(shape, dtype="float32"), dtype or "float32")
 
 
 class _Recurrent(SpikingCell):
@@ -56,7 +62,7 @@ class _Recurrent(SpikingCell):
         self._learned[_KERNEL] = self.add_weight(
             name=_KERNEL,
             shape=(units, units) if self.all_to_all else (units,),
-            initializer=self.recurrent_initializer,
+            initializer=functools.partial(_in_float32, self.recurrent_initializer),
             regularizer=self.recurrent_regularizer,
             constraint=self.recurrent_constraint,
             trainable=self.learn_recurrent,

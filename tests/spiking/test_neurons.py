@@ -108,3 +108,156 @@ def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
         np.testing.assert_allclose(got["recurrent_kernel"], want["recurrent"], **tol)
     if n.bias is not None:
         np.testing.assert_allclose(got["recurrent_bias"], want["bias"], **tol)
+
+
+# -- higher-order gradients: reference = autodiff of the smooth primitive behind the surrogate ----------------------
+#
+# With spike(x) = P(x) + stop_gradient(Θ(x) − P(x)) the value is Θ(x) and every derivative (of any order) is that of
+# P, the primitive of the surrogate (atan: P = arctan(π·a·x/2)/π + 1/2). A plain Python loop of TensorFlow ops with
+# that spike is the reference for ste's custom-gradient spike inside the Keras time loop.
+
+
+def _smooth_spike(x: tf.Tensor, a: float) -> tf.Tensor:
+    primitive = tf.atan(np.pi * a * x / 2) / np.pi + 0.5
+    return primitive + tf.stop_gradient(tf.cast(x > 0, x.dtype) - primitive)
+
+
+def _loop_reference(n: reference.Synapse, x: tf.Tensor, kernel: tf.Tensor | None) -> tf.Tensor:
+    shape = (x.shape[0], x.shape[2])
+    u = s = c = tf.zeros(shape, x.dtype)
+    outputs = []
+    for t in range(x.shape[1]):
+        drive = x[:, t]
+        if kernel is not None:
+            drive = drive + (s @ kernel if len(kernel.shape) == 2 else s * kernel)
+        if n.alpha is not None:
+            c = n.alpha * c + drive
+            drive = c
+        reset_s = tf.stop_gradient(s) if n.detach else s
+        if not n.spiking or n.reset == "none":
+            u = n.beta * u + drive
+        elif n.reset == "subtract":
+            u = n.beta * u + drive - n.theta * reset_s
+        else:
+            u = n.beta * (1 - reset_s) * u + drive
+        s = _smooth_spike(u - n.theta, n.surrogate.a) if n.spiking else u
+        outputs.append(s)
+    return tf.stack(outputs, axis=1)
+
+
+SECOND = [("RSynaptic-all-bias", "subtract", False), ("RLIF-one-bias", "zero", True), ("Synaptic", "zero", False)]
+SECOND += [("LI", "none", True)]
+
+
+@pytest.mark.parametrize(("kind", "reset", "detach"), SECOND, ids=[f"{k}-{r}" for k, r, _ in SECOND])
+def test_second_order_gradients_match_the_smooth_primitive(kind: str, reset: str, detach: bool) -> None:
+    current, g, _ = _data(11)
+    layer, n = _neuron(kind, reset, detach)
+    layer.return_state = False
+    layer.build((BATCH, STEPS, UNITS))
+    kernel, bias = _recurrent_weights(layer, 11)
+    if bias is not None:  # a constant input current: fold it into the reference's input
+        current = current + bias
+        layer.cell._learned["recurrent_bias"].assign(np.zeros(UNITS))
+    w = tf.constant(np.random.default_rng(12).normal(size=current.shape))
+
+    def hessian_vector(model: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        x = tf.constant(current)
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                loss = tf.reduce_sum(model(x) * g) + 0.1 * tf.reduce_sum(model(x) ** 2)
+            first = inner.gradient(loss, x)
+            dot = tf.reduce_sum(first * w)
+        return first, outer.gradient(dot, x)
+
+    kernel_t = None if kernel is None else tf.constant(kernel)
+    first, second = hessian_vector(layer)
+    want_first, want_second = hessian_vector(lambda x: _loop_reference(n, x, kernel_t))
+    np.testing.assert_allclose(first.numpy(), want_first.numpy(), rtol=1e-10, atol=1e-12)
+    assert np.any(second.numpy() != 0)
+    np.testing.assert_allclose(second.numpy(), want_second.numpy(), rtol=1e-9, atol=1e-12)
+
+
+# -- cells, dtypes, learned values, signatures ---------------------------------------------------------------------
+
+NEW_LAYERS = {
+    "Synaptic": (ste.spiking.Synaptic, ste.spiking.SynapticCell),
+    "RLIF": (ste.spiking.RLIF, ste.spiking.RLIFCell),
+    "RSynaptic": (ste.spiking.RSynaptic, ste.spiking.RSynapticCell),
+    "LI": (ste.spiking.LI, ste.spiking.LICell),
+}
+
+
+@pytest.mark.parametrize("name", list(NEW_LAYERS))
+def test_cell_in_keras_rnn_equals_the_layer(name: str) -> None:
+    layer_class, cell_class = NEW_LAYERS[name]
+    x = tf.constant(_data(3)[0])
+    layer = layer_class(beta=0.7, dtype="float64", return_state=True)
+    rnn = keras.layers.RNN(
+        cell_class(beta=0.7, units=UNITS, dtype="float64"), return_sequences=True, return_state=True, dtype="float64"
+    )
+    layer.build(x.shape)
+    rnn.build(x.shape)
+    rnn.set_weights(layer.get_weights())
+    for a, b in zip(layer(x), rnn(x)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert len(layer(x)) == 1 + len(cell_class.state_names)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("name", list(NEW_LAYERS))
+def test_every_float_dtype(name: str, dtype: str) -> None:
+    x = tf.cast(_data(5)[0] * 2, dtype)
+    layer = NEW_LAYERS[name][0](beta=0.9, dtype=dtype, learn_beta=True)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = layer(x)
+        loss = tf.reduce_sum(out * tf.cast(tf.range(1, UNITS + 1), dtype))
+    grads = tape.gradient(loss, [x, *layer.trainable_weights])
+    assert out.dtype == dtype
+    values = out.numpy().astype("float32")
+    if name != "LI":
+        assert set(np.unique(values)) == {0.0, 1.0}
+    assert np.all(np.isfinite(values))
+    for grad in grads:
+        array = tf.cast(grad, "float32").numpy()
+        assert np.all(np.isfinite(array)) and np.any(array != 0)
+
+
+LEARNED = [
+    (ste.spiking.LIF, {"learn_beta": True, "learn_threshold": True}),
+    (ste.spiking.IF, {"learn_threshold": True}),
+    (ste.spiking.ALIF, {"learn_beta": True, "learn_threshold": True}),
+    (ste.spiking.Synaptic, {"learn_alpha": True, "learn_beta": True, "learn_threshold": True}),
+    (ste.spiking.RLIF, {"learn_beta": True, "learn_threshold": True}),
+    (ste.spiking.RSynaptic, {"learn_alpha": True, "learn_beta": True, "learn_threshold": True}),
+    (ste.spiking.LI, {"learn_beta": True}),
+]
+
+
+@pytest.mark.parametrize(("layer_class", "learn"), LEARNED, ids=[c.__name__ for c, _ in LEARNED])
+def test_parameters_read_the_learned_values_after_training(layer_class: type, learn: dict[str, bool]) -> None:
+    layer = layer_class(**learn)
+    model = keras.Sequential([keras.Input((STEPS, UNITS)), keras.layers.Dense(UNITS), layer])
+    model.compile(keras.optimizers.SGD(0.5), loss=lambda y, p: -tf.reduce_mean(p))
+    before = {name: layer.get_config()[name] for name in ("alpha", "beta", "threshold") if f"learn_{name}" in learn}
+    model.fit(_data(6)[0].astype("float32"), np.zeros((BATCH,)), epochs=2, verbose=0)
+    variables = {v.name: float(v.numpy()) for v in layer.weights if len(v.shape) == 0}
+    for name, initial in before.items():
+        assert abs(variables[name] - initial) > 1e-4, f"{name} did not train"
+        assert getattr(layer, name) == variables[name] == getattr(layer.cell, name)
+        assert layer.get_config()[name] == initial  # the config keeps the initial value; the weights the trained one
+
+
+@pytest.mark.parametrize("name", list(NEW_LAYERS))
+def test_every_explicit_argument_is_in_the_config(name: str) -> None:
+    layer_class, cell_class = NEW_LAYERS[name]
+    rnn_args = set(inspect.signature(keras.layers.RNN).parameters) - {"cell", "kwargs"}
+    for klass in (layer_class, cell_class):
+        parameters = inspect.signature(klass).parameters
+        assert not any(p.kind is p.VAR_POSITIONAL for p in parameters.values())
+        config = klass(units=UNITS).get_config()
+        for argument in set(parameters) - {"kwargs"}:
+            assert argument in config or argument in rnn_args, f"{klass.__name__}({argument}=...) is not saved"
