@@ -31,10 +31,12 @@ class TimeDistributed(keras.layers.TimeDistributed):  # type: ignore[misc]
         layer: a Keras layer for one frame ``[batch, ...]`` (``Conv2D``, ``AveragePooling2D``, ``Flatten``,
             ``ste.layers.QuantConv2D``, ...). A layer that mixes samples of a batch (``BatchNormalization``) sees
             ``batch·time`` samples: its statistics are over the batch and time, as SpikingJelly's.
-        **kwargs: Keras layer arguments.
+        **kwargs: Keras layer arguments; ``dtype`` defaults to the wrapped layer's dtype policy.
     """
 
     def __init__(self, layer: keras.layers.Layer, **kwargs: Any) -> None:
+        if isinstance(layer, keras.layers.Layer):
+            kwargs.setdefault("dtype", layer.dtype_policy)
         super().__init__(layer, **kwargs)
 
     def build(self, input_shape: Any) -> None:

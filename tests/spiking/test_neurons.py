@@ -261,3 +261,235 @@ def test_every_explicit_argument_is_in_the_config(name: str) -> None:
         config = klass(units=UNITS).get_config()
         for argument in set(parameters) - {"kwargs"}:
             assert argument in config or argument in rnn_args, f"{klass.__name__}({argument}=...) is not saved"
+
+
+# -- every execution mode: a model with every new neuron ------------------------------------------------------------
+
+
+def _model() -> keras.Model:
+    return keras.Sequential(
+        [
+            keras.Input((STEPS, 4)),
+            keras.layers.Dense(8, name="d1"),
+            ste.spiking.Synaptic(alpha=0.7, learn_alpha=True, learn_beta=True, name="syn"),
+            keras.layers.Dense(6, name="d2"),
+            ste.spiking.RLIF(learn_threshold=True, recurrent_bias=True, name="rlif"),
+            keras.layers.Dense(6, name="d3"),
+            ste.spiking.RSynaptic(all_to_all=False, reset="zero", detach_reset=False, name="rsyn"),
+            keras.layers.Dense(3, name="d4"),
+            ste.spiking.LI(beta=0.8, learn_beta=True, name="li"),
+            ste.spiking.Readout("last"),
+        ]
+    )
+
+
+def _xy(n: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = ste.spiking.rate_encode(rng.random((n, 4)).astype("float32"), STEPS, seed=1).numpy() * 3
+    return x, rng.integers(0, 3, size=n).astype("int32")
+
+
+def _loss_and_grads(model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True))
+    return loss, tape.gradient(loss, model.trainable_weights)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["tf.function", "jit_compile"])
+def test_graph_and_xla_match_eager(jit: bool) -> None:
+    model = _model()
+    x, y = (tf.constant(a) for a in _xy(8))
+    eager_loss, eager_grads = _loss_and_grads(model, x, y)
+    loss, grads = tf.function(_loss_and_grads, jit_compile=jit)(model, x, y)
+    np.testing.assert_allclose(loss.numpy(), eager_loss.numpy(), rtol=1e-5)
+    assert sum(bool(np.any(g.numpy() != 0)) for g in eager_grads) == len(eager_grads)
+    for g, e, w in zip(grads, eager_grads, model.trainable_weights):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=2e-4, atol=1e-6, err_msg=w.name)
+
+
+def test_keras_save_and_load_after_fit(tmp_path) -> None:
+    model = _model()
+    x, y = _xy()
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=2, verbose=0)
+    path = tmp_path / "neurons.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+    for name in ("syn", "rlif", "rsyn", "li"):
+        a, b = model.get_layer(name), loaded.get_layer(name)
+        assert type(a) is type(b) and a.get_config() == b.get_config()
+        assert a.beta == b.beta and a.cell.state_names == b.cell.state_names
+    assert loaded.get_layer("syn").alpha == model.get_layer("syn").alpha != 0.7
+
+
+def test_mixed_precision_fit() -> None:
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = _model()
+        assert model.get_layer("rlif").compute_dtype == "float16"
+        x, y = _xy()
+        model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+        assert model(x).dtype == "float16" and all(w.dtype == "float32" for w in model.weights)
+        assert all(np.all(np.isfinite(w.numpy())) for w in model.weights)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mirrored_strategy_matches_one_device() -> None:
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by tests/conftest.py")
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    x, y = _xy()
+
+    def run(scope: Any) -> list[np.ndarray]:
+        keras.utils.set_random_seed(1)
+        with scope:
+            model = _model()
+            model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        return [w.numpy() for w in model.weights]
+
+    for a, b in zip(run(strategy.scope()), run(tf.distribute.get_strategy().scope())):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# -- convolutional spiking layers: time folded into the batch ------------------------------------------------------
+
+
+def _frames(seed: int = 0, steps: int = 4) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.3, 1.0, size=(2, steps, 6, 6, 2))
+
+
+def test_time_distributed_equals_keras_per_step_loop_in_one_conv_call() -> None:
+    conv = keras.layers.Conv2D(3, 3, padding="same", dtype="float64")
+    ours, theirs = ste.spiking.TimeDistributed(conv), keras.layers.TimeDistributed(conv, dtype="float64")  # the same kernel
+    x = tf.constant(_frames())
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        a, b = ours(x), theirs(x)
+        la, lb = (tf.reduce_sum(o * tf.range(1.0, 4.0, dtype="float64")) for o in (a, b))
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tape.gradient(la, x).numpy(), tape.gradient(lb, x).numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        tape.gradient(la, conv.kernel).numpy(), tape.gradient(lb, conv.kernel).numpy(), rtol=1e-12, atol=1e-12
+    )
+    graph = tf.function(lambda z: ours(z)).get_concrete_function(tf.TensorSpec([None, None, 6, 6, 2], "float64")).graph
+    ops = [op.type for op in graph.get_operations()]
+    assert ops.count("Conv2D") == 1 and "While" not in ops and "StatelessWhile" not in ops
+
+
+@pytest.mark.parametrize("name", ["LIF", "Synaptic", "RLIF", "LI"])
+def test_neurons_on_feature_maps_equal_the_flattened_neurons(name: str) -> None:
+    layer_class = getattr(ste.spiking, name)
+    x = _frames(1)
+    maps = layer_class(return_state=True, dtype="float64")
+    flat = layer_class(return_state=True, dtype="float64")
+    out = maps(x)
+    flat.build((2, 4, 72))
+    flat.set_weights(maps.get_weights())
+    expected = flat(x.reshape(2, 4, 72))
+    assert tuple(out[0].shape) == (2, 4, 6, 6, 2) and all(tuple(s.shape) == (2, 6, 6, 2) for s in out[1:])
+    np.testing.assert_array_equal(out[0].numpy().reshape(2, 4, 72), expected[0].numpy())
+    for state, want in zip(out[1:], expected[1:]):
+        np.testing.assert_array_equal(state.numpy().reshape(2, 72), want.numpy())
+    if name == "LIF":  # and the independent numpy model
+        spikes = reference.forward(reference.Neuron(beta=0.9), x.reshape(2, 4, 72))["S"].transpose(1, 0, 2)
+        np.testing.assert_array_equal(out[0].numpy().reshape(2, 4, 72), spikes)
+    again = layer_class(dtype="float64", return_state=True)
+    again.build((2, 4, 6, 6, 2))
+    again.set_weights(maps.get_weights())
+    resumed = again(x[:, 2:], initial_state=[maps(x[:, :2])[i] for i in range(1, len(out))])[0]
+    np.testing.assert_array_equal(resumed.numpy(), out[0].numpy()[:, 2:])
+
+
+def test_convolutional_snn_fits_saves_and_loads(tmp_path) -> None:
+    model = keras.Sequential(
+        [
+            keras.Input((5, 8, 8, 2)),
+            ste.spiking.TimeDistributed(keras.layers.Conv2D(4, 3, padding="same")),
+            ste.spiking.LIF(learn_beta=True),
+            ste.spiking.TimeDistributed(keras.layers.AveragePooling2D(2)),
+            ste.spiking.TimeDistributed(ste.layers.QuantConv2D(4, 3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip")),
+            ste.spiking.Synaptic(),
+            ste.spiking.TimeDistributed(keras.layers.Flatten()),
+            keras.layers.Dense(3),
+            ste.spiking.LI(),
+            ste.spiking.Readout("max"),
+        ]
+    )
+    assert model.output_shape == (None, 3)
+    x = (np.random.default_rng(2).random((8, 5, 8, 8, 2)) < 0.3).astype("float32")
+    y = np.arange(8) % 3
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    model.fit(x, y, epochs=2, verbose=0, batch_size=4)
+    assert all(not np.array_equal(w.numpy(), b) for w, b in zip(model.trainable_weights, before))
+    model.save(tmp_path / "conv.keras")
+    loaded = keras.saving.load_model(tmp_path / "conv.keras")
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+    assert isinstance(loaded.layers[0], ste.spiking.TimeDistributed)
+
+
+# -- bad input: typed errors -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["LIF", "IF", "ALIF", "Synaptic", "RLIF", "RSynaptic", "LI"])
+def test_integer_and_boolean_spike_trains_are_currents(name: str) -> None:
+    layer = getattr(ste.spiking, name)()
+    spikes = np.random.default_rng(3).random((2, STEPS, UNITS)) < 0.5
+    expected = layer(spikes.astype("float32")).numpy()
+    for dtype in ("bool", "int32", "uint8", "int64"):
+        np.testing.assert_array_equal(layer(tf.constant(spikes.astype(dtype))).numpy(), expected)
+    with pytest.raises(ste.InputError, match="string"):
+        layer(tf.fill((2, STEPS, UNITS), "a"))
+    with pytest.raises(ste.CallError, match="0 time steps"):
+        getattr(ste.spiking, name)()(tf.zeros((2, 0, UNITS)))
+    with pytest.raises(ste.CallError, match="feature axes"):
+        keras.Sequential([keras.Input((STEPS, None, 2)), getattr(ste.spiking, name)()])
+
+
+def test_neuron_argument_errors() -> None:
+    for bad in ({"alpha": 1.5}, {"alpha": float("nan")}, {"beta": -0.1}, {"threshold": 0.0}):
+        with pytest.raises(ste.ParameterError):
+            ste.spiking.Synaptic(**bad)
+    with pytest.raises(ste.ParameterError, match="never spikes"):
+        ste.spiking.LI(threshold=1.0)
+    with pytest.raises(ste.ParameterError, match="never spikes"):
+        ste.spiking.LICell(surrogate="atan")
+    with pytest.raises(ste.ParameterError, match="units=4"):
+        ste.spiking.RLIF(units=4)(tf.zeros((2, 3, 5)))
+    with pytest.raises(ste.CallError, match=r"\[batch, time, \.\.\.\]"):
+        ste.spiking.TimeDistributed(keras.layers.Flatten())(tf.zeros((2, 3)))
+
+
+def test_readout_refuses_a_reduced_input() -> None:
+    with pytest.raises(ste.CallError, match=r"\[batch, units\]"):
+        ste.spiking.Readout("count")(tf.zeros((2, 3)))
+    with pytest.raises(ste.CallError):
+        keras.Sequential([keras.Input((3,)), ste.spiking.Readout("max")])
+    for fn in (ste.spiking.spike_count, ste.spiking.spike_rate, ste.spiking.last_membrane, ste.spiking.max_membrane):
+        with pytest.raises(ste.CallError):
+            fn(np.zeros((2, 3)))
+    maps = np.random.default_rng(4).random((2, 3, 4, 5))
+    np.testing.assert_allclose(ste.spiking.Readout("rate")(maps).numpy(), maps.mean(1), rtol=1e-6)
+
+
+def test_encoders_refuse_what_would_be_silently_wrong_or_a_raw_error() -> None:
+    x = np.full((2, 3), 0.5)
+    for kwargs in ({"gain": float("nan")}, {"gain": float("inf")}, {"gain": -1.0}, {"seed": 2**70}, {"seed": 1.5}):
+        with pytest.raises(ste.ParameterError):
+            ste.spiking.rate_encode(x, 3, **kwargs)
+    with pytest.raises(ste.ParameterError, match="2\\*\\*31"):
+        ste.spiking.rate_encode(x, 10**12)
+    with pytest.raises(ste.ParameterError, match="GiB"):
+        ste.spiking.rate_encode(np.zeros((1000, 1000)), 2**31 - 1)
+    for threshold in (float("nan"), 0.0, -0.1):
+        with pytest.raises(ste.ParameterError):
+            ste.spiking.delta_encode(x[:, :, None], threshold=threshold)
+    with pytest.raises(ste.ParameterError):
+        ste.spiking.latency_encode(x, 3, tau=float("nan"))
+    seeded = ste.spiking.rate_encode(x, 4, seed=2**63 - 1, gain=np.float32(1.0)).numpy()
+    assert seeded.shape == (2, 4, 3) and set(np.unique(seeded)) <= {0.0, 1.0}
