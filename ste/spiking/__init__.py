@@ -15,8 +15,8 @@ from ._li import LI, LICell
 from ._lif import LIF, LIFCell
 from ._loss import RateCrossEntropy, rate_cross_entropy
 from ._plot import plot_membrane, plot_raster
-from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
+from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
 from ._spike import heaviside
 from ._synaptic import Synaptic, SynapticCell
 from ._time import TimeDistributed

@@ -64,9 +64,9 @@ def _fits_in_memory(x: tf.Tensor, steps: int) -> None:
         return
     if needed > available:
         raise ParameterError(
-            f"rate_encode: {steps} steps of an input of shape {tuple(x.shape)} need {needed / 2**30:.1f} GiB, more than "
-            f"the {available / 2**30:.1f} GiB of memory free. Fix: encode fewer steps or "
-            f"smaller batches (e.g. inside a tf.data pipeline)."
+            f"rate_encode: {steps} steps of an input of shape {tuple(x.shape)} need {needed / 2**30:.1f} GiB, "
+            f"more than the {available / 2**30:.1f} GiB of memory free. Fix: encode fewer steps or smaller "
+            f"batches (e.g. inside a tf.data pipeline)."
         )
 
 

@@ -1,4 +1,4 @@
-"""Recurrent spiking neurons (snnTorch's ``RLeaky`` and ``RSynaptic``): ``RLIF``/``RLIFCell``, ``RSynaptic``/``RSynapticCell``.
+"""Recurrent spiking neurons (snnTorch's ``RLeaky`` and ``RSynaptic``): ``RLIF``, ``RSynaptic`` and their cells.
 
 The last step's spikes come back through a recurrent weight V: all-to-all (a ``[units, units]`` matrix,
 ``S[t−1]·V``) or one-to-one (a ``[units]`` vector, ``V ⊙ S[t−1]``).
@@ -296,4 +296,3 @@ class RSynaptic(SpikingRNN):
         **kwargs: Any,
     ) -> None:
         super().__init__(**layer_arguments(locals()))
-

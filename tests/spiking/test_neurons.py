@@ -49,9 +49,12 @@ def _run(layer: keras.layers.Layer, current: np.ndarray, g: np.ndarray, h: np.nd
     learned = layer.cell._learned
     names = list(learned)
     grads = tape.gradient(loss, [x, *(learned[n] for n in names)])
-    return {"out": out.numpy(), "membrane": membrane.numpy(), "current": grads[0].numpy(), **{
-        n: v.numpy() for n, v in zip(names, grads[1:])
-    }}
+    return {
+        "out": out.numpy(),
+        "membrane": membrane.numpy(),
+        "current": grads[0].numpy(),
+        **{n: v.numpy() for n, v in zip(names, grads[1:])},
+    }
 
 
 KINDS = ["Synaptic", "RLIF-all", "RLIF-one-bias", "RSynaptic-all-bias", "RSynaptic-one", "LI"]
@@ -79,7 +82,9 @@ def _neuron(kind: str, reset: str, detach: bool) -> tuple[keras.layers.Layer, re
     return layer, n
 
 
-@pytest.mark.parametrize(("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'det' if d else 'att'}" for k, r, d in CASES])
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'det' if d else 'att'}" for k, r, d in CASES]
+)
 def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
     seed = CASES.index((kind, reset, detach))
     current, g, h = _data(seed)
@@ -365,7 +370,10 @@ def _frames(seed: int = 0, steps: int = 4) -> np.ndarray:
 
 def test_time_distributed_equals_keras_per_step_loop_in_one_conv_call() -> None:
     conv = keras.layers.Conv2D(3, 3, padding="same", dtype="float64")
-    ours, theirs = ste.spiking.TimeDistributed(conv), keras.layers.TimeDistributed(conv, dtype="float64")  # the same kernel
+    ours, theirs = (
+        ste.spiking.TimeDistributed(conv),
+        keras.layers.TimeDistributed(conv, dtype="float64"),
+    )  # the same kernel
     x = tf.constant(_frames())
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
@@ -412,7 +420,9 @@ def test_convolutional_snn_fits_saves_and_loads(tmp_path) -> None:
             ste.spiking.TimeDistributed(keras.layers.Conv2D(4, 3, padding="same")),
             ste.spiking.LIF(learn_beta=True),
             ste.spiking.TimeDistributed(keras.layers.AveragePooling2D(2)),
-            ste.spiking.TimeDistributed(ste.layers.QuantConv2D(4, 3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip")),
+            ste.spiking.TimeDistributed(
+                ste.layers.QuantConv2D(4, 3, kernel_quantizer="ste_sign", kernel_constraint="weight_clip")
+            ),
             ste.spiking.Synaptic(),
             ste.spiking.TimeDistributed(keras.layers.Flatten()),
             keras.layers.Dense(3),
