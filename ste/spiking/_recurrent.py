@@ -105,9 +105,15 @@ class RLIFCell(_Recurrent, LIFCell):
         recurrent_bias: add a bias to the recurrent input (snnTorch's all-to-all ``nn.Linear`` has one; it is a
             constant input current, so the bias of the layer in front can hold it instead).
         recurrent_initializer: Keras initializer of V; default ``"orthogonal"`` (all-to-all) or ``"ones"``.
-        recurrent_regularizer, recurrent_constraint: Keras regularizer and constraint of V.
-        reset, detach_reset, surrogate, learn_threshold, learn_surrogate, emit, units: as
-            [`SpikingCell`][ste.spiking.SpikingCell].
+        recurrent_regularizer: Keras regularizer of V.
+        recurrent_constraint: Keras constraint of V.
+        reset: ``"subtract"``, ``"zero"`` or ``"none"``, as [`SpikingCell`][ste.spiking.SpikingCell].
+        detach_reset: stop the gradient through the reset term (default True).
+        surrogate: the spike's backward pass (default ``"atan(alpha=2.0)"``).
+        learn_threshold: make ϑ a trainable variable (kept > 0).
+        learn_surrogate: train the surrogate's parameters (True or a list of names).
+        emit: ``"spikes"`` (default) or ``"membrane"``.
+        units: number of neurons; ``None`` takes the input's last axis.
         **kwargs: Keras layer arguments.
 
     States: ``[U, S]``.

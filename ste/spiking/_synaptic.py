@@ -33,8 +33,13 @@ class SynapticCell(LIFCell):
         threshold: firing threshold ϑ (> 0).
         learn_alpha: make α a trainable variable, kept in [0, 1].
         learn_beta: make β a trainable variable, kept in [0, 1].
-        reset, detach_reset, surrogate, learn_threshold, learn_surrogate, emit, units: as
-            [`SpikingCell`][ste.spiking.SpikingCell].
+        reset: ``"subtract"``, ``"zero"`` or ``"none"``, as [`SpikingCell`][ste.spiking.SpikingCell].
+        detach_reset: stop the gradient through the reset term (default True).
+        surrogate: the spike's backward pass (default ``"atan(alpha=2.0)"``).
+        learn_threshold: make ϑ a trainable variable (kept > 0).
+        learn_surrogate: train the surrogate's parameters (True or a list of names).
+        emit: ``"spikes"`` (default) or ``"membrane"``.
+        units: number of neurons; ``None`` takes the input's last axis.
         **kwargs: Keras layer arguments (``name``, ``dtype``, ...).
 
     States: ``[U, S, I_syn]`` (membrane, last spikes, synaptic current), each ``[batch, units]``.

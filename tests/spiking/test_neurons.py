@@ -14,6 +14,9 @@ import tensorflow as tf
 import ste
 
 from . import reference
+from .test_everywhere import _data as _sequences
+from .test_everywhere import _neurons_model
+from .test_gradients import _layer_gradients
 
 STEPS, BATCH, UNITS = 7, 3, 5
 
@@ -37,24 +40,6 @@ def _recurrent_weights(layer: keras.layers.Layer, seed: int) -> tuple[np.ndarray
         bias = rng.normal(0, 0.2, size=(UNITS,))
         cell._learned["recurrent_bias"].assign(bias)
     return kernel, bias
-
-
-def _run(layer: keras.layers.Layer, current: np.ndarray, g: np.ndarray, h: np.ndarray) -> dict[str, Any]:
-    x = tf.constant(current)
-    layer.build(x.shape)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        out, membrane, *_ = layer(x)
-        loss = tf.reduce_sum(out * g) + tf.reduce_sum(membrane * h)
-    learned = layer.cell._learned
-    names = list(learned)
-    grads = tape.gradient(loss, [x, *(learned[n] for n in names)])
-    return {
-        "out": out.numpy(),
-        "membrane": membrane.numpy(),
-        "current": grads[0].numpy(),
-        **{n: v.numpy() for n, v in zip(names, grads[1:])},
-    }
 
 
 KINDS = ["Synaptic", "RLIF-all", "RLIF-one-bias", "RSynaptic-all-bias", "RSynaptic-one", "LI"]
@@ -91,7 +76,8 @@ def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
     layer, n = _neuron(kind, reset, detach)
     layer.build((BATCH, STEPS, UNITS))
     n.recurrent, n.bias = _recurrent_weights(layer, seed)
-    got = _run(layer, current, g, h)
+    spikes, membrane, g_current, g_params = _layer_gradients(layer, current, g, h)
+    got = {"out": spikes, "membrane": membrane, "current": g_current, **g_params}
     expected = reference.simulate(n, current)
     if n.spiking:
         assert 0.05 < expected["S"].mean() < 0.9, "the data should make some but not all neurons fire"
@@ -268,53 +254,12 @@ def test_every_explicit_argument_is_in_the_config(name: str) -> None:
             assert argument in config or argument in rnn_args, f"{klass.__name__}({argument}=...) is not saved"
 
 
-# -- every execution mode: a model with every new neuron ------------------------------------------------------------
-
-
-def _model() -> keras.Model:
-    return keras.Sequential(
-        [
-            keras.Input((STEPS, 4)),
-            keras.layers.Dense(8, name="d1"),
-            ste.spiking.Synaptic(alpha=0.7, learn_alpha=True, learn_beta=True, name="syn"),
-            keras.layers.Dense(6, name="d2"),
-            ste.spiking.RLIF(learn_threshold=True, recurrent_bias=True, name="rlif"),
-            keras.layers.Dense(6, name="d3"),
-            ste.spiking.RSynaptic(all_to_all=False, reset="zero", detach_reset=False, name="rsyn"),
-            keras.layers.Dense(3, name="d4"),
-            ste.spiking.LI(beta=0.8, learn_beta=True, name="li"),
-            ste.spiking.Readout("last"),
-        ]
-    )
-
-
-def _xy(n: int = 16) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    x = ste.spiking.rate_encode(rng.random((n, 4)).astype("float32"), STEPS, seed=1).numpy() * 3
-    return x, rng.integers(0, 3, size=n).astype("int32")
-
-
-def _loss_and_grads(model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True))
-    return loss, tape.gradient(loss, model.trainable_weights)
-
-
-@pytest.mark.parametrize("jit", [False, True], ids=["tf.function", "jit_compile"])
-def test_graph_and_xla_match_eager(jit: bool) -> None:
-    model = _model()
-    x, y = (tf.constant(a) for a in _xy(8))
-    eager_loss, eager_grads = _loss_and_grads(model, x, y)
-    loss, grads = tf.function(_loss_and_grads, jit_compile=jit)(model, x, y)
-    np.testing.assert_allclose(loss.numpy(), eager_loss.numpy(), rtol=1e-5)
-    assert sum(bool(np.any(g.numpy() != 0)) for g in eager_grads) == len(eager_grads)
-    for g, e, w in zip(grads, eager_grads, model.trainable_weights):
-        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=2e-4, atol=1e-6, err_msg=w.name)
+# -- .keras round trip (the other execution modes: test_everywhere.py, over a model of every new neuron) -----------
 
 
 def test_keras_save_and_load_after_fit(tmp_path) -> None:
-    model = _model()
-    x, y = _xy()
+    model = keras.Sequential([_neurons_model(), ste.spiking.Readout("last")])
+    x, y = _sequences(16)
     model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x, y, epochs=2, verbose=0)
     path = tmp_path / "neurons.keras"
@@ -322,43 +267,10 @@ def test_keras_save_and_load_after_fit(tmp_path) -> None:
     loaded = keras.saving.load_model(path)
     np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
     for name in ("syn", "rlif", "rsyn", "li"):
-        a, b = model.get_layer(name), loaded.get_layer(name)
+        a, b = model.layers[0].get_layer(name), loaded.layers[0].get_layer(name)
         assert type(a) is type(b) and a.get_config() == b.get_config()
         assert a.beta == b.beta and a.cell.state_names == b.cell.state_names
-    assert loaded.get_layer("syn").alpha == model.get_layer("syn").alpha != 0.7
-
-
-def test_mixed_precision_fit() -> None:
-    keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        model = _model()
-        assert model.get_layer("rlif").compute_dtype == "float16"
-        x, y = _xy()
-        model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        model.fit(x, y, batch_size=8, epochs=2, verbose=0)
-        assert model(x).dtype == "float16" and all(w.dtype == "float32" for w in model.weights)
-        assert all(np.all(np.isfinite(w.numpy())) for w in model.weights)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-
-
-def test_mirrored_strategy_matches_one_device() -> None:
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    if len(devices) < 2:
-        pytest.skip("needs the two logical CPU devices set up by tests/conftest.py")
-    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-    x, y = _xy()
-
-    def run(scope: Any) -> list[np.ndarray]:
-        keras.utils.set_random_seed(1)
-        with scope:
-            model = _model()
-            model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
-        return [w.numpy() for w in model.weights]
-
-    for a, b in zip(run(strategy.scope()), run(tf.distribute.get_strategy().scope())):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert loaded.layers[0].get_layer("syn").alpha == model.layers[0].get_layer("syn").alpha != 0.7
 
 
 # -- convolutional spiking layers: time folded into the batch ------------------------------------------------------
