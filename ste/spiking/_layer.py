@@ -18,7 +18,7 @@ import tensorflow as tf
 from .._errors import CallError, InputError
 from ._cell import SpikingCell
 
-__all__ = ["SpikingRNN", "layer_arguments"]
+__all__ = ["SpikingRNN", "explicit_arguments"]
 
 _LAYER_KEYS = ("dtype", "trainable")
 
@@ -40,8 +40,8 @@ def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
     return _KEYS[cell_class]
 
 
-def layer_arguments(names: dict[str, Any]) -> dict[str, Any]:
-    """A layer's explicit arguments (its ``locals()`` in ``__init__``) as keywords for SpikingRNN, kwargs merged."""
+def explicit_arguments(names: dict[str, Any]) -> dict[str, Any]:
+    """The explicit arguments of an ``__init__`` (its ``locals()``) as keywords to pass on, ``**kwargs`` merged in."""
     arguments = {key: value for key, value in names.items() if key not in ("self", "kwargs", "__class__")}
     return {**arguments, **names.get("kwargs", {})}
 

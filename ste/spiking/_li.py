@@ -16,7 +16,7 @@ import tensorflow as tf
 from .._errors import ParameterError
 from ._cell import LearnedValue, SpikingCell, checked_number
 from ._constraint import Interval
-from ._layer import SpikingRNN, layer_arguments
+from ._layer import SpikingRNN, explicit_arguments
 
 __all__ = ["LI", "LICell"]
 
@@ -93,4 +93,4 @@ class LI(SpikingRNN):
         zero_output_for_mask: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**layer_arguments(locals()))
+        super().__init__(**explicit_arguments(locals()))

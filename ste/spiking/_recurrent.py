@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from ..registry import SurrogateLike
 from ._cell import SpikingCell
-from ._layer import SpikingRNN, layer_arguments
+from ._layer import SpikingRNN, explicit_arguments
 from ._lif import LIFCell
 from ._spike import DEFAULT_SURROGATE
 from ._synaptic import SynapticCell
@@ -29,6 +29,14 @@ from ._synaptic import SynapticCell
 __all__ = ["RLIF", "RLIFCell", "RSynaptic", "RSynapticCell"]
 
 _KERNEL, _BIAS = "recurrent_kernel", "recurrent_bias"
+_RECURRENT_ARGUMENTS = (
+    "all_to_all",
+    "learn_recurrent",
+    "recurrent_bias",
+    "recurrent_initializer",
+    "recurrent_regularizer",
+    "recurrent_constraint",
+)
 
 
 def _in_float32(initializer: Any, shape: Any, dtype: Any = None) -> tf.Tensor:
@@ -140,28 +148,10 @@ class RLIFCell(_Recurrent, LIFCell):
         units: int | None = None,
         **kwargs: Any,
     ) -> None:
-        LIFCell.__init__(
-            self,
-            beta,
-            threshold,
-            learn_beta=learn_beta,
-            reset=reset,
-            detach_reset=detach_reset,
-            surrogate=surrogate,
-            learn_threshold=learn_threshold,
-            learn_surrogate=learn_surrogate,
-            emit=emit,
-            units=units,
-            **kwargs,
-        )
-        self.setup_recurrent(
-            all_to_all,
-            learn_recurrent,
-            recurrent_bias,
-            recurrent_initializer,
-            recurrent_regularizer,
-            recurrent_constraint,
-        )
+        arguments = explicit_arguments(locals())
+        recurrent = {key: arguments.pop(key) for key in _RECURRENT_ARGUMENTS}
+        LIFCell.__init__(self, **arguments)
+        self.setup_recurrent(**recurrent)
 
     def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         return super().step(inputs + self.recurrent_input(states[1]), states)
@@ -199,30 +189,10 @@ class RSynapticCell(_Recurrent, SynapticCell):
         units: int | None = None,
         **kwargs: Any,
     ) -> None:
-        SynapticCell.__init__(
-            self,
-            alpha,
-            beta,
-            threshold,
-            learn_alpha=learn_alpha,
-            learn_beta=learn_beta,
-            reset=reset,
-            detach_reset=detach_reset,
-            surrogate=surrogate,
-            learn_threshold=learn_threshold,
-            learn_surrogate=learn_surrogate,
-            emit=emit,
-            units=units,
-            **kwargs,
-        )
-        self.setup_recurrent(
-            all_to_all,
-            learn_recurrent,
-            recurrent_bias,
-            recurrent_initializer,
-            recurrent_regularizer,
-            recurrent_constraint,
-        )
+        arguments = explicit_arguments(locals())
+        recurrent = {key: arguments.pop(key) for key in _RECURRENT_ARGUMENTS}
+        SynapticCell.__init__(self, **arguments)
+        self.setup_recurrent(**recurrent)
 
     def synaptic_input(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tf.Tensor:
         return inputs + self.recurrent_input(states[1])
@@ -262,7 +232,7 @@ class RLIF(SpikingRNN):
         zero_output_for_mask: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**layer_arguments(locals()))
+        super().__init__(**explicit_arguments(locals()))
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
@@ -301,4 +271,4 @@ class RSynaptic(SpikingRNN):
         zero_output_for_mask: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**layer_arguments(locals()))
+        super().__init__(**explicit_arguments(locals()))

@@ -16,7 +16,7 @@ import tensorflow as tf
 from ..registry import SurrogateLike
 from ._cell import LearnedValue, checked_number
 from ._constraint import Interval
-from ._layer import SpikingRNN, layer_arguments
+from ._layer import SpikingRNN, explicit_arguments
 from ._lif import LIFCell
 from ._spike import DEFAULT_SURROGATE
 
@@ -65,19 +65,9 @@ class SynapticCell(LIFCell):
         units: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            beta,
-            threshold,
-            learn_beta=learn_beta,
-            reset=reset,
-            detach_reset=detach_reset,
-            surrogate=surrogate,
-            learn_threshold=learn_threshold,
-            learn_surrogate=learn_surrogate,
-            emit=emit,
-            units=units,
-            **kwargs,
-        )
+        arguments = explicit_arguments(locals())
+        del arguments["alpha"], arguments["learn_alpha"]
+        super().__init__(**arguments)
         self.alpha = checked_number(type(self).__name__, "alpha", alpha, 0.0, 1.0)
         self.learn_alpha = bool(learn_alpha)
 
@@ -135,4 +125,4 @@ class Synaptic(SpikingRNN):
         zero_output_for_mask: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**layer_arguments(locals()))
+        super().__init__(**explicit_arguments(locals()))
