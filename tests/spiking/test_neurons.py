@@ -415,3 +415,20 @@ def test_encoders_refuse_what_would_be_silently_wrong_or_a_raw_error() -> None:
         ste.spiking.latency_encode(x, 3, tau=float("nan"))
     seeded = ste.spiking.rate_encode(x, 4, seed=2**63 - 1, gain=np.float32(1.0)).numpy()
     assert seeded.shape == (2, 4, 3) and set(np.unique(seeded)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("kind", ["RSynaptic", "LI"])
+def test_savedmodel_export_keeps_the_gradient(tmp_path, kind: str) -> None:
+    layer = ste.spiking.RSynaptic(learn_alpha=True, recurrent_bias=True) if kind == "RSynaptic" else ste.spiking.LI()
+    x = tf.constant(_sequences(4)[0])
+    model = keras.Sequential([keras.Input(x.shape[1:]), keras.layers.Dense(UNITS), layer])
+    model.export(str(tmp_path / "exported"), verbose=False)
+    restored = tf.saved_model.load(str(tmp_path / "exported"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        out, expected = restored.serve(x), model(x)
+        weighted = [tf.reduce_sum(o * tf.range(1.0, UNITS + 1)) for o in (out, expected)]
+    np.testing.assert_array_equal(out.numpy(), expected.numpy())
+    got, want = (tape.gradient(w, x) for w in weighted)
+    assert np.any(want.numpy() != 0)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
