@@ -1,9 +1,9 @@
 """``SpikingCell``: what every spiking neuron cell shares (surrogate, threshold, reset, learned parameters, config).
 
 A cell computes one time step for ``keras.layers.RNN``: ``cell(I[t], states) -> (output, new_states)``. Concrete
-cells (``LIFCell``, ``IFCell``, ``ALIFCell``) write only their membrane update in :meth:`SpikingCell.step`; this
-class turns the membrane into spikes with the surrogate op, applies the reset, creates the learned parameters and
-serializes the configuration.
+cells (``LIFCell``, ``IFCell``, ``ALIFCell``, ``SynapticCell``, ``RLIFCell``, ...) write only their membrane update
+in :meth:`SpikingCell.step`; this class turns the membrane into spikes with the surrogate op, applies the reset,
+creates the learned parameters and serializes the configuration. ``LICell`` (no spike) replaces ``call``.
 
 Reset of the membrane by the previous step's spike ``S[t−1]`` (snnTorch's ``reset_delay=True``):
 

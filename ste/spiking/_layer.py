@@ -1,5 +1,9 @@
 """``SpikingRNN``: a spiking cell run over the time axis of ``[batch, time, features]`` input currents.
 
+Feature maps ``[batch, time, height, width, channels]`` (after ``ste.spiking.TimeDistributed(Conv2D(...))``) are
+flattened to ``[batch, time, height·width·channels]`` around the Keras time loop, and the outputs and states get the
+frame's shape back. Integer and boolean spike trains are cast to the compute dtype.
+
 A ``keras.layers.RNN`` whose cell the layer builds from its own arguments (as ``keras.layers.LSTM`` does), so
 ``return_sequences``, ``return_state``, ``stateful``, ``go_backwards``, ``unroll`` and masking behave as in Keras.
 Two defaults differ from ``keras.layers.RNN``: ``return_sequences=True`` (a spike train is the usual output) and
@@ -47,14 +51,15 @@ def explicit_arguments(names: dict[str, Any]) -> dict[str, Any]:
 
 
 class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
-    """Base class of the spiking layers over a time axis (``LIF``, ``IF``, ``ALIF``).
+    """Base class of the neuron layers over a time axis (``LIF``, ``IF``, ``ALIF``, ``Synaptic``, ``RLIF``, ...).
 
     Positional and neuron keyword arguments go to the cell (``cell_class``); the others are those of
     ``keras.layers.RNN`` and ``keras.layers.Layer``:
 
     Args:
         return_sequences: the output at every step ``[batch, time, units]`` (default True) or at the last one.
-        return_state: also return the final states (``[U, S]``, ALIF ``[U, S, b]``).
+        return_state: also return the final states (``[U, S]``; ALIF ``[U, S, b]``, Synaptic ``[U, S, I_syn]``,
+            LI ``[U]``), each of the frame's shape.
         stateful: keep the states between batches (needs a fixed batch size; ``reset_state()`` clears them).
         zero_output_for_mask: a masked step outputs 0 (default True); the states are kept either way.
         go_backwards: run over the time axis in reverse (as ``keras.layers.RNN``).
