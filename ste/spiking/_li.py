@@ -13,6 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import ParameterError
 from ._cell import LearnedValue, SpikingCell, checked_number
 from ._constraint import Interval
@@ -38,6 +39,7 @@ class LICell(SpikingCell):
     """
 
     state_names = ("membrane",)
+    refused_arguments = _SPIKING_ONLY
     beta = LearnedValue()
 
     def __init__(self, beta: float = 0.9, *, learn_beta: bool = False, units: int | None = None, **kwargs: Any) -> None:
@@ -50,7 +52,7 @@ class LICell(SpikingCell):
             )
         super().__init__(reset="none", emit="membrane", units=units, **kwargs)
         self.beta = checked_number(label, "beta", beta, 0.0, 1.0)
-        self.learn_beta = bool(learn_beta)
+        self.learn_beta = check_bool(type(self).__name__, "learn_beta", learn_beta)
 
     def learned_parameters(self) -> dict[str, tuple[float, Interval]]:
         out = super().learned_parameters()

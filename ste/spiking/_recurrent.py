@@ -19,6 +19,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from ..registry import SurrogateLike
 from ._cell import SpikingCell
 from ._layer import SpikingRNN, explicit_arguments
@@ -56,9 +57,9 @@ class _Recurrent(SpikingCell):
         recurrent_regularizer: Any,
         recurrent_constraint: Any,
     ) -> None:
-        self.all_to_all = bool(all_to_all)
-        self.learn_recurrent = bool(learn_recurrent)
-        self.recurrent_bias = bool(recurrent_bias)
+        self.all_to_all = check_bool(type(self).__name__, "all_to_all", all_to_all)
+        self.learn_recurrent = check_bool(type(self).__name__, "learn_recurrent", learn_recurrent)
+        self.recurrent_bias = check_bool(type(self).__name__, "recurrent_bias", recurrent_bias)
         default = "orthogonal" if self.all_to_all else "ones"  # snnTorch's one-to-one V starts at 1
         self.recurrent_initializer = keras.initializers.get(recurrent_initializer or default)
         self.recurrent_regularizer = keras.regularizers.get(recurrent_regularizer)

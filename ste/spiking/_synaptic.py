@@ -13,6 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from ..registry import SurrogateLike
 from ._cell import LearnedValue, checked_number
 from ._constraint import Interval
@@ -69,7 +70,7 @@ class SynapticCell(LIFCell):
         del arguments["alpha"], arguments["learn_alpha"]
         super().__init__(**arguments)
         self.alpha = checked_number(type(self).__name__, "alpha", alpha, 0.0, 1.0)
-        self.learn_alpha = bool(learn_alpha)
+        self.learn_alpha = check_bool(type(self).__name__, "learn_alpha", learn_alpha)
 
     def learned_parameters(self) -> dict[str, tuple[float, Interval]]:
         out = super().learned_parameters()
