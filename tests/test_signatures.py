@@ -13,7 +13,7 @@ import ste.larq.layers
 
 MODULES = (ste.layers, ste.quantizers, ste.spiking, ste.larq.layers)
 # Values for the arguments that have no default, to build each layer once.
-REQUIRED = {"units": 3, "filters": 2, "kernel_size": 3, "precision": 1}
+REQUIRED = {"units": 3, "filters": 2, "kernel_size": 3, "precision": 1, "layer": lambda: keras.layers.Dense(2)}
 VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 # What every Keras layer's config holds whatever its arguments (keras.layers.Layer's own keywords).
 KERAS_KEYS = set(keras.layers.Layer().get_config()) | {"autocast"}
@@ -47,6 +47,7 @@ def named(cls: type) -> dict[str, inspect.Parameter]:
 
 def build(cls: type) -> keras.layers.Layer:
     arguments = {name: REQUIRED[name] for name, p in named(cls).items() if p.default is inspect.Parameter.empty}
+    arguments = {name: value() if callable(value) else value for name, value in arguments.items()}
     return cls(**arguments)
 
 
