@@ -26,6 +26,7 @@ from ._bitmask import bit_masks, set_bit_masks
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
+    ConversionError,
     GradientCountError,
     GradientDtypeError,
     GradientShapeError,
@@ -56,6 +57,7 @@ _install_save_check()
 
 __all__ = [
     "CallError",
+    "ConversionError",
     "Forward",
     "GradientCountError",
     "GradientDtypeError",

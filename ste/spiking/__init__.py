@@ -13,6 +13,7 @@ from ._if import IF, IFCell
 from ._layer import SpikingRNN
 from ._lif import LIF, LIFCell
 from ._loss import RateCrossEntropy, rate_cross_entropy
+from ._nir import from_nir, to_nir
 from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
 from ._spike import heaviside
@@ -30,6 +31,7 @@ __all__ = [
     "SpikingCell",
     "SpikingRNN",
     "delta_encode",
+    "from_nir",
     "heaviside",
     "last_membrane",
     "latency_encode",
@@ -40,4 +42,5 @@ __all__ = [
     "rate_encode",
     "spike_count",
     "spike_rate",
+    "to_nir",
 ]
