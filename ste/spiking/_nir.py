@@ -42,6 +42,7 @@ __all__ = ["from_nir", "to_nir"]
 #: metadata keys ste writes into a NIR node (NIR has no field for the surrogate, a training detail)
 SURROGATE_KEY = "ste_surrogate"
 LAYER_KEY = "ste_layer"
+BETA_KEY = "ste_beta"  # β itself: 1 − dt/τ cannot hit every float64 below 0.5, and a round trip is bit for bit
 
 
 def _nir() -> Any:
@@ -174,6 +175,8 @@ def _export_neuron(layer: SpikingRNN, ctx: _Export) -> Any:
     shape = _nir_shape(ctx.shape)
     node = _CELLS[type(cell)](layer, cell, ctx.dt, shape)
     node.metadata = _neuron_metadata(layer, cell)
+    if hasattr(node, "tau"):
+        node.metadata[BETA_KEY] = _current(cell, "beta")
     return node
 
 
@@ -518,6 +521,9 @@ def _reset_zero(node: Any, ctx: _Import) -> None:
 
 def _checked_beta(node: Any, ctx: _Import, tau: Any) -> float:
     beta = _uniform(ctx.name, "β = 1 − dt/τ", _beta(ctx.dt, tau))
+    exact = ctx.metadata.get(BETA_KEY)
+    if isinstance(exact, (float, np.floating)) and abs(float(exact) - beta) <= 4 * np.finfo(np.float64).eps:
+        beta = float(exact)  # ste's own β, which the τ in the node rounds
     if not 0.0 <= beta <= 1.0:
         raise ctx.refuse(
             node,
