@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,6 @@ import numpy as np
 import pytest
 
 import ste
-
 from ste.spiking._nir_layers import ChannelsFirstFlatten
 
 from . import reference
@@ -55,7 +55,7 @@ def _dense_graph(dt: float) -> nir.NIRGraph:
         "output": nir.Output(output_type={"output": np.array([n_out])}),
     }
     names = list(nodes)
-    return nir.NIRGraph(nodes=nodes, edges=list(zip(names, names[1:])))
+    return nir.NIRGraph(nodes=nodes, edges=list(itertools.pairwise(names)))
 
 
 @pytest.mark.parametrize("dt", [1.0, 1e-4])
@@ -78,7 +78,7 @@ def _truncated(graph: nir.NIRGraph, last: str) -> nir.NIRGraph:
     shape = np.array(graph.nodes[last].output_type["output"])
     nodes["output"] = nir.Output(output_type={"output": shape})
     kept.append("output")
-    return nir.NIRGraph(nodes=nodes, edges=list(zip(kept, kept[1:])))
+    return nir.NIRGraph(nodes=nodes, edges=list(itertools.pairwise(kept)))
 
 
 def test_conv_graph_matches_nir_equations(float64: None) -> None:
@@ -112,7 +112,7 @@ def test_conv_graph_matches_nir_equations(float64: None) -> None:
         "output": nir.Output(output_type={"output": np.array([5])}),
     }
     names = list(nodes)
-    graph = nir.NIRGraph(nodes=nodes, edges=list(zip(names, names[1:])), type_check=False)
+    graph = nir.NIRGraph(nodes=nodes, edges=list(itertools.pairwise(names)), type_check=False)
     x = RNG.normal(0.2, 1.0, (2, 12, 2, 9, 9))
     model = ste.spiking.from_nir(graph)
     got = model(_channels_last(x)).numpy()
