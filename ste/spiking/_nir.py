@@ -489,9 +489,15 @@ def _import_affine(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     return [dense]
 
 
-def _scale_layers(node: Any, ctx: _Import, gain: Any) -> list[keras.layers.Layer]:
+def _scale_layers(node: Any, ctx: _Import, gain: Any, *fields: str) -> list[keras.layers.Layer]:
+    """An ``ElementwiseScale`` by the input gain, none where it is 1 up to the rounding of the node's own numbers.
+
+    (An exporter that writes R = τ/dt, as snnTorch's, means a gain of 1; in the node's float32 numbers R·dt/τ comes
+    out 1 ± a few ulps, which is the rounding of the file, not a feature of the model.)
+    """
     gain = np.broadcast_to(np.asarray(gain, np.float64), ctx.shape)
-    if np.all(gain == 1.0):
+    precision = min(np.finfo(np.asarray(getattr(node, f)).dtype).eps for f in fields) if fields else 0.0
+    if np.all(np.abs(gain - 1.0) <= 4 * precision):
         return []
     return [ElementwiseScale(_channels_last(gain), name=ctx.layer_name("_input_scale"))]
 
@@ -539,21 +545,21 @@ def _import_lif(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     beta = _checked_beta(node, ctx, node.tau)
     threshold = _uniform(ctx.name, "v_threshold", node.v_threshold)
     layer = LIF(beta=beta, threshold=threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name())
-    return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau)) + _neuron(layer, ctx)
+    return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau), "r", "tau") + _neuron(layer, ctx)
 
 
 def _import_if(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     _reset_zero(node, ctx)
     threshold = _uniform(ctx.name, "v_threshold", node.v_threshold)
     layer = IF(threshold=threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name())
-    return _scale_layers(node, ctx, _if_gain(node.r, ctx.dt)) + _neuron(layer, ctx)
+    return _scale_layers(node, ctx, _if_gain(node.r, ctx.dt), "r") + _neuron(layer, ctx)
 
 
 def _import_li(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     _no_leak(node, ctx)
     beta = _checked_beta(node, ctx, node.tau)
     layer = LIF(beta=beta, reset="none", emit="membrane", name=ctx.layer_name())
-    return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau)) + _neuron(layer, ctx)
+    return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau), "r", "tau") + _neuron(layer, ctx)
 
 
 def _import_scale(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
