@@ -11,25 +11,38 @@ from ._constraint import Interval
 from ._encoders import delta_encode, latency_encode, rate_encode
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
+from ._li import LI, LICell
 from ._lif import LIF, LIFCell
 from ._loss import RateCrossEntropy, rate_cross_entropy
 from ._nir import from_nir, to_nir
 from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
+from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
 from ._spike import heaviside
+from ._synaptic import Synaptic, SynapticCell
+from ._time import TimeDistributed
 
 __all__ = [
     "ALIF",
     "IF",
+    "LI",
     "LIF",
+    "RLIF",
     "ALIFCell",
     "IFCell",
     "Interval",
+    "LICell",
     "LIFCell",
+    "RLIFCell",
+    "RSynaptic",
+    "RSynapticCell",
     "RateCrossEntropy",
     "Readout",
     "SpikingCell",
     "SpikingRNN",
+    "Synaptic",
+    "SynapticCell",
+    "TimeDistributed",
     "delta_encode",
     "from_nir",
     "heaviside",

@@ -30,7 +30,7 @@ from ..registry import Surrogate, SurrogateLike
 from ._constraint import Interval
 from ._spike import DEFAULT_SURROGATE, resolve_surrogate, spike_op
 
-__all__ = ["RESETS", "SpikingCell"]
+__all__ = ["RESETS", "LearnedValue", "SpikingCell"]
 
 RESETS = ("subtract", "zero", "none")
 EMITS = ("spikes", "membrane")
@@ -47,6 +47,37 @@ def checked_number(
         bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else '∞'}]"
         raise ParameterError(f"{layer}: {name} must be in {bounds}; received {value!r}.")
     return number
+
+
+class LearnedValue:
+    """A neuron parameter (β, ϑ, α): the trained variable's current value when it is learned, else the number given.
+
+    ``cell.beta`` after ``fit`` is the learned β (a Python float in eager mode, the variable's value when traced);
+    :meth:`initial` is the constructor's number, which ``get_config`` saves (the trained value is in the weights).
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def initial(self, cell: Any) -> float:
+        try:
+            value: float = cell.__dict__[f"_initial_{self.name}"]
+        except KeyError:  # not set yet (Keras compares the old value while the constructor assigns it)
+            raise AttributeError(self.name) from None
+        return value
+
+    def __get__(self, cell: Any, owner: type | None = None) -> Any:
+        if cell is None:
+            return self
+        variable = (cell.__dict__.get("_learned") or {}).get(self.name)
+        if variable is None:
+            return self.initial(cell)
+        if tf.executing_eagerly():
+            return float(variable.numpy())
+        return variable.value
+
+    def __set__(self, cell: Any, value: float) -> None:
+        cell.__dict__[f"_initial_{self.name}"] = value
 
 
 def _constant(value: float, shape: Any, dtype: Any = None) -> tf.Tensor:
@@ -73,6 +104,7 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
 
     #: The names of this cell's states, in order; the first is always the membrane ``U``.
     state_names: ClassVar[tuple[str, ...]] = ("membrane", "spikes")
+    threshold = LearnedValue()
 
     def __init__(
         self,
@@ -137,6 +169,11 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
                 trainable=True,
             )
         self.built = True
+
+    def initial(self, name: str) -> float:
+        """The constructor's value of parameter ``name`` (``self.<name>`` is the learned one once it trains)."""
+        attribute = getattr(type(self), name)
+        return attribute.initial(self) if isinstance(attribute, LearnedValue) else float(getattr(self, name))
 
     def value(self, name: str, dtype: Any) -> tf.Tensor:
         """Parameter ``name`` (a learned variable or a fixed number) as a scalar of ``dtype``."""
@@ -245,7 +282,7 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
         config: dict[str, Any] = super().get_config()
         config.update(
             units=self.units,
-            threshold=self.threshold,
+            threshold=self.initial("threshold"),
             reset=self.reset,
             detach_reset=self.detach_reset,
             surrogate=self.surrogate.get_config(),

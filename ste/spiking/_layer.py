@@ -9,14 +9,16 @@ Two defaults differ from ``keras.layers.RNN``: ``return_sequences=True`` (a spik
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, ClassVar
 
 import keras
+import tensorflow as tf
 
-from .._errors import CallError
+from .._errors import CallError, InputError
 from ._cell import SpikingCell
 
-__all__ = ["SpikingRNN"]
+__all__ = ["SpikingRNN", "layer_arguments"]
 
 _LAYER_KEYS = ("dtype", "trainable")
 
@@ -36,6 +38,12 @@ def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
                     keys.add(name)
     _KEYS[cell_class] = frozenset(keys)
     return _KEYS[cell_class]
+
+
+def layer_arguments(names: dict[str, Any]) -> dict[str, Any]:
+    """A layer's explicit arguments (its ``locals()`` in ``__init__``) as keywords for SpikingRNN, kwargs merged."""
+    arguments = {key: value for key, value in names.items() if key not in ("self", "kwargs", "__class__")}
+    return {**arguments, **names.get("kwargs", {})}
 
 
 class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
@@ -90,22 +98,70 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def build(self, sequences_shape: Any, initial_state_shape: Any = None) -> None:
-        if len(sequences_shape) != 3:
+        where = f"{type(self).__name__} '{self.name}'"
+        if len(sequences_shape) < 3:
             raise CallError(
-                f"{type(self).__name__} '{self.name}' takes input currents of shape [batch, time, features]; "
-                f"received shape {tuple(sequences_shape)}. Fix: repeat a static input over time "
+                f"{where} takes input currents of shape [batch, time, features] (or [batch, time, ...] feature "
+                f"maps); received shape {tuple(sequences_shape)}. Fix: repeat a static input over time "
                 f"(ste.spiking.rate_encode, or keras.layers.RepeatVector) or add a time axis."
             )
-        super().build(sequences_shape, initial_state_shape)
+        if sequences_shape[1] == 0:
+            raise CallError(f"{where}: the input has 0 time steps; a spiking layer needs at least one.")
+        features = tuple(sequences_shape[2:])
+        if None in features:
+            raise CallError(
+                f"{where}: the feature axes after [batch, time] must be known when the layer is built; received "
+                f"shape {tuple(sequences_shape)}. Fix: give keras.Input the full frame shape."
+            )
+        self.feature_shape = features
+        flat = (sequences_shape[0], sequences_shape[1], math.prod(features))
+        super().build(flat, initial_state_shape)
         self.state_size = list(self.cell.state_size)
 
+    def _flat(self, tensor: Any, leading: int) -> Any:
+        """[..., *feature_shape] -> [..., units] (``leading`` axes kept)."""
+        if len(self.feature_shape) == 1 or tensor is None:
+            return tensor
+        return tf.reshape(tensor, tf.concat([tf.shape(tensor)[:leading], [-1]], axis=0))
+
+    def _unflat(self, tensor: Any, leading: int) -> Any:
+        if len(self.feature_shape) == 1:
+            return tensor
+        return tf.reshape(tensor, tf.concat([tf.shape(tensor)[:leading], self.feature_shape], axis=0))
+
+    def _currents(self, sequences: Any) -> tf.Tensor:
+        """Integer and boolean spike trains become the compute dtype (as a Dense in front would see them)."""
+        tensor = tf.convert_to_tensor(sequences)
+        if tensor.dtype.is_integer or tensor.dtype == tf.bool:
+            return tf.cast(tensor, self.compute_dtype)
+        if not tensor.dtype.is_floating:
+            raise InputError(
+                f"{type(self).__name__} '{self.name}' takes floating, integer or boolean input currents; received "
+                f"{tensor.dtype.name}."
+            )
+        return tensor
+
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
+        sequences = self._flat(self._currents(sequences), 2)
+        if initial_state is not None:
+            initial_state = [self._flat(state, 1) for state in tf.nest.flatten(initial_state)]
         self.cell.start_sequence()
         try:
             result = super().call(sequences, initial_state=initial_state, mask=mask, training=training)
         finally:
             self.cell.end_sequence(f"{type(self).__name__} '{self.name}'")
-        return result
+        if not self.return_state:
+            return self._unflat(result, 2 if self.return_sequences else 1)
+        output, *states = result
+        return [self._unflat(output, 2 if self.return_sequences else 1), *(self._unflat(s, 1) for s in states)]
+
+    def compute_output_shape(self, sequences_shape: Any, initial_state_shape: Any = None) -> Any:
+        features = tuple(sequences_shape[2:])
+        batch, steps = sequences_shape[0], sequences_shape[1]
+        output = (batch, steps, *features) if self.return_sequences else (batch, *features)
+        if not self.return_state:
+            return output
+        return output, *((batch, *features) for _ in self.cell.state_names)
 
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()

@@ -12,7 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ._cell import SpikingCell, checked_number
+from ._cell import LearnedValue, SpikingCell, checked_number
 from ._constraint import Interval
 from ._layer import SpikingRNN
 
@@ -33,6 +33,8 @@ class LIFCell(SpikingCell):
     States: ``[U, S]`` (membrane and last spikes), each ``[batch, units]``.
     """
 
+    beta = LearnedValue()
+
     def __init__(self, beta: float = 0.9, threshold: float = 1.0, *, learn_beta: bool = False, **kwargs: Any) -> None:
         super().__init__(threshold, **kwargs)
         self.beta = checked_number(type(self).__name__, "beta", beta, 0.0, 1.0)
@@ -52,7 +54,7 @@ class LIFCell(SpikingCell):
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
-        config.update(beta=self.beta, learn_beta=self.learn_beta)
+        config.update(beta=self.initial("beta"), learn_beta=self.learn_beta)
         return config
 
 

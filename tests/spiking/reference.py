@@ -228,3 +228,118 @@ def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
             else:
                 raise KeyError(kind)
     return np.stack(outputs, axis=1)
+
+
+# -- synaptic, recurrent and leaky-integrator neurons --------------------------------------------------------------
+#
+#     r[t] = S[t−1]·V + b   (all-to-all; one-to-one: V ⊙ S[t−1] + b; none: 0)
+#     c[t] = alpha·c[t−1] + I[t] + r[t]                 (synaptic; otherwise the membrane input is I[t] + r[t])
+#     U[t] = beta·U[t−1] + c[t] − theta·S[t−1]          (the resets as above)
+#     S[t] = 1[U[t] − theta > 0];  a leaky integrator (spiking=False) has no S, no reset, and outputs U.
+#
+# The loss is L = Σ_t Σ G[t]·out[t] + Σ H·U[T−1], out = S (spiking) or U (leaky integrator).
+
+
+@dataclass
+class Synapse:
+    beta: float = 0.9
+    theta: float = 1.0
+    alpha: float | None = None  # None: no synaptic current
+    recurrent: np.ndarray | None = None  # [units, units] all-to-all, [units] one-to-one
+    bias: np.ndarray | None = None
+    reset: str = "subtract"
+    detach: bool = True
+    spiking: bool = True
+    surrogate: Surrogate = Surrogate("atan", 2.0)
+
+
+def _recurrent(n: Synapse, s: np.ndarray) -> np.ndarray:
+    if n.recurrent is None:
+        return np.zeros_like(s)
+    out = s @ n.recurrent if n.recurrent.ndim == 2 else s * n.recurrent
+    return out + (n.bias if n.bias is not None else 0.0)
+
+
+def simulate(n: Synapse, current: np.ndarray) -> dict[str, np.ndarray]:
+    """current: [batch, time, units] -> U, S, C (each [time, batch, units])."""
+    shape = (current.shape[0], current.shape[2])
+    u, s, c = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    out: dict[str, list[np.ndarray]] = {"U": [], "S": [], "C": []}
+    for t in range(current.shape[1]):
+        drive = current[:, t] + _recurrent(n, s)
+        if n.alpha is not None:
+            c = n.alpha * c + drive
+            drive = c
+        if not n.spiking or n.reset == "none":
+            u = n.beta * u + drive
+        elif n.reset == "subtract":
+            u = n.beta * u + drive - n.theta * s
+        else:
+            u = n.beta * (1 - s) * u + drive
+        s = (u - n.theta > 0).astype(np.float64) if n.spiking else np.zeros(shape)
+        for key, value in zip("USC", (u, s, c)):
+            out[key].append(value)
+    return {key: np.stack(value) for key, value in out.items()}
+
+
+def bptt(n: Synapse, current: np.ndarray, g_out: np.ndarray, h_membrane: np.ndarray) -> dict[str, np.ndarray]:
+    """dL/dI, dL/dbeta, dL/dalpha, dL/dtheta, dL/da (surrogate), dL/dV and dL/db, by hand."""
+    f = simulate(n, current)
+    steps = current.shape[1]
+    zeros = np.zeros(f["U"][0].shape)
+    g_u = [zeros.copy() for _ in range(steps)]
+    g_s = [zeros.copy() for _ in range(steps)]
+    g_c = [zeros.copy() for _ in range(steps)]
+    g_u[-1] += h_membrane
+    grads = {"current": np.zeros_like(current, dtype=np.float64), "beta": 0.0, "alpha": 0.0, "threshold": 0.0}
+    grads["surrogate"] = 0.0
+    grads["recurrent"] = np.zeros_like(n.recurrent) if n.recurrent is not None else None
+    grads["bias"] = np.zeros(zeros.shape[1])
+    for t in reversed(range(steps)):
+        if n.spiking:
+            g_s[t] += g_out[:, t]
+            x = f["U"][t] - n.theta
+            gx = g_s[t] * n.surrogate.d(x)
+            grads["surrogate"] += float(np.sum(g_s[t] * n.surrogate.dp_da(x)))
+            g_u[t] += gx
+            grads["threshold"] -= float(np.sum(gx))
+        else:
+            g_u[t] += g_out[:, t]
+        u_prev = f["U"][t - 1] if t else zeros
+        s_prev = f["S"][t - 1] if t else zeros
+        c_prev = f["C"][t - 1] if t else zeros
+        g_s_prev = zeros.copy()
+        if n.spiking and n.reset == "subtract":
+            grads["beta"] += float(np.sum(g_u[t] * u_prev))
+            g_u_prev = n.beta * g_u[t]
+            grads["threshold"] -= float(np.sum(g_u[t] * s_prev))
+            if not n.detach:
+                g_s_prev -= g_u[t] * n.theta
+        elif n.spiking and n.reset == "zero":
+            grads["beta"] += float(np.sum(g_u[t] * (1 - s_prev) * u_prev))
+            g_u_prev = n.beta * (1 - s_prev) * g_u[t]
+            if not n.detach:
+                g_s_prev -= g_u[t] * n.beta * u_prev
+        else:
+            grads["beta"] += float(np.sum(g_u[t] * u_prev))
+            g_u_prev = n.beta * g_u[t]
+        g_drive = g_u[t]
+        if n.alpha is not None:
+            g_c[t] += g_u[t]
+            grads["alpha"] += float(np.sum(g_c[t] * c_prev))
+            if t:
+                g_c[t - 1] += n.alpha * g_c[t]
+            g_drive = g_c[t]
+        grads["current"][:, t] = g_drive
+        if n.recurrent is not None:
+            if n.recurrent.ndim == 2:
+                grads["recurrent"] += s_prev.T @ g_drive
+                g_s_prev += g_drive @ n.recurrent.T
+            else:
+                grads["recurrent"] += np.sum(s_prev * g_drive, axis=0)
+                g_s_prev += g_drive * n.recurrent
+            grads["bias"] += np.sum(g_drive, axis=0)
+        if t:
+            g_u[t - 1] += g_u_prev
+            g_s[t - 1] += g_s_prev
+    return grads

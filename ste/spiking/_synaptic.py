@@ -1,0 +1,133 @@
+"""Current-based synaptic neurons (snnTorch's ``Synaptic``, NIR's ``CubaLIF``): ``SynapticCell`` and ``Synaptic``.
+
+``I_syn[t] = α·I_syn[t−1] + X[t]``; ``U[t] = β·U[t−1] + I_syn[t] − R[t]`` (the membrane takes the new current, as
+snnTorch and NIR's CubaLIF); ``S[t] = Θ(U[t] − ϑ)``. The reset R[t] is that of LIF (the previous step's spike), so
+with ``reset="zero"`` the membrane (not the synaptic current) is set to 0 after a spike, as NIR's CubaLIF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from ..registry import SurrogateLike
+from ._cell import LearnedValue, checked_number
+from ._constraint import Interval
+from ._layer import SpikingRNN, layer_arguments
+from ._lif import LIFCell
+from ._spike import DEFAULT_SURROGATE
+
+__all__ = ["Synaptic", "SynapticCell"]
+
+
+@keras.saving.register_keras_serializable(package="ste.spiking")
+class SynapticCell(LIFCell):
+    """One time step of current-based synaptic LIF neurons (snnTorch's ``Synaptic``, NIR's ``CubaLIF``).
+
+    Args:
+        alpha: synaptic current decay α per step, in [0, 1] (``α = exp(−Δt/τ_syn)``; NIR: ``1 − dt/τ_syn``).
+        beta: membrane decay β per step, in [0, 1].
+        threshold: firing threshold ϑ (> 0).
+        learn_alpha: make α a trainable variable, kept in [0, 1].
+        learn_beta: make β a trainable variable, kept in [0, 1].
+        reset, detach_reset, surrogate, learn_threshold, learn_surrogate, emit, units: as
+            [`SpikingCell`][ste.spiking.SpikingCell].
+        **kwargs: Keras layer arguments (``name``, ``dtype``, ...).
+
+    States: ``[U, S, I_syn]`` (membrane, last spikes, synaptic current), each ``[batch, units]``.
+    """
+
+    state_names = ("membrane", "spikes", "current")
+    alpha = LearnedValue()
+
+    def __init__(
+        self,
+        alpha: float = 0.9,
+        beta: float = 0.9,
+        threshold: float = 1.0,
+        *,
+        learn_alpha: bool = False,
+        learn_beta: bool = False,
+        reset: str = "subtract",
+        detach_reset: bool = True,
+        surrogate: SurrogateLike = DEFAULT_SURROGATE,
+        learn_threshold: bool = False,
+        learn_surrogate: bool | Sequence[str] = False,
+        emit: str = "spikes",
+        units: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            beta,
+            threshold,
+            learn_beta=learn_beta,
+            reset=reset,
+            detach_reset=detach_reset,
+            surrogate=surrogate,
+            learn_threshold=learn_threshold,
+            learn_surrogate=learn_surrogate,
+            emit=emit,
+            units=units,
+            **kwargs,
+        )
+        self.alpha = checked_number(type(self).__name__, "alpha", alpha, 0.0, 1.0)
+        self.learn_alpha = bool(learn_alpha)
+
+    def learned_parameters(self) -> dict[str, tuple[float, Interval]]:
+        out = super().learned_parameters()
+        if self.learn_alpha:
+            out["alpha"] = (self.initial("alpha"), Interval(0.0, 1.0))
+        return out
+
+    def synaptic_input(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tf.Tensor:
+        """What the synapse adds to its current at this step (the input; recurrent neurons add their spikes)."""
+        return inputs
+
+    def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        current = self.value("alpha", inputs.dtype) * states[2] + self.synaptic_input(inputs, states)
+        membrane, threshold, _ = super().step(current, states)
+        return membrane, threshold, [current]
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(alpha=self.initial("alpha"), learn_alpha=self.learn_alpha)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="ste.spiking")
+class Synaptic(SpikingRNN):
+    """Current-based synaptic LIF neurons over a time axis (snnTorch's ``Synaptic``, NIR's ``CubaLIF``).
+
+    The neuron arguments are those of [`SynapticCell`][ste.spiking.SynapticCell]; the sequence arguments those of
+    [`SpikingRNN`][ste.spiking.SpikingRNN]. ``return_state=True`` returns ``[U, S, I_syn]``.
+    """
+
+    cell_class = SynapticCell
+
+    def __init__(
+        self,
+        alpha: float = 0.9,
+        beta: float = 0.9,
+        threshold: float = 1.0,
+        *,
+        learn_alpha: bool = False,
+        learn_beta: bool = False,
+        reset: str = "subtract",
+        detach_reset: bool = True,
+        surrogate: SurrogateLike = DEFAULT_SURROGATE,
+        learn_threshold: bool = False,
+        learn_surrogate: bool | Sequence[str] = False,
+        emit: str = "spikes",
+        units: int | None = None,
+        return_sequences: bool = True,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        stateful: bool = False,
+        unroll: bool = False,
+        zero_output_for_mask: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**layer_arguments(locals()))
