@@ -20,6 +20,7 @@ takes ``[batch, time, H, W, C]`` (Keras's channels-last layout, the one TensorFl
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,9 +34,13 @@ from ..registry import get
 from ._cell import SpikingCell
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
+from ._li import LI, LICell
 from ._lif import LIF, LIFCell
 from ._nir_layers import ChannelsFirstFlatten, ElementwiseScale, SumPooling, ThresholdSpike
+from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
 from ._spike import DEFAULT_SURROGATE
+from ._synaptic import Synaptic, SynapticCell
+from ._time import TimeDistributed
 
 __all__ = ["from_nir", "to_nir"]
 
@@ -43,6 +48,7 @@ __all__ = ["from_nir", "to_nir"]
 SURROGATE_KEY = "ste_surrogate"
 LAYER_KEY = "ste_layer"
 BETA_KEY = "ste_beta"  # β itself: 1 − dt/τ cannot hit every float64 below 0.5, and a round trip is bit for bit
+ALPHA_KEY = "ste_alpha"  # α of a synaptic neuron, for the same reason
 
 
 def _nir() -> Any:
@@ -155,6 +161,8 @@ def _export_dense(layer: keras.layers.Dense, ctx: _Export) -> Any:
 
 
 def _neuron_metadata(layer: keras.layers.Layer, cell: SpikingCell) -> dict[str, Any]:
+    if isinstance(cell, LICell):
+        return {LAYER_KEY: type(layer).__name__}
     return {LAYER_KEY: type(layer).__name__, SURROGATE_KEY: repr(cell.surrogate)}
 
 
@@ -174,16 +182,18 @@ def _export_neuron(layer: SpikingRNN, ctx: _Export) -> Any:
         )
     shape = _nir_shape(ctx.shape)
     node = _CELLS[type(cell)](layer, cell, ctx.dt, shape)
-    node.metadata = _neuron_metadata(layer, cell)
-    if hasattr(node, "tau"):
-        node.metadata[BETA_KEY] = _current(cell, "beta")
+    neuron = node.nodes["neuron"] if isinstance(cell, (RLIFCell, RSynapticCell)) else node
+    neuron.metadata = _neuron_metadata(layer, cell)
+    if hasattr(neuron, "tau") or hasattr(neuron, "tau_mem"):
+        neuron.metadata[BETA_KEY] = _current(cell, "beta")
+    if hasattr(neuron, "tau_syn"):
+        neuron.metadata[ALPHA_KEY] = _current(cell, "alpha")
     return node
 
 
 def _current(cell: SpikingCell, name: str) -> float:
     """A neuron parameter's present value (a learned variable's, else the fixed number)."""
-    variable = cell._learned.get(name)
-    return float(variable.numpy()) if variable is not None else float(getattr(cell, name))
+    return float(getattr(cell, name))
 
 
 def _check_reset(layer: SpikingRNN, cell: SpikingCell) -> None:
@@ -244,7 +254,60 @@ def _export_if(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, ..
     return nir.IF(r=full * r, v_threshold=full * _current(cell, "threshold"), v_reset=full * 0.0)
 
 
-_CELLS: dict[type[SpikingCell], Callable[..., Any]] = {LIFCell: _export_lif, IFCell: _export_if}
+def _export_li(layer: SpikingRNN, cell: LICell, dt: float, shape: tuple[int, ...]) -> Any:
+    tau = _tau_of(_current(cell, "beta"), dt)
+    full = np.full(shape, 1.0)
+    return _nir().LI(tau=full * tau, r=full * _unit_r(dt, tau), v_leak=full * 0.0)
+
+
+def _export_synaptic(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tuple[int, ...]) -> Any:
+    _check_reset(layer, cell)
+    if cell.emit == "membrane":
+        raise _refuse(layer, "emits its membrane; NIR's CubaLI has no ste import", "emit='spikes'")
+    tau_syn, tau_mem = _tau_of(_current(cell, "alpha"), dt), _tau_of(_current(cell, "beta"), dt)
+    full = np.full(shape, 1.0)
+    return _nir().CubaLIF(
+        tau_syn=full * tau_syn,
+        tau_mem=full * tau_mem,
+        r=full * _unit_r(dt, tau_mem),
+        v_leak=full * 0.0,
+        v_threshold=full * _current(cell, "threshold"),
+        v_reset=full * 0.0,
+        w_in=full * _unit_r(dt, tau_syn),
+    )
+
+
+def _export_recurrent(layer: SpikingRNN, cell: Any, dt: float, shape: tuple[int, ...]) -> Any:
+    """A recurrent neuron as snnTorch writes RLeaky/RSynaptic: a subgraph input -> neuron -> output, with the
+    neuron feeding itself through a Linear/Affine node (NIR's y = W·x, so W = Vᵀ)."""
+    nir = _nir()
+    base = _export_synaptic if isinstance(cell, SynapticCell) else _export_lif
+    neuron = base(layer, cell, dt, shape)
+    kernel = np.asarray(cell._learned["recurrent_kernel"].numpy())
+    weight = kernel.T if cell.all_to_all else np.diag(kernel)
+    if cell.recurrent_bias:
+        w_rec = nir.Affine(weight=weight, bias=np.asarray(cell._learned["recurrent_bias"].numpy()))
+    else:
+        w_rec = nir.Linear(weight=weight)
+    size = np.array(shape)
+    nodes = {
+        "input": nir.Input(input_type={"input": size}),
+        "neuron": neuron,
+        "w_rec": w_rec,
+        "output": nir.Output(output_type={"output": size}),
+    }
+    edges = [("input", "neuron"), ("neuron", "w_rec"), ("w_rec", "neuron"), ("neuron", "output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+
+_CELLS: dict[type[SpikingCell], Callable[..., Any]] = {
+    LIFCell: _export_lif,
+    IFCell: _export_if,
+    LICell: _export_li,
+    SynapticCell: _export_synaptic,
+    RLIFCell: _export_recurrent,
+    RSynapticCell: _export_recurrent,
+}
 
 
 def _export_scale(layer: ElementwiseScale, ctx: _Export) -> Any:
@@ -503,12 +566,7 @@ def _scale_layers(node: Any, ctx: _Import, gain: Any, *fields: str) -> list[kera
 
 
 def _neuron(layer: keras.layers.Layer, ctx: _Import) -> list[keras.layers.Layer]:
-    if len(ctx.shape) != 1:
-        raise ConversionError(
-            f"from_nir: node '{ctx.name}' is a population of neurons of shape {ctx.shape}; ste's neurons here take "
-            f"[batch, time, features]. Fix: a Flatten node in front of it."
-        )
-    return [layer]
+    return [layer]  # ste's neurons take [batch, time, ...features] as they come (feature maps too)
 
 
 def _no_leak(node: Any, ctx: _Import) -> None:
@@ -558,8 +616,92 @@ def _import_if(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
 def _import_li(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     _no_leak(node, ctx)
     beta = _checked_beta(node, ctx, node.tau)
-    layer = LIF(beta=beta, reset="none", emit="membrane", name=ctx.layer_name())
+    layer = LI(beta=beta, name=ctx.layer_name())
     return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau), "r", "tau") + _neuron(layer, ctx)
+
+
+def _cuba_parameters(node: Any, ctx: _Import) -> tuple[float, float, float, Any]:
+    """α, β, ϑ and the input gain of a CubaLIF: i[t] = α·i[t−1] + (w_in·dt/τ_syn)·x[t], v[t] = β·v[t−1] +
+    (R·dt/τ_mem)·i[t]; both gains act on a linear recursion, so they multiply the input once."""
+    _no_leak(node, ctx)
+    _reset_zero(node, ctx)
+    alpha = _uniform(ctx.name, "α = 1 − dt/τ_syn", _beta(ctx.dt, node.tau_syn))
+    exact = ctx.metadata.get(ALPHA_KEY)
+    if isinstance(exact, (float, np.floating)) and abs(float(exact) - alpha) <= 4 * np.finfo(np.float64).eps:
+        alpha = float(exact)
+    if not 0.0 <= alpha <= 1.0:
+        raise ctx.refuse(node, f"has α = 1 − dt/τ_syn = {alpha} at dt = {ctx.dt}, outside [0, 1]", "a smaller dt")
+    beta = _checked_beta(node, ctx, node.tau_mem)
+    threshold = _uniform(ctx.name, "v_threshold", node.v_threshold)
+    gain = _lif_gain(node.w_in, ctx.dt, node.tau_syn) * _lif_gain(node.r, ctx.dt, node.tau_mem)
+    return alpha, beta, threshold, gain
+
+
+def _import_cuba_lif(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
+    alpha, beta, threshold, gain = _cuba_parameters(node, ctx)
+    layer = Synaptic(
+        alpha=alpha, beta=beta, threshold=threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name()
+    )
+    return _scale_layers(node, ctx, gain, "r", "tau_mem", "w_in", "tau_syn") + _neuron(layer, ctx)
+
+
+def _recurrent_parts(graph: Any, ctx: _Import) -> tuple[Any, Any]:
+    """The neuron and the recurrent weight node of a subgraph input -> neuron -> output with neuron <-> weight."""
+    kinds = {name: type(node).__name__ for name, node in graph.nodes.items()}
+    neurons = [n for n, k in kinds.items() if k in ("LIF", "CubaLIF")]
+    weights = [n for n, k in kinds.items() if k in ("Affine", "Linear")]
+    ends = [n for n, k in kinds.items() if k in ("Input", "Output")]
+    if len(neurons) != 1 or len(weights) != 1 or len(ends) != 2 or len(kinds) != 4:
+        raise ctx.refuse(
+            graph,
+            f"is a subgraph of {sorted(kinds.values())}; the only one ste maps is a recurrent "
+            "neuron (Input, LIF or CubaLIF, Affine or Linear, Output)",
+            "flatten the subgraph",
+        )
+    loop = {(neurons[0], weights[0]), (weights[0], neurons[0])}
+    if not loop <= set(map(tuple, graph.edges)):
+        raise ctx.refuse(graph, "has no loop between its neuron and its weight", "a recurrent neuron subgraph")
+    return graph.nodes[neurons[0]], graph.nodes[weights[0]]
+
+
+def _recurrent_layer(neuron: Any, ctx: _Import, weight_node: Any) -> list[keras.layers.Layer]:
+    """RLIF / RSynaptic: the NIR neuron sums its input and W·z[t−1]; the gain scales both, so V = (g ⊙ W)ᵀ."""
+    inner = _Import(ctx.dt, ctx.name, ctx.shape, dict(getattr(neuron, "metadata", None) or {}))
+    weight = np.asarray(weight_node.weight, np.float64)
+    bias = getattr(weight_node, "bias", None)
+    if type(neuron).__name__ == "CubaLIF":
+        alpha, beta, threshold, gain = _cuba_parameters(neuron, inner)
+        fields: tuple[str, ...] = ("r", "tau_mem", "w_in", "tau_syn")
+        make: Callable[..., Any] = functools.partial(RSynaptic, alpha=alpha)
+    else:
+        _no_leak(neuron, inner)
+        _reset_zero(neuron, inner)
+        beta = _checked_beta(neuron, inner, neuron.tau)
+        threshold = _uniform(ctx.name, "v_threshold", neuron.v_threshold)
+        gain, fields, make = _lif_gain(neuron.r, ctx.dt, neuron.tau), ("r", "tau"), RLIF
+    scale = _scale_layers(neuron, inner, gain, *fields)
+    g = np.broadcast_to(np.asarray(gain, np.float64), ctx.shape) if scale else np.ones(ctx.shape)
+    diagonal = np.array_equal(weight, np.diag(np.diag(weight)))
+    layer = make(
+        beta=beta,
+        threshold=threshold,
+        reset="zero",
+        surrogate=inner.surrogate(),
+        all_to_all=not diagonal,
+        recurrent_bias=bias is not None,
+        name=ctx.layer_name(),
+    )
+    layer.build((None, None, *ctx.shape))
+    kernel = (g[:, None] * weight).T if not diagonal else g * np.diag(weight)
+    layer.cell._learned["recurrent_kernel"].assign(kernel)
+    if bias is not None:
+        layer.cell._learned["recurrent_bias"].assign(g * np.asarray(bias, np.float64))
+    return [*scale, layer]
+
+
+def _import_subgraph(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
+    neuron, weight = _recurrent_parts(node, ctx)
+    return _recurrent_layer(neuron, ctx, weight)
 
 
 def _import_scale(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
@@ -629,7 +771,7 @@ def _import_conv(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
             "fix the weight or the input",
         )
     conv.set_weights([np.transpose(weight, (*range(2, rank + 2), 1, 0)), np.asarray(node.bias)])
-    return [keras.layers.TimeDistributed(conv, name=ctx.layer_name())]
+    return [TimeDistributed(conv, name=ctx.layer_name())]
 
 
 def _pool_arguments(node: Any, ctx: _Import) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -641,7 +783,7 @@ def _pool_arguments(node: Any, ctx: _Import) -> tuple[tuple[int, ...], tuple[int
 def _import_avg_pool(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     size, stride = _pool_arguments(node, ctx)
     pool = keras.layers.AveragePooling2D(size, stride, padding="valid")
-    return [keras.layers.TimeDistributed(pool, name=ctx.layer_name())]
+    return [TimeDistributed(pool, name=ctx.layer_name())]
 
 
 def _import_sum_pool(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
@@ -671,9 +813,9 @@ _IMPORTERS: dict[str, Callable[[Any, _Import], list[keras.layers.Layer]]] = {
     "SumPool2d": _import_sum_pool,
     "Delay": _missing("ste has no delay line"),
     "I": _missing("an integrator without leak or spikes"),
-    "CubaLI": _missing("ste has no current-based leaky integrator yet"),
-    "CubaLIF": _missing("ste has no current-based neuron yet"),
-    "NIRGraph": _missing("a nested graph (snnTorch writes a recurrent neuron so) has no ste layer yet"),
+    "CubaLI": _missing("ste has no current-based leaky integrator"),
+    "CubaLIF": _import_cuba_lif,
+    "NIRGraph": _import_subgraph,
 }
 
 
@@ -708,6 +850,24 @@ def _order(nodes: dict[str, Any], edges: Sequence[tuple[str, str]]) -> list[str]
     return done
 
 
+def _recurrent_loops(nodes: dict[str, Any], edges: Sequence[tuple[str, ...]]) -> dict[str, str]:
+    """neuron -> weight node for every loop where a LIF/CubaLIF feeds itself through an Affine/Linear node that
+    nothing else feeds or reads (the flat form of a recurrent neuron)."""
+    loops: dict[str, str] = {}
+    for source, target in edges:
+        neuron, weight = source, target
+        if type(nodes[neuron]).__name__ not in ("LIF", "CubaLIF") or type(nodes[weight]).__name__ not in (
+            "Affine",
+            "Linear",
+        ):
+            continue
+        into = [e for e in edges if e[1] == weight]
+        out = [e for e in edges if e[0] == weight]
+        if into == [(neuron, weight)] and out == [(weight, neuron)]:
+            loops[neuron] = weight
+    return loops
+
+
 def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     """A Keras model of ste layers from a NIR graph (``nir.NIRGraph``, or the path of a file ``nir.write`` wrote).
 
@@ -724,13 +884,18 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     inputs, outputs = dict(graph.inputs), dict(graph.outputs)
     if not inputs or not outputs:
         raise ConversionError("from_nir: the graph has no Input or no Output node.")
+    edges = [tuple(edge) for edge in graph.edges]
+    recurrent = _recurrent_loops(nodes, edges)
+    for weight in recurrent.values():
+        del nodes[weight]
+    edges = [e for e in edges if e[0] not in recurrent.values() and e[1] not in recurrent.values()]
     feeding: dict[str, list[str]] = {name: [] for name in nodes}
-    for source, target in graph.edges:
+    for source, target in edges:
         if target in feeding:
             feeding[target].append(source)
     tensors: dict[str, Any] = {}
     keras_inputs = []
-    for name in _order(nodes, graph.edges):
+    for name in _order(nodes, edges):
         node = nodes[name]
         if name in inputs:
             shape = _keras_shape(np.asarray(node.input_type["input"]).reshape(-1))
@@ -748,6 +913,8 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
         context = _Import(dt, name, _nir_shape(x.shape[2:]), dict(getattr(node, "metadata", None) or {}))
         if importer is None:
             raise context.refuse(node, "has no ste layer", f"use nodes of the types {sorted(_IMPORTERS)}")
+        if name in recurrent:
+            importer = functools.partial(_recurrent_layer, weight_node=graph.nodes[recurrent[name]])
         for layer in importer(node, context):
             x = layer(x)
         tensors[name] = x

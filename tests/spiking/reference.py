@@ -171,6 +171,12 @@ def _pool(x: np.ndarray, kernel: Any, stride: Any, mean: bool) -> np.ndarray:
     return out
 
 
+def _at_rest(node: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """What a node in a loop outputs before the first step (its input all zero): an Affine's bias, else 0."""
+    bias = getattr(node, "bias", None) if type(node).__name__ == "Affine" else None
+    return np.broadcast_to(np.asarray(bias if bias is not None else 0.0, np.float64), shape)
+
+
 def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
     """The output of a feed-forward NIR graph with one input and one output, for x [batch, time, *features]
     (NIR's layout, channels first), by Euler's rule at step dt; every node sums the edges into it.
@@ -181,9 +187,11 @@ def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
     names = list(graph.nodes)
     feeding = {name: [s for s, t in graph.edges if t == name] for name in names}
     order: list[str] = []
-    while len(order) < len(names):
-        order += [n for n in names if n not in order and all(s in order for s in feeding[n])]
+    while len(order) < len(names):  # a loop: its first node (in the graph's order) reads the last step's values
+        ready = [n for n in names if n not in order and all(s in order for s in feeding[n])]
+        order += ready or [next(n for n in names if n not in order)]
     state: dict[str, np.ndarray] = {}
+    previous: dict[str, np.ndarray] = {}
     outputs = []
     for t in range(x.shape[1]):
         values: dict[str, np.ndarray] = {}
@@ -193,7 +201,8 @@ def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
             if kind == "Input":
                 values[name] = x[:, t].astype(np.float64)
                 continue
-            i = sum(values[s] for s in feeding[name])
+            shape = next(v.shape for v in (values.get(s, previous.get(s)) for s in feeding[name]) if v is not None)
+            i = sum(values.get(s, previous.get(s, _at_rest(graph.nodes[s], shape))) for s in feeding[name])
             if kind == "Output":
                 outputs.append(i)
                 values[name] = i
@@ -212,6 +221,13 @@ def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
                 values[name] = _pool(i, node.kernel_size, node.stride, mean=kind == "AvgPool2d")
             elif kind == "Threshold":
                 values[name] = (i > node.threshold).astype(np.float64)
+            elif kind == "CubaLIF":
+                current, v = state.get(name + ".i", np.zeros_like(i)), state.get(name, np.zeros_like(i))
+                current = current + dt / node.tau_syn * (-current + node.w_in * i)
+                v = v + dt / node.tau_mem * (node.v_leak - v + node.r * current)
+                z = (v > node.v_threshold).astype(np.float64)
+                state[name], state[name + ".i"] = np.where(z > 0, node.v_reset, v), current
+                values[name] = z
             elif kind in ("LIF", "IF", "LI"):
                 v = state.get(name, np.zeros_like(i))
                 if kind == "IF":
@@ -227,6 +243,7 @@ def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
                 state[name] = v
             else:
                 raise KeyError(kind)
+        previous = values
     return np.stack(outputs, axis=1)
 
 

@@ -153,7 +153,7 @@ def _ste_model(betas: list[float], seed: int = 0) -> keras.Model:
         keras.layers.Dense(3),
         ste.spiking.IF(threshold=0.75, reset="zero"),
         keras.layers.Dense(2),
-        ste.spiking.LIF(beta=0.7, reset="none", emit="membrane"),
+        ste.spiking.LI(beta=0.7),
     ]
     return keras.Sequential(layers)
 
@@ -279,10 +279,8 @@ def test_export_refuses_what_nir_cannot_hold(layer: keras.layers.Layer, words: l
         (_lif(tau=np.array([10.0, 10.0, 5.0, 10.0])), ["'neuron'", "different values", "β"]),
         (_lif(tau=np.full(4, 0.5)), ["'neuron'", "outside [0, 1]", "smaller dt"]),
         (
-            nir.CubaLIF(
-                tau_syn=np.ones(4) * 5, tau_mem=np.ones(4) * 5, r=np.ones(4), v_leak=np.zeros(4), v_threshold=np.ones(4)
-            ),
-            ["'neuron'", "CubaLIF"],
+            nir.CubaLI(tau_syn=np.ones(4) * 5, tau_mem=np.ones(4) * 5, r=np.ones(4), v_leak=np.zeros(4)),
+            ["'neuron'", "CubaLI", "current-based leaky integrator"],
         ),
         (nir.Delay(delay=np.ones(4)), ["'neuron'", "delay"]),
     ],
@@ -306,3 +304,136 @@ def test_bad_dt_and_cycles() -> None:
     edges = [("input", "a"), ("a", "b"), ("b", "a"), ("b", "output")]
     with pytest.raises(ste.ConversionError, match=r"\['a', 'b', 'output'\] feed each other"):
         ste.spiking.from_nir(nir.NIRGraph(nodes=nodes, edges=edges, type_check=False))
+
+
+def _cuba(size: int, dt: float) -> nir.CubaLIF:
+    return nir.CubaLIF(
+        tau_syn=np.full(size, 4 * dt),
+        tau_mem=np.full(size, 6 * dt),
+        r=np.full(size, 2.0),
+        v_leak=np.zeros(size),
+        v_threshold=np.full(size, 0.4),
+        w_in=np.full(size, 1.5),
+    )
+
+
+def _recurrent_graph(neuron: nir.NIRNode, weight: nir.NIRNode) -> nir.NIRGraph:
+    """input -> fc -> neuron -> output, with neuron -> w_rec -> neuron (the neuron listed before its weight)."""
+    nodes = {
+        "input": nir.Input(input_type={"input": np.array([5])}),
+        "fc": nir.Affine(weight=RNG.normal(0, 1, (6, 5)), bias=RNG.normal(0, 0.1, 6)),
+        "neuron": neuron,
+        "w_rec": weight,
+        "output": nir.Output(output_type={"output": np.array([6])}),
+    }
+    edges = [("input", "fc"), ("fc", "neuron"), ("neuron", "w_rec"), ("w_rec", "neuron"), ("neuron", "output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+
+
+@pytest.mark.parametrize("dt", [1.0, 1e-4])
+def test_cuba_lif_matches_nir_equations(float64: None, dt: float) -> None:
+    graph = _recurrent_graph(_cuba(6, dt), nir.Linear(weight=np.zeros((6, 6))))
+    nodes = {k: v for k, v in graph.nodes.items() if k != "w_rec"}
+    edges = [e for e in graph.edges if "w_rec" not in e]
+    graph = nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
+    x = RNG.normal(0.3, 1.0, (3, 30, 5))
+    got = ste.spiking.from_nir(graph, dt=dt)(x).numpy()
+    np.testing.assert_array_equal(got, reference.simulate_nir(graph, x, dt))
+    assert 0 < got.mean() < 1
+    assert isinstance(ste.spiking.from_nir(graph, dt=dt).layers[-1], ste.spiking.Synaptic)
+
+
+@pytest.mark.parametrize("kind", ["LIF", "CubaLIF"])
+@pytest.mark.parametrize("weight", ["all_to_all", "diagonal", "affine"])
+def test_recurrent_edges_become_recurrent_neurons(float64: None, kind: str, weight: str) -> None:
+    matrix = RNG.normal(0, 0.6, (6, 6))
+    w_rec = {
+        "all_to_all": nir.Linear(weight=matrix),
+        "diagonal": nir.Linear(weight=np.diag(np.diag(matrix))),
+        "affine": nir.Affine(weight=matrix, bias=RNG.normal(0, 0.1, 6)),
+    }[weight]
+    neuron = (
+        _cuba(6, 1.0)
+        if kind == "CubaLIF"
+        else _lif(tau=np.full(6, 5.0), r=np.full(6, 3.0), v_leak=np.zeros(6), v_threshold=np.full(6, 0.6))
+    )
+    graph = _recurrent_graph(neuron, w_rec)
+    x = RNG.normal(0.2, 1.0, (3, 30, 5))
+    expected = reference.simulate_nir(graph, x, 1.0)
+    model = ste.spiking.from_nir(graph)
+    expected_class = ste.spiking.RSynaptic if kind == "CubaLIF" else ste.spiking.RLIF
+    assert isinstance(model.layers[-1], expected_class)
+    assert model.layers[-1].cell.all_to_all == (weight != "diagonal")
+    np.testing.assert_array_equal(model(x).numpy(), expected)
+    assert 0 < expected.mean() < 1
+    # the same neuron as snnTorch nests it: a subgraph input -> neuron -> output with neuron <-> w_rec
+    sub = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(input_type={"input": np.array([6])}),
+            "lif": neuron,
+            "w_rec": w_rec,
+            "output": nir.Output(output_type={"output": np.array([6])}),
+        },
+        edges=[("input", "lif"), ("lif", "w_rec"), ("w_rec", "lif"), ("lif", "output")],
+        type_check=False,
+    )
+    outer = {**{k: v for k, v in graph.nodes.items() if k not in ("neuron", "w_rec")}, "rnn": sub}
+    nested = nir.NIRGraph(nodes=outer, edges=[("input", "fc"), ("fc", "rnn"), ("rnn", "output")], type_check=False)
+    np.testing.assert_array_equal(ste.spiking.from_nir(nested)(x).numpy(), expected)
+    again = ste.spiking.from_nir(ste.spiking.to_nir(model))
+    np.testing.assert_array_equal(again(x).numpy(), model(x).numpy())
+
+
+def test_spiking_feature_maps_match_nir_equations(float64: None) -> None:
+    nodes = {
+        "input": nir.Input(input_type={"input": np.array([2, 6, 6])}),
+        "conv": nir.Conv2d(
+            input_shape=(6, 6),
+            weight=RNG.normal(0, 0.6, (3, 2, 3, 3)),
+            stride=1,
+            padding=1,
+            dilation=1,
+            groups=1,
+            bias=RNG.normal(0, 0.1, 3),
+        ),
+        "lif": _lif(
+            tau=np.full((3, 6, 6), 4.0),
+            r=np.full((3, 6, 6), 4.0),
+            v_leak=np.zeros((3, 6, 6)),
+            v_threshold=np.full((3, 6, 6), 0.5),
+        ),
+        "pool": nir.SumPool2d(kernel_size=np.array([2, 2]), stride=np.array([2, 2]), padding=np.array([0, 0])),
+        "flat": nir.Flatten(input_type={"input": np.array([3, 3, 3])}, start_dim=0),
+        "li": nir.LI(tau=np.full(27, 3.0), r=np.full(27, 3.0), v_leak=np.zeros(27)),
+        "output": nir.Output(output_type={"output": np.array([27])}),
+    }
+    names = list(nodes)
+    graph = nir.NIRGraph(nodes=nodes, edges=list(itertools.pairwise(names)), type_check=False)
+    x = RNG.normal(0.3, 1.0, (2, 10, 2, 6, 6))
+    model = ste.spiking.from_nir(graph)
+    np.testing.assert_allclose(model(_channels_last(x)).numpy(), reference.simulate_nir(graph, x, 1.0), atol=1e-12)
+    again = ste.spiking.from_nir(ste.spiking.to_nir(model))
+    np.testing.assert_array_equal(again(_channels_last(x)).numpy(), model(_channels_last(x)).numpy())
+
+
+def test_new_neurons_round_trip_bit_for_bit() -> None:
+    model = keras.Sequential(
+        [
+            keras.Input((None, 5)),
+            keras.layers.Dense(6),
+            ste.spiking.Synaptic(alpha=0.3, beta=0.85, threshold=0.5, reset="zero", surrogate="fast_sigmoid"),
+            keras.layers.Dense(6),
+            ste.spiking.RLIF(beta=0.7, reset="zero"),
+            keras.layers.Dense(6),
+            ste.spiking.RSynaptic(alpha=0.6, beta=0.9, reset="zero", all_to_all=False),
+            keras.layers.Dense(3),
+            ste.spiking.LI(beta=0.2),
+            ste.spiking.LIF(beta=0.5, reset="none", emit="membrane"),  # a leaky integrator too: NIR LI, back as LI
+        ]
+    )
+    x = np.random.default_rng(9).normal(0.5, 1.5, (3, 20, 5)).astype("float32")
+    for dt in (1.0, 1e-4):
+        back = ste.spiking.from_nir(ste.spiking.to_nir(model, dt=dt), dt=dt)
+        np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
+        kinds = [type(layer) for layer in model.layers]
+        assert [type(layer) for layer in back.layers[1:]] == [*kinds[:-1], ste.spiking.LI]
