@@ -898,7 +898,7 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     for name in _order(nodes, edges):
         node = nodes[name]
         if name in inputs:
-            shape = _keras_shape(np.asarray(node.input_type["input"]).reshape(-1))
+            shape = _keras_shape([int(n) for n in np.asarray(node.input_type["input"]).reshape(-1)])
             tensors[name] = keras.Input((None, *shape), name=name.replace("/", "_"))
             keras_inputs.append(tensors[name])
             continue
