@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ._subprocess import result_of
+from .torch_snn import resident_peak
 
 __all__ = ["WORKLOADS", "run"]
 
@@ -46,14 +47,6 @@ SMOKE_WORKLOADS: dict[str, dict[str, Any]] = {
     "conv": {"steps": 3, "batch": 2, "channels": 1, "size": 6, "filters1": 2, "filters2": 2, "outputs": 4},
     "onb": {"steps": 5, "batch": 2, "inputs": 8, "hidden": 8, "outputs": 8},
 }
-
-
-def _rss(key: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def _ste_model(workload: str, c: dict[str, Any]) -> Any:
@@ -137,11 +130,7 @@ def measure_ste(config: dict[str, Any]) -> dict[str, Any]:
         step().numpy()
     tf.config.experimental.reset_memory_stats("CPU:0")
     in_use = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    rss = _rss("VmRSS")
-    step().numpy()
-    rss_peak = _rss("VmHWM") - rss
+    rss_peak = resident_peak(lambda: step().numpy())
     bfc_peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - in_use
     times = []
     for _ in range(config["rounds"]):

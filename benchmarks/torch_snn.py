@@ -17,8 +17,6 @@ import sys
 import time
 from typing import Any
 
-import torch
-
 
 def _status(key: str) -> int:
     with open("/proc/self/status") as status:
@@ -28,7 +26,8 @@ def _status(key: str) -> int:
     raise KeyError(key)
 
 
-def _step_peak(step: Any) -> int:
+def resident_peak(step: Any) -> int:
+    """Bytes by which the resident set grew at its highest during ``step()`` (also used by the ste side)."""
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")  # reset the resident-set high-water mark
     before = _status("VmRSS")
@@ -36,8 +35,9 @@ def _step_peak(step: Any) -> int:
     return _status("VmHWM") - before
 
 
-def _snntorch(workload: str, c: dict[str, Any]) -> tuple[torch.nn.Module, Any]:
+def _snntorch(workload: str, c: dict[str, Any]) -> tuple[Any, Any]:
     import snntorch as snn
+    import torch
 
     def lif() -> Any:
         return snn.Leaky(beta=0.9)  # atan surrogate, reset by subtraction (snnTorch's defaults)
@@ -89,7 +89,8 @@ def _snntorch(workload: str, c: dict[str, Any]) -> tuple[torch.nn.Module, Any]:
     return ConvNet(), None
 
 
-def _spikingjelly(workload: str, c: dict[str, Any]) -> tuple[torch.nn.Module, Any]:
+def _spikingjelly(workload: str, c: dict[str, Any]) -> tuple[Any, Any]:
+    import torch
     from spikingjelly.activation_based import functional, layer, neuron, surrogate
 
     def lif() -> Any:  # β = 1 − 1/τ = 0.9 without input decay; soft reset (subtraction), detached; multi-step
@@ -125,6 +126,8 @@ def _spikingjelly(workload: str, c: dict[str, Any]) -> tuple[torch.nn.Module, An
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
     torch.set_num_threads(config["threads"])
     torch.set_num_interop_threads(config["threads"])
     torch.manual_seed(0)
@@ -155,7 +158,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
 
     for _ in range(config["warmup"]):
         step()
-    peak = _step_peak(step)
+    peak = resident_peak(step)
     times = []
     for _ in range(config["rounds"]):
         start = time.perf_counter()

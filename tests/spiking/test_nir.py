@@ -81,28 +81,25 @@ def _truncated(graph: nir.NIRGraph, last: str) -> nir.NIRGraph:
     return nir.NIRGraph(nodes=nodes, edges=list(itertools.pairwise(kept)))
 
 
+def _conv2d(c_in: int, c_out: int, size: int, *, scale: float, stride: int, padding: int, bias: bool) -> nir.Conv2d:
+    """A 3×3 convolution with random weights (PyTorch's layout [out, in, kh, kw])."""
+    return nir.Conv2d(
+        input_shape=(size, size),
+        weight=RNG.normal(0, scale, (c_out, c_in, 3, 3)),
+        stride=stride,
+        padding=padding,
+        dilation=1,
+        groups=1,
+        bias=RNG.normal(0, 0.1, c_out) if bias else np.zeros(c_out),
+    )
+
+
 def test_conv_graph_matches_nir_equations(float64: None) -> None:
     nodes = {
         "input": nir.Input(input_type={"input": np.array([2, 9, 9])}),
-        "conv": nir.Conv2d(
-            input_shape=(9, 9),
-            weight=RNG.normal(0, 0.5, (4, 2, 3, 3)),
-            stride=1,
-            padding=1,
-            dilation=1,
-            groups=1,
-            bias=RNG.normal(0, 0.1, 4),
-        ),
+        "conv": _conv2d(2, 4, 9, scale=0.5, stride=1, padding=1, bias=True),
         "thr": nir.Threshold(threshold=RNG.uniform(0, 0.5, (4, 9, 9))),
-        "conv2": nir.Conv2d(
-            input_shape=(9, 9),
-            weight=RNG.normal(0, 0.5, (4, 4, 3, 3)),
-            stride=2,
-            padding=0,
-            dilation=1,
-            groups=1,
-            bias=np.zeros(4),
-        ),
+        "conv2": _conv2d(4, 4, 9, scale=0.5, stride=2, padding=0, bias=False),
         "sum": nir.SumPool2d(kernel_size=np.array([2, 2]), stride=np.array([2, 2]), padding=np.array([0, 0])),
         "avg": nir.AvgPool2d(kernel_size=np.array([1, 2]), stride=np.array([1, 1]), padding=np.array([0, 0])),
         "flat": nir.Flatten(input_type={"input": np.array([4, 2, 1])}, start_dim=0),
@@ -387,15 +384,7 @@ def test_recurrent_edges_become_recurrent_neurons(float64: None, kind: str, weig
 def test_spiking_feature_maps_match_nir_equations(float64: None) -> None:
     nodes = {
         "input": nir.Input(input_type={"input": np.array([2, 6, 6])}),
-        "conv": nir.Conv2d(
-            input_shape=(6, 6),
-            weight=RNG.normal(0, 0.6, (3, 2, 3, 3)),
-            stride=1,
-            padding=1,
-            dilation=1,
-            groups=1,
-            bias=RNG.normal(0, 0.1, 3),
-        ),
+        "conv": _conv2d(2, 3, 6, scale=0.6, stride=1, padding=1, bias=True),
         "lif": _lif(
             tau=np.full((3, 6, 6), 4.0),
             r=np.full((3, 6, 6), 4.0),
