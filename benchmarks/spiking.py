@@ -130,7 +130,12 @@ def run(
     kept = {name: _kept_bytes(layer, mem_currents) for name, layer in layers.items()}
     spike_cost_float = kept["float"] - kept["none"]
     peers = spiking_peers.run(
-        peer_smoke, snntorch_venv, spikingjelly_venv, rounds=peer_rounds, warmup=1 if peer_smoke else 3
+        peer_smoke,
+        snntorch_venv,
+        spikingjelly_venv,
+        rounds=peer_rounds,
+        warmup=1 if peer_smoke else 3,
+        workloads=("dense",) if peer_smoke else tuple(spiking_peers.WORKLOADS),  # smoke: two short processes
     )
     return {
         "peers": peers,
