@@ -301,8 +301,8 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
     if not peers:
         return []
     lines = [
-        f"Training step against the peers (separate processes, {peers['threads']} threads each; memory: resident-set "
-        f"growth during one step for every framework, TensorFlow's BFC allocator peak for ste in brackets):",
+        f"Training step against the peers (separate processes, {peers['threads']} threads each; memory: the step's "
+        f"allocator peak, TensorFlow's BFC allocator for ste, torch.profiler's CPU allocations for torch):",
         "",
         "| network | framework | ms per step | ste ÷ it | step peak, MiB | ste ÷ it |",
         "|---|---|---|---|---|---|",
@@ -310,8 +310,8 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
     for workload, entry in peers["workloads"].items():
         ste_entry = entry["ste"]
         lines.append(
-            f"| {workload} | ste | {_ms(ste_entry['median_s'])} | 1.00× | {ste_entry['peak_bytes'] / 2**20:.1f} "
-            f"({ste_entry['bfc_peak_bytes'] / 2**20:.1f}) | 1.00× |"
+            f"| {workload} | ste | {_ms(ste_entry['median_s'])} | 1.00× | "
+            f"{ste_entry['peak_bytes'] / 2**20:.1f} | 1.00× |"
         )
         for name in ("snntorch", "spikingjelly"):
             if name in entry:

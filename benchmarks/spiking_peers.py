@@ -13,10 +13,11 @@ Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surroga
 
 Each framework runs in its own process with the same thread count (``threads``); ste runs before and after the
 peers and its time is the mean of the two medians. Step time: the median over ``rounds`` steps after ``warmup``
-untimed ones. Peak memory of a step, two ways: ste's from TensorFlow's BFC CPU allocator (``TF_CPU_ALLOCATOR_USE_BFC
-=true`` set before TensorFlow is imported: the peak during one step minus the bytes in use before it); every
-framework's from the resident set (the kernel's high-water mark during one step, reset through
-``/proc/self/clear_refs``, minus the resident set before it), which is the one comparable across frameworks.
+untimed ones. Peak memory of a step: ste's from TensorFlow's BFC CPU allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``
+set before TensorFlow is imported: the peak during one step minus the bytes in use before it); torch's from
+``torch.profiler`` with ``profile_memory=True`` (the highest running sum of the CPU allocations minus frees during
+one step). The growth of the resident set's high-water mark is recorded too, but after warm-up steps the
+allocators reuse pages already resident, so it is near 0 for every framework and says nothing.
 The torch side is benchmarks/torch_snn.py.
 """
 
@@ -139,10 +140,11 @@ def measure_ste(config: dict[str, Any]) -> dict[str, Any]:
         times.append(time.perf_counter() - start)
     return {
         "median_s": statistics.median(times),
-        "peak_bytes": rss_peak,
+        "peak_bytes": int(bfc_peak),
         "bfc_peak_bytes": int(bfc_peak),
-        "memory_method": "resident-set high-water mark during one step minus the resident set before it; "
-        "bfc_peak_bytes: TensorFlow's BFC allocator peak minus the bytes in use before the step",
+        "rss_peak_bytes": rss_peak,
+        "memory_method": "TensorFlow's BFC allocator peak during one step minus the bytes in use before it; "
+        "rss_peak_bytes: resident-set high-water mark growth",
         "tensorflow": tf.__version__,
     }
 
@@ -192,7 +194,7 @@ def run(
         results = {name: _peer(venv, name, config) for name, venv in peers.items()}
         after = _ste(config)
         ste_time = (before["median_s"] + after["median_s"]) / 2
-        ste_peak = min(before["peak_bytes"], after["peak_bytes"])
+        ste_peak = min(before["bfc_peak_bytes"], after["bfc_peak_bytes"])  # against torch's allocator peak
         entry: dict[str, Any] = {
             "config": config,
             "ste": {
