@@ -304,7 +304,36 @@ def _spiking(section: dict[str, Any]) -> list[str]:
         f"spikes {mib['bool']:.2f} MiB, with float spikes {mib['float']:.2f} MiB, no reset (no spikes kept) "
         f"{mib['none']:.2f} MiB; hand-written loop {mib['hand_written']:.2f} MiB.",
         "",
+        *_spiking_peers(section.get("peers")),
     ]
+
+
+def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
+    """The issue-21 table: ste, snnTorch and SpikingJelly on the same networks (benchmarks/spiking_peers.py)."""
+    if not peers:
+        return []
+    lines = [
+        f"Training step against the peers (separate processes, {peers['threads']} threads each; memory: the step's "
+        f"allocator peak, TensorFlow's BFC allocator for ste, torch.profiler's CPU allocations for torch):",
+        "",
+        "| network | framework | ms per step | ste ÷ it | step peak, MiB | ste ÷ it |",
+        "|---|---|---|---|---|---|",
+    ]
+    for workload, entry in peers["workloads"].items():
+        ste_entry = entry["ste"]
+        lines.append(
+            f"| {workload} | ste | {_ms(ste_entry['median_s'])} | 1.00× | "
+            f"{ste_entry['peak_bytes'] / 2**20:.1f} | 1.00× |"
+        )
+        for name in ("snntorch", "spikingjelly"):
+            if name in entry:
+                peer = entry[name]
+                memory = "–" if peer["ste_memory_ratio"] is None else f"{peer['ste_memory_ratio']:.2f}×"
+                lines.append(
+                    f"| {workload} | {name} | {_ms(peer['median_s'])} | {peer['ste_time_ratio']:.2f}× | "
+                    f"{peer['peak_bytes'] / 2**20:.1f} | {memory} |"
+                )
+    return [*lines, ""]
 
 
 def _identical(cell: dict[str, Any]) -> str:

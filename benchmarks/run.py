@@ -54,6 +54,7 @@ FULL: dict[str, dict[str, Any]] = {
         "inner": 3,
         "memory_steps": 25,
         "memory_units": 1024,
+        "peer_rounds": 15,
     },
 }
 SMOKE: dict[str, dict[str, Any]] = {
@@ -78,6 +79,8 @@ SMOKE: dict[str, dict[str, Any]] = {
         "warmup": 1,
         "memory_steps": 3,
         "memory_units": 64,
+        "peer_rounds": 2,
+        "peer_smoke": True,
     },
 }
 SECTIONS = tuple(FULL)
@@ -132,11 +135,20 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(smoke: bool, sections: Sequence[str] = SECTIONS, larq_venv: str | None = None) -> dict[str, Any]:
+def run(
+    smoke: bool,
+    sections: Sequence[str] = SECTIONS,
+    larq_venv: str | None = None,
+    snntorch_venv: str | None = None,
+    spikingjelly_venv: str | None = None,
+) -> dict[str, Any]:
     """Run the chosen sections; returns the JSON-ready results."""
     config = {name: dict(entry) for name, entry in (SMOKE if smoke else FULL).items()}
     if larq_venv:
         config["binary_net"]["larq_venv"] = larq_venv
+    for key, venv in (("snntorch_venv", snntorch_venv), ("spikingjelly_venv", spikingjelly_venv)):
+        if venv:
+            config["spiking"][key] = venv
     if set(sections) & READS_ALLOCATOR:
         require_statistics()
     started = time.time()
@@ -208,8 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a virtual environment with larq 0.14, tensorflow-cpu and tf-keras: also run the binary_net network "
         "with larq there (a subprocess, TF_USE_LEGACY_KERAS=1)",
     )
+    for peer in ("snntorch", "spikingjelly"):
+        parser.add_argument(
+            f"--{peer}-venv",
+            metavar="PATH",
+            help=f"a virtual environment with torch and {peer}: also train the spiking section's networks with "
+            f"{peer} there (a subprocess; benchmarks/torch_snn.py)",
+        )
     args = parser.parse_args(argv)
-    results = run(args.smoke, args.only, args.larq_venv)
+    results = run(args.smoke, args.only, args.larq_venv, args.snntorch_venv, args.spikingjelly_venv)
     json_path, md_path = write(results, args.out)
     print(md_path.read_text())
     print(f"written: {json_path} and {md_path}", file=sys.stderr)

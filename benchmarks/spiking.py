@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import ste
 
+from . import spiking_peers
 from ._timing import alternate, summarize
 
 __all__ = ["run"]
@@ -88,7 +89,18 @@ def _kept_bytes(layer: Any, currents: tf.Tensor) -> int:
 
 
 def run(
-    steps: int, batch: int, units: int, rounds: int, inner: int, memory_steps: int, memory_units: int, warmup: int = 2
+    steps: int,
+    batch: int,
+    units: int,
+    rounds: int,
+    inner: int,
+    memory_steps: int,
+    memory_units: int,
+    warmup: int = 2,
+    peer_rounds: int = 15,
+    peer_smoke: bool = False,
+    snntorch_venv: str | None = None,
+    spikingjelly_venv: str | None = None,
 ) -> dict[str, Any]:
     rng = tf.random.Generator.from_seed(0)
     currents = rng.normal((batch, steps, units), mean=0.5)
@@ -117,7 +129,16 @@ def run(
     }
     kept = {name: _kept_bytes(layer, mem_currents) for name, layer in layers.items()}
     spike_cost_float = kept["float"] - kept["none"]
+    peers = spiking_peers.run(
+        peer_smoke,
+        snntorch_venv,
+        spikingjelly_venv,
+        rounds=peer_rounds,
+        warmup=1 if peer_smoke else 3,
+        workloads=("dense",) if peer_smoke else tuple(spiking_peers.WORKLOADS),  # smoke: two short processes
+    )
     return {
+        "peers": peers,
         "steps": steps,
         "batch": batch,
         "units": units,

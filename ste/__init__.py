@@ -28,6 +28,7 @@ from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
     CallError,
+    ConversionError,
     GradientCountError,
     GradientDtypeError,
     GradientShapeError,
@@ -62,6 +63,7 @@ _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (
 
 __all__ = [
     "CallError",
+    "ConversionError",
     "Forward",
     "GradientCountError",
     "GradientDtypeError",

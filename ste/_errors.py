@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 __all__ = [
     "CallError",
+    "ConversionError",
     "GradientCountError",
     "GradientDtypeError",
     "GradientShapeError",
@@ -155,6 +156,14 @@ class ParameterTypeError(ParameterError, TypeError):
 
 class RegistrationError(STEError, ValueError):
     """A surrogate could not be registered (name taken, invalid name, invalid definition)."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class ConversionError(STEError, ValueError):
+    """A model or a NIR graph cannot be converted exactly (:func:`ste.spiking.to_nir`, :func:`ste.spiking.from_nir`):
+    the message names the layer or node, why it has no exact counterpart, and the fix."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -26,7 +26,10 @@ NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
 MAX_NOT_RUN = 3  # fragments are the exception: more than this means pages are drifting from runnable code
 # Pages whose blocks need an optional tool: the module, and why the page is skipped without it.
-NEEDS = {"docs/deploying.md": ("larq_compute_engine", "deploying.md converts with larq-compute-engine (ste[deploy])")}
+NEEDS = {
+    "docs/deploying.md": ("larq_compute_engine", "deploying.md converts with larq-compute-engine (ste[deploy])"),
+    "docs/spiking.md": ("nir", "spiking.md's NIR section writes NIR files with nir (ste[nir])"),
+}
 
 
 def _blocks(path: Path) -> list[tuple[str, str | None]]:

@@ -14,6 +14,7 @@ from ._layer import SpikingRNN
 from ._li import LI, LICell
 from ._lif import LIF, LIFCell
 from ._loss import RateCrossEntropy, rate_cross_entropy
+from ._nir import from_nir, to_nir
 from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
 from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
@@ -43,6 +44,7 @@ __all__ = [
     "SynapticCell",
     "TimeDistributed",
     "delta_encode",
+    "from_nir",
     "heaviside",
     "last_membrane",
     "latency_encode",
@@ -53,4 +55,5 @@ __all__ = [
     "rate_encode",
     "spike_count",
     "spike_rate",
+    "to_nir",
 ]

@@ -7,8 +7,10 @@ processes.py); these tests only wait for them and check their results.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -141,3 +143,57 @@ def test_seeded_runs_are_bit_identical(process_jobs: Jobs) -> None:
 def test_worker_helpers_import_this_checkout() -> None:
     assert Path(ste.__file__).resolve().is_relative_to(ROOT), "tests must run against this checkout's ste"
     assert keras.__version__.startswith("3.")
+
+
+#: a venv with snnTorch 1.0, torch, nir and nirtorch (docs/spiking.md, "NIR"); the comparison skips without it
+SNNTORCH_VENV = Path(os.environ.get("STE_SNNTORCH_VENV", "/work/venvs/snntorch"))
+
+
+def _snntorch(action: str, graph: Path, x: np.ndarray, tmp: Path) -> np.ndarray:
+    np.save(tmp / "x.npy", x)
+    script = ROOT / "tests" / "spiking" / "snntorch_peer.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    argv = [
+        str(SNNTORCH_VENV / "bin" / "python"),
+        str(script),
+        action,
+        str(graph),
+        str(tmp / "x.npy"),
+        str(tmp / "s.npy"),
+    ]
+    subprocess.run(argv, check=True, capture_output=True, timeout=600, env=env, cwd=tmp)
+    spikes: np.ndarray = np.load(tmp / "s.npy")
+    return spikes
+
+
+def test_nir_spike_trains_equal_snntorchs_both_ways(tmp_path: Path) -> None:
+    """snnTorch's export_to_nir loaded by from_nir(dt=1e-4), and an ste model's to_nir loaded by snnTorch's
+    import_from_nir, give the spike trains of the other framework exactly (weights in 1/8 steps, binary inputs)."""
+    nir = pytest.importorskip("nir", reason="needs the optional extra: pip install 'ste[nir]'")
+    if not (SNNTORCH_VENV / "bin" / "python").exists():
+        pytest.skip(
+            f"no snnTorch venv at {SNNTORCH_VENV} (set STE_SNNTORCH_VENV; docs/spiking.md says how to make one)"
+        )
+    x = (np.random.default_rng(5).random((3, 40, 6)) < 0.5).astype("float32")
+    exported = tmp_path / "snntorch.nir"
+    theirs = _snntorch("export", exported, x, tmp_path)
+    ours = ste.spiking.from_nir(exported, dt=1e-4)(x).numpy()
+    np.testing.assert_array_equal(ours, theirs)
+    assert 0 < ours.mean() < 1
+
+    rng = np.random.default_rng(12)
+    model = keras.Sequential(
+        [
+            keras.Input((None, 6)),
+            keras.layers.Dense(8),
+            ste.spiking.LIF(beta=0.8, reset="zero", threshold=0.5),
+            keras.layers.Dense(4),
+            ste.spiking.LIF(beta=0.625, reset="zero"),
+        ]
+    )
+    model.set_weights([rng.integers(-8, 9, w.shape) / 8 for w in model.get_weights()])
+    written = tmp_path / "ste.nir"
+    nir.write(written, ste.spiking.to_nir(model, dt=1e-4))
+    ours = model(x).numpy()
+    np.testing.assert_array_equal(_snntorch("import", written, x, tmp_path), ours)
+    assert 0 < ours.mean() < 1

@@ -15,6 +15,7 @@ derivatives with respect to beta, theta and the surrogate's parameter.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -131,6 +132,119 @@ def backward(n: Neuron, current: np.ndarray, g_spikes: np.ndarray, h_membrane: n
         "threshold": np.float64(g_theta),
         "alpha": np.float64(g_a),
     }
+
+
+# -- NIR's equations, simulated by Euler's rule (the reference for ste.spiking.from_nir) ---------------------------
+
+
+def _conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, stride: Any, padding: Any, dilation: Any, groups: int):
+    """PyTorch's convolution (cross-correlation), channels first: x [batch, C_in, *spatial]."""
+    rank = weight.ndim - 2
+    stride, dilation = (np.broadcast_to(np.atleast_1d(v), (rank,)).astype(int) for v in (stride, dilation))
+    pads = np.broadcast_to(np.atleast_1d(padding), (rank,)).astype(int)
+    x = np.pad(x, [(0, 0), (0, 0), *[(p, p) for p in pads]])
+    kernel = weight.shape[2:]
+    out_shape = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(x.shape[2:], kernel, stride, dilation)]
+    c_in, c_out = weight.shape[1], weight.shape[0]
+    out = np.zeros((x.shape[0], c_out, *out_shape))
+    per_group = c_out // groups
+    for o in range(c_out):
+        g = o // per_group
+        for position in np.ndindex(*out_shape):
+            window = tuple(
+                slice(p * s, p * s + d * (k - 1) + 1, d) for p, s, d, k in zip(position, stride, dilation, kernel)
+            )
+            patch = x[(slice(None), slice(g * c_in, (g + 1) * c_in), *window)]
+            out[(slice(None), o, *position)] = np.sum(patch * weight[o], axis=tuple(range(1, rank + 2))) + bias[o]
+    return out
+
+
+def _pool(x: np.ndarray, kernel: Any, stride: Any, mean: bool) -> np.ndarray:
+    kh, kw = (int(k) for k in np.broadcast_to(np.atleast_1d(kernel), (2,)))
+    sh, sw = (int(s) for s in np.broadcast_to(np.atleast_1d(stride), (2,)))
+    oh, ow = (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1
+    out = np.zeros((*x.shape[:2], oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            window = x[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw]
+            out[:, :, i, j] = window.mean(axis=(2, 3)) if mean else window.sum(axis=(2, 3))
+    return out
+
+
+def _at_rest(node: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """What a node in a loop outputs before the first step (its input all zero): an Affine's bias, else 0."""
+    bias = getattr(node, "bias", None) if type(node).__name__ == "Affine" else None
+    return np.broadcast_to(np.asarray(bias if bias is not None else 0.0, np.float64), shape)
+
+
+def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
+    """The output of a feed-forward NIR graph with one input and one output, for x [batch, time, *features]
+    (NIR's layout, channels first), by Euler's rule at step dt; every node sums the edges into it.
+
+    LIF: v ← v + (dt/τ)·(v_leak − v + R·I); z = 1[v > v_threshold]; v ← v_reset where z. IF: v ← v + dt·R·I, the
+    same spike and reset. LI: v ← v + (dt/τ)·(v_leak − v + R·I), output v. Threshold: 1[I > θ].
+    """
+    names = list(graph.nodes)
+    feeding = {name: [s for s, t in graph.edges if t == name] for name in names}
+    order: list[str] = []
+    while len(order) < len(names):  # a loop: its first node (in the graph's order) reads the last step's values
+        ready = [n for n in names if n not in order and all(s in order for s in feeding[n])]
+        order += ready or [next(n for n in names if n not in order)]
+    state: dict[str, np.ndarray] = {}
+    previous: dict[str, np.ndarray] = {}
+    outputs = []
+    for t in range(x.shape[1]):
+        values: dict[str, np.ndarray] = {}
+        for name in order:
+            node = graph.nodes[name]
+            kind = type(node).__name__
+            if kind == "Input":
+                values[name] = x[:, t].astype(np.float64)
+                continue
+            shape = next(v.shape for v in (values.get(s, previous.get(s)) for s in feeding[name]) if v is not None)
+            i = sum(values.get(s, previous.get(s, _at_rest(graph.nodes[s], shape))) for s in feeding[name])
+            if kind == "Output":
+                outputs.append(i)
+                values[name] = i
+            elif kind == "Affine":
+                values[name] = i @ np.asarray(node.weight, np.float64).T + node.bias
+            elif kind == "Linear":
+                values[name] = i @ np.asarray(node.weight, np.float64).T
+            elif kind == "Scale":
+                values[name] = i * node.scale
+            elif kind == "Flatten":
+                values[name] = i.reshape(i.shape[0], -1)
+            elif kind in ("Conv1d", "Conv2d"):
+                w = np.asarray(node.weight, np.float64)
+                values[name] = _conv(i, w, node.bias, node.stride, node.padding, node.dilation, node.groups)
+            elif kind in ("SumPool2d", "AvgPool2d"):
+                values[name] = _pool(i, node.kernel_size, node.stride, mean=kind == "AvgPool2d")
+            elif kind == "Threshold":
+                values[name] = (i > node.threshold).astype(np.float64)
+            elif kind == "CubaLIF":
+                current, v = state.get(name + ".i", np.zeros_like(i)), state.get(name, np.zeros_like(i))
+                current = current + dt / node.tau_syn * (-current + node.w_in * i)
+                v = v + dt / node.tau_mem * (node.v_leak - v + node.r * current)
+                z = (v > node.v_threshold).astype(np.float64)
+                state[name], state[name + ".i"] = np.where(z > 0, node.v_reset, v), current
+                values[name] = z
+            elif kind in ("LIF", "IF", "LI"):
+                v = state.get(name, np.zeros_like(i))
+                if kind == "IF":
+                    v = v + dt * node.r * i
+                else:
+                    v = v + dt / node.tau * (node.v_leak - v + node.r * i)
+                if kind == "LI":
+                    values[name] = v
+                else:
+                    z = (v > node.v_threshold).astype(np.float64)
+                    v = np.where(z > 0, node.v_reset, v)
+                    values[name] = z
+                state[name] = v
+            else:
+                raise KeyError(kind)
+        previous = values
+    return np.stack(outputs, axis=1)
 
 
 # -- synaptic, recurrent and leaky-integrator neurons --------------------------------------------------------------

@@ -1,0 +1,219 @@
+"""Issue 21: training spiking networks in ste, snnTorch and SpikingJelly, side by side in separate processes.
+
+Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surrogate, reset by subtraction):
+
+* ``dense``: Linear 64→256, LIF, Linear 256→10, LIF; 25 steps, batch 128; one BPTT step with Adam on the
+  cross-entropy of the output spike counts.
+* ``conv``: Conv 3×3 (1→8 channels, same padding), LIF, Conv 3×3 (8→16), LIF, Linear 4096→10, LIF on 16×16 inputs;
+  25 steps, batch 32; the same loss and Adam. ste folds time into the batch for the convolutions (one convolution
+  over every step at once); snnTorch loops over the steps in Python (its usual form); SpikingJelly's multi-step
+  layers fold time too.
+* ``onb``: the Open Neuromorphic benchmark: Linear 512→512 and LIF, batch 16, 500 steps; forward and backward of
+  the summed output spikes (no optimizer).
+
+Each framework runs in its own process with the same thread count (``threads``); ste runs before and after the
+peers and its time is the mean of the two medians. Step time: the median over ``rounds`` steps after ``warmup``
+untimed ones. Peak memory of a step: ste's from TensorFlow's BFC CPU allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``
+set before TensorFlow is imported: the peak during one step minus the bytes in use before it); torch's from
+``torch.profiler`` with ``profile_memory=True`` (the highest running sum of the CPU allocations minus frees during
+one step). The growth of the resident set's high-water mark is recorded too, but after warm-up steps the
+allocators reuse pages already resident, so it is near 0 for every framework and says nothing.
+The torch side is benchmarks/torch_snn.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._subprocess import result_of
+from .torch_snn import resident_peak
+
+__all__ = ["WORKLOADS", "run"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "dense": {"steps": 25, "batch": 128, "inputs": 64, "hidden": 256, "outputs": 10},
+    "conv": {"steps": 25, "batch": 32, "channels": 1, "size": 16, "filters1": 8, "filters2": 16, "outputs": 10},
+    "onb": {"steps": 500, "batch": 16, "inputs": 512, "hidden": 512, "outputs": 512},
+}
+SMOKE_WORKLOADS: dict[str, dict[str, Any]] = {
+    "dense": {"steps": 3, "batch": 4, "inputs": 8, "hidden": 16, "outputs": 4},
+    "conv": {"steps": 3, "batch": 2, "channels": 1, "size": 6, "filters1": 2, "filters2": 2, "outputs": 4},
+    "onb": {"steps": 5, "batch": 2, "inputs": 8, "hidden": 8, "outputs": 8},
+}
+
+
+def _ste_model(workload: str, c: dict[str, Any]) -> Any:
+    import keras
+    import tensorflow as tf
+
+    import ste
+
+    def lif() -> Any:
+        return ste.spiking.LIF(beta=0.9)
+
+    if workload == "dense":
+        return keras.Sequential(
+            [
+                keras.Input((c["steps"], c["inputs"])),
+                keras.layers.Dense(c["hidden"]),
+                lif(),
+                keras.layers.Dense(c["outputs"]),
+                lif(),
+            ]
+        )
+    if workload == "onb":
+        return keras.Sequential([keras.Input((c["steps"], c["inputs"])), keras.layers.Dense(c["hidden"]), lif()])
+
+    size, steps = c["size"], c["steps"]
+
+    class ConvNet(keras.Model):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = keras.layers.Conv2D(c["filters1"], 3, padding="same")
+            self.c2 = keras.layers.Conv2D(c["filters2"], 3, padding="same")
+            self.fc = keras.layers.Dense(c["outputs"])
+            self.l1, self.l2, self.l3 = lif(), lif(), lif()
+
+        def call(self, x: Any) -> Any:  # [B, T, H, W, C]; the convolutions see every step at once
+            batch = tf.shape(x)[0]
+            h = self.c1(tf.reshape(x, (-1, size, size, c["channels"])))
+            s = self.l1(tf.reshape(h, (batch, steps, -1)))
+            h = self.c2(tf.reshape(s, (-1, size, size, c["filters1"])))
+            s = self.l2(tf.reshape(h, (batch, steps, -1)))
+            return self.l3(self.fc(s))
+
+    return ConvNet()
+
+
+def measure_ste(config: dict[str, Any]) -> dict[str, Any]:
+    """One ste measurement (in this process; ``main`` runs it in a fresh one)."""
+    import tensorflow as tf
+
+    threads = config["threads"]
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    import keras
+
+    workload = config["workload"]
+    steps, batch = config["steps"], config["batch"]
+    rng = tf.random.Generator.from_seed(0)
+    shape = (
+        (batch, steps, config["size"], config["size"], config["channels"])
+        if workload == "conv"
+        else (batch, steps, config["inputs"])
+    )
+    x = tf.cast(rng.uniform(shape) < 0.3, tf.float32)
+    y = rng.uniform((batch,), 0, config["outputs"], dtype=tf.int32)
+    model = _ste_model(workload, config)
+    model(x[:1])
+    optimizer = keras.optimizers.Adam(1e-3)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step() -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            spikes = model(x, training=True)
+            loss = tf.reduce_sum(spikes) if workload == "onb" else loss_fn(y, tf.reduce_sum(spikes, axis=1))
+        grads = tape.gradient(loss, model.trainable_variables)
+        if workload != "onb":
+            optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+    for _ in range(config["warmup"]):
+        step().numpy()
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    in_use = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    rss_peak = resident_peak(lambda: step().numpy())
+    bfc_peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - in_use
+    times = []
+    for _ in range(config["rounds"]):
+        start = time.perf_counter()
+        step().numpy()
+        times.append(time.perf_counter() - start)
+    return {
+        "median_s": statistics.median(times),
+        "peak_bytes": int(bfc_peak),
+        "bfc_peak_bytes": int(bfc_peak),
+        "rss_peak_bytes": rss_peak,
+        "memory_method": "TensorFlow's BFC allocator peak during one step minus the bytes in use before it; "
+        "rss_peak_bytes: resident-set high-water mark growth",
+        "tensorflow": tf.__version__,
+    }
+
+
+def _environment(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        TF_CPU_ALLOCATOR_USE_BFC="true",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        OMP_NUM_THREADS=str(threads),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def _ste(config: dict[str, Any]) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "benchmarks.spiking_peers", json.dumps(config)]
+    return result_of(argv, env=_environment(config["threads"]), timeout=3600, cwd=str(ROOT))
+
+
+def _peer(venv: str, framework: str, config: dict[str, Any]) -> dict[str, Any]:
+    argv = [
+        str(Path(venv) / "bin" / "python"),
+        str(ROOT / "benchmarks" / "torch_snn.py"),
+        json.dumps({**config, "framework": framework}),
+    ]
+    env = {k: v for k, v in _environment(config["threads"]).items() if k != "PYTHONPATH"}
+    return result_of(argv, env=env, timeout=3600, cwd=str(ROOT))
+
+
+def run(
+    smoke: bool = False,
+    snntorch_venv: str | None = None,
+    spikingjelly_venv: str | None = None,
+    rounds: int = 15,
+    warmup: int = 3,
+    threads: int = 2,
+    workloads: tuple[str, ...] = ("dense", "conv", "onb"),
+) -> dict[str, Any]:
+    """Every workload in ste and in each peer whose venv is given; times and memory as ratios to ste."""
+    table = SMOKE_WORKLOADS if smoke else WORKLOADS
+    peers = {name: venv for name, venv in (("snntorch", snntorch_venv), ("spikingjelly", spikingjelly_venv)) if venv}
+    out: dict[str, Any] = {"threads": threads, "rounds": rounds, "workloads": {}}
+    for workload in workloads:
+        config = {**table[workload], "workload": workload, "rounds": rounds, "warmup": warmup, "threads": threads}
+        before = _ste(config)
+        results = {name: _peer(venv, name, config) for name, venv in peers.items()}
+        after = _ste(config)
+        ste_time = (before["median_s"] + after["median_s"]) / 2
+        ste_peak = min(before["bfc_peak_bytes"], after["bfc_peak_bytes"])  # against torch's allocator peak
+        entry: dict[str, Any] = {
+            "config": config,
+            "ste": {
+                **after,
+                "median_s": ste_time,
+                "peak_bytes": ste_peak,
+                "median_s_before_after": [before["median_s"], after["median_s"]],
+            },
+        }
+        for name, result in results.items():
+            entry[name] = {
+                **result,
+                "ste_time_ratio": ste_time / result["median_s"],
+                "ste_memory_ratio": ste_peak / result["peak_bytes"] if result["peak_bytes"] > 0 else None,
+            }
+        out["workloads"][workload] = entry
+        print(f"benchmarks: spiking peers {workload} done", file=sys.stderr, flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(measure_ste(json.loads(sys.argv[1]))), flush=True)
