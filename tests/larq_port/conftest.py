@@ -20,7 +20,9 @@ REFERENCE = json.loads((Path(__file__).resolve().parents[1] / "data" / "larq_ref
 @pytest.fixture(params=[False, True], ids=["no_strategy", "mirrored"])
 def distribute_scope(request):
     if request.param:
-        with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+        with tf.distribute.MirroredStrategy(
+            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        ).scope():
             yield True
     else:
         yield False

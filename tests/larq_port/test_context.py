@@ -142,7 +142,11 @@ def test_reads_inside_tf_function():
 
 
 def test_mirrored_strategy():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # ReductionToOneDevice: a collective all-reduce here would leave instance keys that clash with a later test's
+    # MirroredStrategy in the same process (tests/quantizers/test_learned.py's then fails with a shape mismatch)
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
     x = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
     with strategy.scope():
         model = small_bnn()
