@@ -25,7 +25,7 @@ L = keras.layers
 #: Keras layer (exact class) → (quantized class, {kernel quantizer argument: channel_axes}).
 _COMPUTE: dict[type, tuple[type, dict[str, int]]] = {
     L.Dense: (ste_layers.QuantDense, {"kernel_quantizer": 0}),
-    L.Conv1D: (ste_layers.QuantConv1D, {"kernel_quantizer": 1}),
+    L.Conv1D: (ste_layers.QuantConv1D, {"kernel_quantizer": 0}),  # per tensor: TFLite reshapes it to 2-D
     L.Conv2D: (ste_layers.QuantConv2D, {"kernel_quantizer": 1}),
     L.DepthwiseConv2D: (ste_layers.QuantDepthwiseConv2D, {"kernel_quantizer": 2}),
 }

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qat_digits.py"
+from tests.helpers import load_example
 
 
 def test_example_trains_quantizes_and_converts(capsys):
-    spec = importlib.util.spec_from_file_location("qat_digits", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = module.main(["--epochs", "4", "--qat-epochs", "1"])
+    result = load_example("qat_digits").main(["--epochs", "4", "--qat-epochs", "1"])
     out = capsys.readouterr().out
     assert "int8 TFLite:" in out and "TFLite file" in out
     assert result["float"] > 0.8 and result["qat"] > 0.8  # 4 + 1 epochs; the full run reaches about 99 %

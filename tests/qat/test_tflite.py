@@ -66,6 +66,19 @@ def test_int8_io_has_no_float_edges(trained):
     assert found[0][1][0] == "int8" and found[-1][2] == ["int8"]
 
 
+def test_conv1d_and_global_average_pooling_convert_to_int8():
+    i = keras.Input((16, 3))
+    x = keras.layers.Conv1D(8, 3, activation="relu")(i)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    q = ste.quantize_model(keras.Model(i, keras.layers.Dense(4)(x)), strict=True)
+    x = np.random.default_rng(0).uniform(-1, 1, (32, 16, 3)).astype(np.float32)
+    q(x, training=True)
+    flatbuffer = ste.to_tflite(q)
+    assert {"CONV_2D", "MEAN", "FULLY_CONNECTED"} <= set(assert_int8(flatbuffer))
+    within = np.abs(run(flatbuffer, x[:8]) - q.predict(x[:8], verbose=0)) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99
+
+
 def test_to_tflite_refuses_a_non_model():
     with pytest.raises(ste.ParameterError):
         ste.to_tflite("model.keras")
