@@ -165,7 +165,8 @@ def main() -> None:
     ratios = sorted(r["two_ms"] / r["one_ms"] for r in rows)
     bytes_ = rows[0]["bytes"]
     print(f"median ratio 2 workers / 1 process: {ratios[len(ratios) // 2]:.2f}x (load {load[0]:.1f} {load[1]:.1f})")
-    print(f"all-reduced per step (bytes): {bytes_} = {sum(bytes_.values())} in all")
+    total = bytes_["gradients"] + bytes_["batch_norm_moments"] + bytes_["logs"]  # binary kernels: in the gradients
+    print(f"all-reduced per step (bytes): {bytes_}; {total} in all")
     print(json.dumps({"rows": rows, "load": load}))
 
 
