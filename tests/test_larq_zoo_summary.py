@@ -80,11 +80,8 @@ def test_quicknet_small_prints_the_published_numbers():
     model = ZOO.BUILDERS["quicknet_small"](lq, keras)
     profile = lq.models.summary(model, print_fn=printed.append)  # larq's conventions: batch norm folded
     assert (profile.weight_count(), lq.utils.memory_as_readable_str(profile.memory)) == (12_655_688, "4.00 MiB")
-    assert [line for line in printed[1].splitlines() if line.startswith("| Model size ")][0].split()[-3:] == [
-        "4.00",
-        "MiB",
-        "|",
-    ]
+    size_line = next(line for line in printed[1].splitlines() if line.startswith("| Model size "))
+    assert size_line.split()[-3:] == ["4.00", "MiB", "|"]
     summary = ste.summary(model, print_fn=printed.append)  # ste's: every variable, and larq's count too
     assert (summary.deployment_params_total, f"{summary.deployment_memory_bytes / 2**20:.2f}") == (12_655_688, "4.00")
     assert "12,655,688 parameters, 4.00 MiB" in printed[2]
