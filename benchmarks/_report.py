@@ -370,8 +370,9 @@ def _elementwise(section: dict[str, Any]) -> list[str]:
         f"per-round ratio. The A/A column is a second, independently built copy of the baseline: its distance from "
         f"1.00× is the measurement noise. ste runs with `ste.bit_masks(False)` (it keeps its float input, as in ste "
         f"0.1) and by default (a mask-only rule such as straight_through keeps a bit-packed mask, 1/32 of a float32 "
-        f"input: its ratio is the time that memory saving costs on an isolated op; the targets on time are the "
-        f"network's, section 7). Last column: whether the traced graph of the ste step with bit masks off equals the "
+        f"input, except where its input is the function's own input, as here: the caller holds it anyway, so the "
+        f"default keeps the float and the row matches bits off; the targets on time are the network's, section "
+        f"7). Last column: whether the traced graph of the ste step with bit masks off equals the "
         f"hand-written one up to node names and, under jit_compile, whether XLA's optimized HLO is the same. "
         f"ste rules: {'; '.join(rules)}. {section['larq']}",
         "",

@@ -124,9 +124,9 @@ def keep_bits(x: tf.Tensor) -> bool:
     """Whether an op should keep ``x``'s mask as bits.
 
     Not with bit masks off. Eagerly, only from :data:`EAGER_MIN_ELEMENTS` elements (packing costs a dozen op
-    dispatches). By default (``ste.set_bit_masks(None)``) not for an input of the function being traced (its
-    caller holds it anyway: the bits would only cost time), nor for a dtype in :data:`SLOW_UNDER_XLA` (``bfloat16``)
-    traced under XLA, where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
+    dispatches). By default (``ste.set_bit_masks(None)``), under XLA, not for an input of the function being traced
+    (its caller holds it anyway: the bits would only cost time), nor for a dtype in :data:`SLOW_UNDER_XLA`
+    (``bfloat16``), where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
     bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (in ``tf.function``, with or without
     XLA, every other dtype): bits.
     """
@@ -136,7 +136,7 @@ def keep_bits(x: tf.Tensor) -> bool:
     if tf.executing_eagerly():
         size = x.shape.num_elements()
         return size is None or size >= EAGER_MIN_ELEMENTS
-    if setting is None and (_function_input(x) or (x.dtype in SLOW_UNDER_XLA and compiling_with_xla())):
+    if setting is None and compiling_with_xla() and (x.dtype in SLOW_UNDER_XLA or _function_input(x)):
         return False
     return True
 
@@ -144,7 +144,9 @@ def keep_bits(x: tf.Tensor) -> bool:
 def _function_input(x: tf.Tensor) -> bool:
     """Whether ``x`` is an input of the function being traced (through identities): its caller holds it for the
     whole call, so bits would save nothing and cost the packing (an isolated ``straight_through`` op on 2^21
-    float32 values under ``jit_compile``: 2.5× the hand-written op's time with bits, 1.00× without; issue 18)."""
+    float32 values under ``jit_compile``: 2.3-2.5× the hand-written op's time with bits, 1.00× without; issue 18).
+    Only consulted under XLA: outside it, keeping such an input float moved TensorFlow's executor to a schedule with
+    one more float tensor at the peak of a 50-op chain (4.8 -> 5.8 input sizes), and the packing costs little."""
     op = getattr(x, "op", None)
     while op is not None and op.type == "Identity" and op.inputs:
         op = op.inputs[0].op

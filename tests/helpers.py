@@ -1,4 +1,5 @@
-"""Small shared helpers for the tests (no assertions of their own)."""
+"""Small shared helpers for the tests (no assertions of their own, but for the comparison with a Keras parent that
+cannot run on this CPU)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,20 @@ def missing_kernel_reason(kernel: str, error: BaseException) -> str:
         f"this TensorFlow has no CPU kernel for {kernel} (oneDNN {onednn}; TF_ENABLE_ONEDNN_OPTS=1 provides it): "
         f"ste's layer and its Keras parent both raise {type(error).__name__}"
     )
+
+
+def run_or_skip_like_parent(ours: Callable[[], Any], parent: Callable[[], Any]) -> Any:
+    """``ours()``; where it fails for want of a CPU kernel this TensorFlow lacks, check that the Keras ``parent()``
+    fails with the same error and skip the test, naming the kernel (it runs wherever the kernel exists)."""
+    import pytest
+
+    try:
+        return ours()
+    except tf.errors.OpError as error:
+        kernel = missing_cpu_kernel(error)
+        if kernel is None:
+            raise
+        phrase = next(p for p in MISSING_CPU_KERNELS if p in str(error))
+        with pytest.raises(type(error), match=phrase):
+            parent()  # the Keras parent cannot run here either
+        pytest.skip(missing_kernel_reason(kernel, error))

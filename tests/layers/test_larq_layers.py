@@ -23,7 +23,7 @@ from ste.layers import (
     QuantSeparableConv1D,
     QuantSeparableConv2D,
 )
-from tests.helpers import MISSING_CPU_KERNELS, missing_cpu_kernel, missing_kernel_reason
+from tests.helpers import run_or_skip_like_parent
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*has a binary")
 
@@ -150,15 +150,8 @@ def test_pad_values_channels_first():
     layer = QuantConv2D(
         4, 3, strides=2, padding="same", pad_values=1.0, data_format="channels_first", input_quantizer="sign"
     )
-    try:
-        y = layer(x)
-    except tf.errors.OpError as error:
-        kernel = missing_cpu_kernel(error)
-        if kernel is None:
-            raise
-        with pytest.raises(type(error), match=next(p for p in MISSING_CPU_KERNELS if p in str(error))):
-            keras.layers.Conv2D(4, 3, strides=2, padding="same", data_format="channels_first")(sign(x))
-        pytest.skip(missing_kernel_reason(kernel, error))
+    parent_first = keras.layers.Conv2D(4, 3, strides=2, padding="same", data_format="channels_first")
+    y = run_or_skip_like_parent(lambda: layer(x), lambda: parent_first(sign(x)))
     channels_last = np.transpose(sign(x), (0, 2, 3, 1))
     parent = keras.layers.Conv2D(4, 3, strides=2)
     parent.build(padded(channels_last, layer, 1.0).shape)

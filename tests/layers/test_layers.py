@@ -22,7 +22,7 @@ from ste.layers import (
     QuantSeparableConv1D,
     QuantSeparableConv2D,
 )
-from tests.helpers import MISSING_CPU_KERNELS, missing_cpu_kernel, missing_kernel_reason
+from tests.helpers import run_or_skip_like_parent
 
 QUANT_KEYS = ("input_quantizer", "kernel_quantizer", "depthwise_quantizer", "pointwise_quantizer", "pad_values")
 
@@ -122,17 +122,9 @@ def test_layer_equals_parent_on_quantized_input_and_kernel(cls, parent_cls, kwar
     keras.utils.set_random_seed(1)
     layer = cls(**kwargs, input_quantizer="ste_sign", bias_initializer="random_normal")
     x = tf.constant(np.random.default_rng(0).normal(size=shape), tf.float32)
-    try:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x)
-    except tf.errors.OpError as error:
-        kernel = missing_cpu_kernel(error)
-        if kernel is None:
-            raise
-        with pytest.raises(type(error), match=next(p for p in MISSING_CPU_KERNELS if p in str(error))):
-            parent_of(layer, parent_cls)(tf.sign(x))  # the Keras parent cannot run here either
-        pytest.skip(missing_kernel_reason(kernel, error))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = run_or_skip_like_parent(lambda: layer(x), lambda: parent_of(layer, parent_cls)(tf.sign(x)))
     dx = tape.gradient(y, x)
 
     parent = parent_of(layer, parent_cls)
