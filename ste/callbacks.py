@@ -10,6 +10,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ._arguments import check_bool
 from ._distribute import multi_worker
 from ._errors import ParameterError
 
@@ -144,6 +145,20 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
     """
 
     backup_dir: str
+
+    def __init__(
+        self,
+        backup_dir: str,
+        save_freq: str | int = "epoch",
+        double_checkpoint: bool = False,
+        delete_checkpoint: bool = True,
+    ) -> None:
+        super().__init__(
+            backup_dir,
+            save_freq=save_freq,
+            double_checkpoint=check_bool("BackupAndRestore", "double_checkpoint", double_checkpoint),
+            delete_checkpoint=check_bool("BackupAndRestore", "delete_checkpoint", delete_checkpoint),
+        )
 
     def _task(self) -> int:
         strategy: Any = self.model.distribute_strategy if self.model is not None else None

@@ -22,6 +22,7 @@ from typing import Any
 
 import keras
 
+from .._arguments import check_bool
 from .._errors import ParameterError
 from .._export import walk_layers
 from .._summary import _check_built, _output_shape
@@ -57,7 +58,7 @@ class WeightProfile:
         self._weight = weight
         precision = getattr(weight, "precision", None)
         self.bitwidth: int = precision if isinstance(precision, int) else 32
-        self.trainable = trainable
+        self.trainable = check_bool("WeightProfile", "trainable", trainable)
 
     @property
     def count(self) -> int:
@@ -323,6 +324,7 @@ def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_ma
     The figures follow larq's conventions (module docstring); ``ste.summary(model)`` gives ste's. Returns the
     :class:`ModelProfile` (larq returns ``None``).
     """
+    include_macs = check_bool("ste.larq.models.summary", "include_macs", include_macs)
     _check_built(model, list(walk_layers(model)))
     print_fn = print_fn or print
     profile = ModelProfile(model)

@@ -13,6 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import ParameterError, UnsupportedLayerError
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
@@ -49,6 +50,7 @@ def _check_model(model: Any, owner: str) -> None:
 
 
 def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, owner: str) -> keras.Model:
+    strict = check_bool(owner, "strict", strict)
     _check_model(model, owner)
     job = Rewrite(_scheme(scheme), select)
     if strict:
@@ -135,6 +137,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
     ``int8_io=True`` also makes the model's inputs and outputs int8 (no float quantize/dequantize at the edges; the
     input scale and zero point are in the interpreter's input details).
     """
+    int8_io = check_bool("ste.to_tflite", "int8_io", int8_io)
     _check_model(model, "ste.to_tflite")
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")

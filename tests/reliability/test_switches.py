@@ -49,6 +49,8 @@ REQUIRED: dict[str, Any] = {
     "steps": 2,
     "y_true": np.zeros((2,), np.int32),
     "spikes": np.zeros((2, 3, 4), np.float32),
+    "backup_dir": "never_written_by_the_switch_test",  # refused before any file is written
+    "weight": np.zeros((2,), np.float32),
 }
 
 
