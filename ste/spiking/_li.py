@@ -17,7 +17,7 @@ from .._arguments import check_bool
 from .._errors import ParameterError
 from ._cell import LearnedValue, SpikingCell, checked_number
 from ._constraint import Interval
-from ._layer import SpikingRNN, explicit_arguments
+from ._layer import SpikingRNN
 
 __all__ = ["LI", "LICell"]
 
@@ -80,19 +80,3 @@ class LI(SpikingRNN):
     """
 
     cell_class = LICell
-
-    def __init__(
-        self,
-        beta: float = 0.9,
-        *,
-        learn_beta: bool = False,
-        units: int | None = None,
-        return_sequences: bool = True,
-        return_state: bool = False,
-        go_backwards: bool = False,
-        stateful: bool = False,
-        unroll: bool = False,
-        zero_output_for_mask: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**explicit_arguments(locals()))

@@ -206,35 +206,6 @@ class RLIF(SpikingRNN):
 
     cell_class = RLIFCell
 
-    def __init__(
-        self,
-        beta: float = 0.9,
-        threshold: float = 1.0,
-        *,
-        all_to_all: bool = True,
-        learn_beta: bool = False,
-        learn_recurrent: bool = True,
-        recurrent_bias: bool = False,
-        recurrent_initializer: Any = None,
-        recurrent_regularizer: Any = None,
-        recurrent_constraint: Any = None,
-        reset: str = "subtract",
-        detach_reset: bool = True,
-        surrogate: SurrogateLike = DEFAULT_SURROGATE,
-        learn_threshold: bool = False,
-        learn_surrogate: bool | Sequence[str] = False,
-        emit: str = "spikes",
-        units: int | None = None,
-        return_sequences: bool = True,
-        return_state: bool = False,
-        go_backwards: bool = False,
-        stateful: bool = False,
-        unroll: bool = False,
-        zero_output_for_mask: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**explicit_arguments(locals()))
-
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
 class RSynaptic(SpikingRNN):
@@ -242,34 +213,3 @@ class RSynaptic(SpikingRNN):
     [`RSynapticCell`][ste.spiking.RSynapticCell] and [`SpikingRNN`][ste.spiking.SpikingRNN]."""
 
     cell_class = RSynapticCell
-
-    def __init__(
-        self,
-        alpha: float = 0.9,
-        beta: float = 0.9,
-        threshold: float = 1.0,
-        *,
-        all_to_all: bool = True,
-        learn_alpha: bool = False,
-        learn_beta: bool = False,
-        learn_recurrent: bool = True,
-        recurrent_bias: bool = False,
-        recurrent_initializer: Any = None,
-        recurrent_regularizer: Any = None,
-        recurrent_constraint: Any = None,
-        reset: str = "subtract",
-        detach_reset: bool = True,
-        surrogate: SurrogateLike = DEFAULT_SURROGATE,
-        learn_threshold: bool = False,
-        learn_surrogate: bool | Sequence[str] = False,
-        emit: str = "spikes",
-        units: int | None = None,
-        return_sequences: bool = True,
-        return_state: bool = False,
-        go_backwards: bool = False,
-        stateful: bool = False,
-        unroll: bool = False,
-        zero_output_for_mask: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**explicit_arguments(locals()))

@@ -102,28 +102,3 @@ class Synaptic(SpikingRNN):
     """
 
     cell_class = SynapticCell
-
-    def __init__(
-        self,
-        alpha: float = 0.9,
-        beta: float = 0.9,
-        threshold: float = 1.0,
-        *,
-        learn_alpha: bool = False,
-        learn_beta: bool = False,
-        reset: str = "subtract",
-        detach_reset: bool = True,
-        surrogate: SurrogateLike = DEFAULT_SURROGATE,
-        learn_threshold: bool = False,
-        learn_surrogate: bool | Sequence[str] = False,
-        emit: str = "spikes",
-        units: int | None = None,
-        return_sequences: bool = True,
-        return_state: bool = False,
-        go_backwards: bool = False,
-        stateful: bool = False,
-        unroll: bool = False,
-        zero_output_for_mask: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**explicit_arguments(locals()))
