@@ -3,10 +3,11 @@
     /path/to/venv/bin/python benchmarks/torch_snn.py '{"framework": "snntorch", "workload": "dense", ...}'
 
 Prints one ``RESULT {json}`` line: the median seconds per training step over ``rounds`` timed steps (after
-``warmup`` untimed ones) and the step's peak memory, measured as the growth of the process's resident set: the
-kernel's high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``) during one step minus the resident set
-before it. torch's CPU allocator hands large blocks back to the system when freed, so that peak is what the step
-holds at once. The workloads are those of benchmarks/spiking_peers.py (its docstring defines them).
+``warmup`` untimed ones) and the step's peak memory: the highest running sum of torch's CPU allocations minus frees
+during one step, from ``torch.profiler``'s raw allocation records (torch keeps no allocator statistics on CPU). The
+growth of the resident set's high-water mark is recorded too (``rss_peak_bytes``); after warm-up it is ~0, because
+the allocator reuses pages it already holds.
+The workloads are those of benchmarks/spiking_peers.py (its docstring defines them).
 """
 
 from __future__ import annotations
@@ -36,16 +37,21 @@ def resident_peak(step: Any) -> int:
 
 
 def _allocator_peak(step: Any) -> int:
-    """The highest running sum of the bytes torch's CPU allocator handed out minus those freed during ``step()``."""
+    """The highest running sum of the bytes torch's CPU allocator handed out minus those freed during ``step()``.
+
+    Read from the profiler's raw allocation records (one ``[memory]`` event per allocation or free, in time order).
+    The per-op ``cpu_memory_usage`` of ``prof.events()`` is not used: it counts an allocation once for every op that
+    encloses it, so nested ops (``aten::linear`` → ``aten::addmm``) double it.
+    """
     import torch
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-    events = [e for e in prof.events() if getattr(e, "cpu_memory_usage", 0)]
-    events.sort(key=lambda e: e.time_range.start)
+    records = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    records.sort(key=lambda e: e.start_ns())
     running = peak = 0
-    for event in events:
-        running += event.cpu_memory_usage
+    for record in records:
+        running += record.nbytes()
         peak = max(peak, running)
     return int(peak)
 
@@ -184,8 +190,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "median_s": statistics.median(times),
         "peak_bytes": allocator_peak,
         "rss_peak_bytes": peak,
-        "memory_method": "torch's CPU allocations during one step as torch.profiler records them "
-        "(profile_memory=True): the highest running sum of allocations minus frees; "
+        "memory_method": "torch's CPU allocations during one step, from torch.profiler's raw allocation records "
+        "(profile_memory=True, one [memory] event per allocation or free): the highest running sum; "
         "rss_peak_bytes: resident-set high-water mark growth",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
