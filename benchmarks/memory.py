@@ -188,9 +188,9 @@ def _peak_rss() -> int | None:
     return _status("VmHWM")
 
 
-def _child(name: str, mode: str, size: int, length: int) -> dict[str, float]:
-    """One chain in one mode, measured in a fresh process."""
-    env = environment(dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", TF_CPP_MIN_LOG_LEVEL="3"))
+def _child(name: str, mode: str, size: int, length: int, **extra_env: str) -> dict[str, float]:
+    """One chain in one mode, measured in a fresh process (with ``extra_env`` set before TensorFlow starts)."""
+    env = environment(dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", TF_CPP_MIN_LOG_LEVEL="3", **extra_env))
     code = (
         "import json, sys; from benchmarks.memory import _measure; n, m, s, k = sys.argv[1], sys.argv[2], "
         "int(sys.argv[3]), int(sys.argv[4]); print('RESULT ' + json.dumps(_measure(n, m, s, k)))"
@@ -233,7 +233,7 @@ def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
         }
         for between in BETWEEN
     }
-    return {
+    result = {
         "size": size,
         "length": length,
         "mask_ratio": mask_ratio,
@@ -246,3 +246,28 @@ def run(size: int, length: int, subprocesses: bool) -> dict[str, Any]:
         "target_ratio": ratios,
         "chains": rows,
     }
+    if subprocesses:
+        result["between_one_inter_op_thread"] = _between_serial(size, length)
+    return result
+
+
+SERIAL = ("bit masks off (keeps inputs)", "ste default (keeps a bit mask)")
+
+
+def _between_serial(size: int, length: int) -> dict[str, dict[str, float]]:
+    """The between-op chains with bits off and by default, each in a fresh process with one inter-op thread.
+
+    How much the bits-off baseline keeps depends on TensorFlow's schedule: with the default inter-op pool (2 threads
+    here) the executor computes each ``abs(y) <= 1`` as soon as ``y`` exists and keeps that 1-byte boolean, with
+    one thread it keeps the float32 input (4 bytes), as the plain rule asks. ste's default keeps 1 bit either way.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for between in BETWEEN:
+        peaks = {
+            variant: _child(_between_name(between, variant), "function", size, length, TF_NUM_INTEROP_THREADS="1")[
+                "allocator_peak"
+            ]
+            for variant in SERIAL
+        }
+        out[between] = {**peaks, "ratio": peaks[SERIAL[1]] / peaks[SERIAL[0]]}
+    return out
