@@ -51,11 +51,18 @@ def forwarding_signature(
 ) -> ClassSignature:
     """``own``'s named parameters, then the named parameters of each ``forwarded`` signature that ``own`` does not
     name (keyword-only: they travel in ``**kwargs``), without ``drop`` (those the class sets itself), and a final
-    ``**kwargs`` for the Keras layer arguments."""
+    ``**kwargs`` for the Keras layer arguments. Where ``own`` takes ``*args`` (and hands them on), the positional
+    parameters of the first forwarded signature follow ``own``'s as positional ones."""
     dropped = set(drop)
     positional = [p for p in own.parameters.values() if p.kind not in _VARIADIC and p.kind is not p.KEYWORD_ONLY]
     keywords = [p for p in own.parameters.values() if p.kind is p.KEYWORD_ONLY]
     seen = {p.name for p in (*positional, *keywords)} | dropped
+    forwarded = list(forwarded)
+    if forwarded and any(p.kind is p.VAR_POSITIONAL for p in own.parameters.values()):
+        for parameter in forwarded[0].parameters.values():
+            if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and parameter.name not in seen:
+                positional.append(parameter)
+                seen.add(parameter.name)
     for signature in forwarded:
         for parameter in signature.parameters.values():
             if parameter.kind not in _VARIADIC and parameter.name not in seen:

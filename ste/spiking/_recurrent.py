@@ -13,6 +13,7 @@ snnTorch); ``detach_reset`` concerns the reset term only.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,24 +21,15 @@ import keras
 import tensorflow as tf
 
 from .._arguments import check_bool
-from ..registry import SurrogateLike
+from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
-from ._layer import SpikingRNN, explicit_arguments
+from ._layer import SpikingRNN
 from ._lif import LIFCell
-from ._spike import DEFAULT_SURROGATE
 from ._synaptic import SynapticCell
 
 __all__ = ["RLIF", "RLIFCell", "RSynaptic", "RSynapticCell"]
 
 _KERNEL, _BIAS = "recurrent_kernel", "recurrent_bias"
-_RECURRENT_ARGUMENTS = (
-    "all_to_all",
-    "learn_recurrent",
-    "recurrent_bias",
-    "recurrent_initializer",
-    "recurrent_regularizer",
-    "recurrent_constraint",
-)
 
 
 def _in_float32(initializer: Any, shape: Any, dtype: Any = None) -> tf.Tensor:
@@ -46,17 +38,29 @@ def _in_float32(initializer: Any, shape: Any, dtype: Any = None) -> tf.Tensor:
 
 
 class _Recurrent(SpikingCell):
-    """The recurrent weight shared by RLIFCell and RSynapticCell (created in build, read once per sequence)."""
+    """The recurrent weight shared by RLIFCell and RSynapticCell (created in build, read once per sequence).
 
-    def setup_recurrent(
+    A subclass lists this class before its neuron's cell (``class RLIFCell(_Recurrent, LIFCell)``): ``__init__``
+    takes the recurrent arguments and hands every other one to the neuron's cell, and the subclass's signature is
+    the neuron's, then the recurrent arguments."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        neuron = next(k for k in cls.__mro__[1:] if issubclass(k, SpikingCell) and not issubclass(k, _Recurrent))
+        cls.__signature__ = forwarding_signature(inspect.signature(neuron), [init_signature(_Recurrent)])
+
+    def __init__(
         self,
-        all_to_all: bool,
-        learn_recurrent: bool,
-        recurrent_bias: bool,
-        recurrent_initializer: Any,
-        recurrent_regularizer: Any,
-        recurrent_constraint: Any,
+        *args: Any,
+        all_to_all: bool = True,
+        learn_recurrent: bool = True,
+        recurrent_bias: bool = False,
+        recurrent_initializer: Any = None,
+        recurrent_regularizer: Any = None,
+        recurrent_constraint: Any = None,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(*args, **kwargs)  # the neuron's cell, next in the method resolution order
         self.all_to_all = check_bool(type(self).__name__, "all_to_all", all_to_all)
         self.learn_recurrent = check_bool(type(self).__name__, "learn_recurrent", learn_recurrent)
         self.recurrent_bias = check_bool(type(self).__name__, "recurrent_bias", recurrent_bias)
@@ -128,32 +132,6 @@ class RLIFCell(_Recurrent, LIFCell):
     States: ``[U, S]``.
     """
 
-    def __init__(
-        self,
-        beta: float = 0.9,
-        threshold: float = 1.0,
-        *,
-        all_to_all: bool = True,
-        learn_beta: bool = False,
-        learn_recurrent: bool = True,
-        recurrent_bias: bool = False,
-        recurrent_initializer: Any = None,
-        recurrent_regularizer: Any = None,
-        recurrent_constraint: Any = None,
-        reset: str = "subtract",
-        detach_reset: bool = True,
-        surrogate: SurrogateLike = DEFAULT_SURROGATE,
-        learn_threshold: bool = False,
-        learn_surrogate: bool | Sequence[str] = False,
-        emit: str = "spikes",
-        units: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        arguments = explicit_arguments(locals())
-        recurrent = {key: arguments.pop(key) for key in _RECURRENT_ARGUMENTS}
-        LIFCell.__init__(self, **arguments)
-        self.setup_recurrent(**recurrent)
-
     def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         return super().step(inputs + self.recurrent_input(states[1]), states)
 
@@ -166,34 +144,6 @@ class RSynapticCell(_Recurrent, SynapticCell):
     those of [`SynapticCell`][ste.spiking.SynapticCell] and the recurrent ones of
     [`RLIFCell`][ste.spiking.RLIFCell]. States: ``[U, S, I_syn]``.
     """
-
-    def __init__(
-        self,
-        alpha: float = 0.9,
-        beta: float = 0.9,
-        threshold: float = 1.0,
-        *,
-        all_to_all: bool = True,
-        learn_alpha: bool = False,
-        learn_beta: bool = False,
-        learn_recurrent: bool = True,
-        recurrent_bias: bool = False,
-        recurrent_initializer: Any = None,
-        recurrent_regularizer: Any = None,
-        recurrent_constraint: Any = None,
-        reset: str = "subtract",
-        detach_reset: bool = True,
-        surrogate: SurrogateLike = DEFAULT_SURROGATE,
-        learn_threshold: bool = False,
-        learn_surrogate: bool | Sequence[str] = False,
-        emit: str = "spikes",
-        units: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        arguments = explicit_arguments(locals())
-        recurrent = {key: arguments.pop(key) for key in _RECURRENT_ARGUMENTS}
-        SynapticCell.__init__(self, **arguments)
-        self.setup_recurrent(**recurrent)
 
     def synaptic_input(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tf.Tensor:
         return inputs + self.recurrent_input(states[1])

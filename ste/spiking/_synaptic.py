@@ -14,12 +14,10 @@ import keras
 import tensorflow as tf
 
 from .._arguments import check_bool
-from ..registry import SurrogateLike
 from ._cell import LearnedValue, checked_number
 from ._constraint import Interval
-from ._layer import SpikingRNN, explicit_arguments
+from ._layer import SpikingRNN
 from ._lif import LIFCell
-from ._spike import DEFAULT_SURROGATE
 
 __all__ = ["Synaptic", "SynapticCell"]
 
@@ -49,26 +47,8 @@ class SynapticCell(LIFCell):
     state_names = ("membrane", "spikes", "current")
     alpha = LearnedValue()
 
-    def __init__(
-        self,
-        alpha: float = 0.9,
-        beta: float = 0.9,
-        threshold: float = 1.0,
-        *,
-        learn_alpha: bool = False,
-        learn_beta: bool = False,
-        reset: str = "subtract",
-        detach_reset: bool = True,
-        surrogate: SurrogateLike = DEFAULT_SURROGATE,
-        learn_threshold: bool = False,
-        learn_surrogate: bool | Sequence[str] = False,
-        emit: str = "spikes",
-        units: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        arguments = explicit_arguments(locals())
-        del arguments["alpha"], arguments["learn_alpha"]
-        super().__init__(**arguments)
+    def __init__(self, alpha: float = 0.9, *args: Any, learn_alpha: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # LIFCell's arguments: beta, threshold, reset, surrogate, ...
         self.alpha = checked_number(type(self).__name__, "alpha", alpha, 0.0, 1.0)
         self.learn_alpha = check_bool(type(self).__name__, "learn_alpha", learn_alpha)
 
