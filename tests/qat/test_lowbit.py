@@ -1,0 +1,143 @@
+"""The low-bit schemes of ``ste.quantize_model``: ``"binary"`` (larq-style signs, first and last layers 8-bit,
+Larq Compute Engine's ``LceBconv2d``) and ``"ternary"`` (BitNet b1.58), against numpy references."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import ste
+
+from .helpers import L
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.deploy_size import flatbuffer_ops  # noqa: E402
+
+
+def conv_net() -> keras.Model:
+    """First conv, two binarizable convs (SAME and VALID), a binarizable Dense, the last Dense; BNs between."""
+    keras.utils.set_random_seed(0)
+    i = keras.Input((8, 8, 3))
+    x = L.Conv2D(8, 3, padding="same", use_bias=False, name="first")(i)
+    x = L.BatchNormalization()(x)
+    x = L.Conv2D(8, 3, padding="same", use_bias=False, name="b1")(x)
+    x = L.BatchNormalization()(x)
+    x = L.Conv2D(8, 3, strides=2, use_bias=True, name="b2")(x)
+    x = L.BatchNormalization()(x)
+    x = L.GlobalAveragePooling2D()(x)
+    x = L.Dense(12, use_bias=False, name="b3")(x)
+    x = L.BatchNormalization()(x)
+    return keras.Model(i, L.Dense(4, name="last")(x))
+
+
+def task(n: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 8, 8, 3)).astype(np.float32)
+    return x, (x[:, :4, :4, 0].mean(axis=(1, 2)) > 0).astype(np.int64) + 2 * (x[:, 4:, 4:, 1].mean(axis=(1, 2)) > 0)
+
+
+def np_sign(x: np.ndarray) -> np.ndarray:
+    return np.where(x >= 0, 1.0, -1.0)
+
+
+def np_conv(x: np.ndarray, w: np.ndarray, stride: int, same: bool) -> np.ndarray:
+    """NHWC cross-correlation (Keras's Conv2D), zero padding for SAME (odd kernel, stride 1)."""
+    k = w.shape[0]
+    if same:
+        x = np.pad(x, ((0, 0), (k // 2, k // 2), (k // 2, k // 2), (0, 0)))
+    rows = (x.shape[1] - k) // stride + 1
+    cols = (x.shape[2] - k) // stride + 1
+    out = np.zeros((x.shape[0], rows, cols, w.shape[-1]))
+    for i in range(rows):
+        for j in range(cols):
+            patch = x[:, i * stride : i * stride + k, j * stride : j * stride + k, :]
+            out[:, i, j, :] = np.tensordot(patch, w, axes=([1, 2, 3], [0, 1, 2]))
+    return out
+
+
+def kinds(model: keras.Model) -> dict[str, str]:
+    return {layer.name: type(layer).__name__ for layer in model.layers}
+
+
+# ------------------------------------------------------------------------------------------------------ binary
+
+
+def test_binary_scheme_binarizes_the_middle_and_keeps_the_ends_8_bit():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every layer is covered, every binary kernel has its constraint
+        q = ste.quantize_model(conv_net(), scheme="binary")
+    assert [type(layer).__name__ for layer in q.layers].count("BatchNormalization") == 4  # not folded, float
+    assert "ActivationFakeQuant" not in kinds(q).values()  # the layers quantize their own inputs
+    for name in ("b1", "b2", "b3"):
+        layer = q.get_layer(name)
+        assert isinstance(layer.input_quantizer, ste.quantizers.SteSign)
+        assert isinstance(layer.kernel_quantizer, ste.quantizers.SteSign)
+        assert layer.input_quantizer.clip_value == layer.kernel_quantizer.clip_value == 1.0
+        assert isinstance(layer.kernel_constraint, ste.constraints.WeightClip)
+    for name in ("first", "last"):
+        layer = q.get_layer(name)
+        assert isinstance(layer.input_quantizer, ste.qat.ActivationFakeQuant) and layer.input_quantizer.bits == 8
+        assert isinstance(layer.kernel_quantizer, ste.qat.WeightFakeQuant) and layer.kernel_quantizer.bits == 8
+    everything = ste.quantize_model(conv_net(), scheme=ste.qat.BinaryScheme(keep_ends=False))
+    assert isinstance(everything.get_layer("first").kernel_quantizer, ste.quantizers.SteSign)
+    assert isinstance(everything.get_layer("last").kernel_quantizer, ste.quantizers.SteSign)
+    with pytest.raises(ste.ParameterError, match="keep_ends"):
+        ste.qat.BinaryScheme(keep_ends="yes")
+
+
+def test_binary_forward_is_sign_of_inputs_and_kernels():
+    model = conv_net()
+    q = ste.quantize_model(model, scheme="binary")
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 8, 8, 8)).astype(np.float32)
+    x[0, 0, :3, :] = 0.0  # sign(0) = +1
+    for name, stride, same in (("b1", 1, True), ("b2", 2, False)):
+        layer = q.get_layer(name)
+        layer.kernel.assign(np.where(rng.uniform(size=layer.kernel.shape) < 0.1, 0.0, layer.kernel.numpy()))
+        bias = layer.bias.numpy() if layer.use_bias else 0.0
+        want = np_conv(np_sign(x), np_sign(layer.kernel.numpy()), stride, same) + bias
+        np.testing.assert_allclose(layer(x).numpy(), want, rtol=1e-6, atol=1e-5, err_msg=name)
+    dense = q.get_layer("b3")
+    h = rng.normal(size=(5, 8)).astype(np.float32)
+    h[0, 0] = 0.0
+    np.testing.assert_allclose(dense(h).numpy(), np_sign(h) @ np_sign(dense.kernel.numpy()), rtol=1e-6, atol=1e-5)
+    # the first layer keeps 8 bits: symmetric narrow-range int8 per output channel, of the trained float kernel
+    w = model.get_layer("first").kernel.numpy()
+    step = np.abs(w).max(axis=(0, 1, 2)) / 127
+    np.testing.assert_allclose(q.get_layer("first").quantized_kernel.numpy(), np.round(w / step) * step, atol=1e-6)
+
+
+def test_binary_model_trains_and_saves_and_loads_identically(tmp_path):
+    x, y = task()
+    q = ste.quantize_model(conv_net(), scheme="binary")
+    q.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = q.evaluate(x, y, verbose=0)
+    q.fit(x, y, epochs=4, batch_size=16, verbose=0)
+    assert q.evaluate(x, y, verbose=0) < 0.9 * before
+    for name in ("b1", "b2", "b3"):  # weight_clip keeps the latent weights in [−1, 1]
+        assert np.abs(q.get_layer(name).kernel.numpy()).max() <= 1.0
+    q.save(tmp_path / "binary.keras")
+    loaded = keras.models.load_model(tmp_path / "binary.keras")
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), q.predict(x, verbose=0))
+    for a, b in zip(loaded.get_weights(), q.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_binary_model_converts_to_lce_bconv2d(tmp_path):
+    lce = pytest.importorskip(
+        "larq_compute_engine", reason="larq-compute-engine is not installed (pip install 'ste[deploy]')"
+    )
+    q = ste.quantize_model(conv_net(), scheme="binary")
+    q.export(str(tmp_path / "saved"), verbose=False)
+    ops = flatbuffer_ops(lce.convert_saved_model(str(tmp_path / "saved")))
+    assert ops["LceBconv2d"] == 2  # b1 and b2
+    assert ops["CONV_2D"] == 1  # the first layer, 8-bit
+    assert ops["FULLY_CONNECTED"] == 2  # LCE has no binary Dense op: b3 and the last layer
