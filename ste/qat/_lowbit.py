@@ -21,11 +21,11 @@ import keras
 from .. import layers as ste_layers
 from .._arguments import check_bool
 from ..constraints import WeightClip
-from ..quantizers import Quantizer, SteSign
+from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
 from ._int8 import Int8Scheme
 from ._scheme import Role, Scheme
 
-__all__ = ["BinaryScheme", "LowBitScheme"]
+__all__ = ["BinaryScheme", "LowBitScheme", "TernaryScheme"]
 
 L = keras.layers
 _FLOAT = (L.BatchNormalization, ste_layers.BatchNormalization, L.LayerNormalization)
@@ -98,3 +98,21 @@ class BinaryScheme(LowBitScheme):
 
     def low_bit_options(self) -> dict[str, Any]:
         return {"input_quantizer": SteSign(), "kernel_quantizer": SteSign(), "kernel_constraint": WeightClip(1.0)}
+
+
+class TernaryScheme(LowBitScheme):
+    """BitNet b1.58 (Ma et al. 2024): Dense, Conv1D and Conv2D get ``kernel_quantizer=AbsmeanTernary()`` (weights
+    clip(round(W/(γ + ε)), −1, 1)·γ, γ = mean|W| per tensor) and ``input_quantizer=AbsmaxPerToken()`` (8-bit absmax
+    per token: per row of the last axis, the channels of one position), with straight-through gradients; the first
+    and the last compute layers stay 8-bit (``keep_ends=True``; BitNet keeps its embedding and head in high
+    precision). See the module docstring."""
+
+    name = "ternary"
+    low_bit: ClassVar[dict[type, type]] = {
+        L.Conv1D: ste_layers.QuantConv1D,
+        L.Conv2D: ste_layers.QuantConv2D,
+        L.Dense: ste_layers.QuantDense,
+    }
+
+    def low_bit_options(self) -> dict[str, Any]:
+        return {"input_quantizer": AbsmaxPerToken(), "kernel_quantizer": AbsmeanTernary()}

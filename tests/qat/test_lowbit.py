@@ -10,6 +10,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import ste
 
@@ -141,3 +142,76 @@ def test_binary_model_converts_to_lce_bconv2d(tmp_path):
     assert ops["LceBconv2d"] == 2  # b1 and b2
     assert ops["CONV_2D"] == 1  # the first layer, 8-bit
     assert ops["FULLY_CONNECTED"] == 2  # LCE has no binary Dense op: b3 and the last layer
+
+
+# ----------------------------------------------------------------------------------------------------- ternary
+
+
+def token_net() -> keras.Model:
+    """A tiny per-token model: 8-bit first Dense, LayerNorm, two ternary Dense (one with ReLU), 8-bit head."""
+    keras.utils.set_random_seed(1)
+    i = keras.Input((6, 8))
+    x = L.Dense(16, name="first")(i)
+    x = L.LayerNormalization()(x)
+    x = L.Dense(16, activation="relu", name="t1")(x)
+    x = L.Dense(16, use_bias=False, name="t2")(x)
+    x = L.Flatten()(x)
+    return keras.Model(i, L.Dense(3, name="last")(x))
+
+
+def np_ternary(w: np.ndarray) -> np.ndarray:
+    gamma = np.mean(np.abs(w))
+    return np.clip(np.round(w / (gamma + 1e-5)), -1, 1) * gamma
+
+
+def np_tokens(x: np.ndarray) -> np.ndarray:
+    m = np.maximum(np.abs(x).max(axis=-1, keepdims=True), 1e-5)
+    return np.clip(np.round(x * 127 / m), -128, 127) * m / 127
+
+
+def test_ternary_scheme_is_bitnet_b158_in_the_middle():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q = ste.quantize_model(token_net(), scheme="ternary")
+    assert "LayerNormalization" in kinds(q).values()
+    for name in ("t1", "t2"):
+        layer = q.get_layer(name)
+        assert isinstance(layer.input_quantizer, ste.quantizers.AbsmaxPerToken) and layer.input_quantizer.bits == 8
+        assert isinstance(layer.kernel_quantizer, ste.quantizers.AbsmeanTernary)
+    assert isinstance(q.get_layer("last").kernel_quantizer, ste.qat.WeightFakeQuant)
+    assert ste.qat.schemes() == ["binary", "int8", "ternary"]
+
+
+def test_ternary_forward_and_straight_through_gradients_match_numpy():
+    q = ste.quantize_model(token_net(), scheme="ternary")
+    layer = q.get_layer("t1")
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(3, 6, 16)) * rng.uniform(0.1, 10, size=(3, 6, 1))).astype(np.float32)
+    dy = rng.normal(size=(3, 6, 16)).astype(np.float32)
+    w, b = layer.kernel.numpy().astype(np.float64), layer.bias.numpy()
+    pre = np_tokens(x.astype(np.float64)) @ np_ternary(w) + b
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = layer(xt)
+    dx, dw = tape.gradient(y, [xt, layer.kernel], output_gradients=tf.constant(dy))
+    np.testing.assert_allclose(y.numpy(), np.maximum(pre, 0), rtol=1e-5, atol=1e-5)
+    upstream = dy * (pre > 0)  # through the ReLU; the quantizers pass gradients straight through
+    np.testing.assert_allclose(dx.numpy(), upstream @ np_ternary(w).T, rtol=1e-5, atol=1e-5)
+    tokens = np_tokens(x.astype(np.float64)).reshape(-1, 16)
+    np.testing.assert_allclose(dw.numpy(), tokens.T @ upstream.reshape(-1, 16), rtol=1e-5, atol=1e-4)
+
+
+def test_ternary_model_trains_and_saves_and_loads_identically(tmp_path):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(64, 6, 8)).astype(np.float32)
+    y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int64) + (x[:, :, 1].sum(axis=1) > 0)
+    q = ste.quantize_model(token_net(), scheme="ternary")
+    q.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = q.evaluate(x, y, verbose=0)
+    q.fit(x, y, epochs=4, batch_size=16, verbose=0)
+    assert q.evaluate(x, y, verbose=0) < 0.8 * before
+    q.save(tmp_path / "ternary.keras")
+    loaded = keras.models.load_model(tmp_path / "ternary.keras")
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), q.predict(x, verbose=0))
+    assert len(np.unique(np.abs(loaded.get_layer("t2").quantized_kernel.numpy()))) == 2  # {0, γ}
