@@ -3,6 +3,7 @@ Larq Compute Engine's ``LceBconv2d``) and ``"ternary"`` (BitNet b1.58), against 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -21,6 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.deploy_size import flatbuffer_ops  # noqa: E402
+from tests.test_deploy import INTERPRETER, lce_python  # noqa: E402
 
 
 def conv_net() -> keras.Model:
@@ -28,14 +30,14 @@ def conv_net() -> keras.Model:
     keras.utils.set_random_seed(0)
     i = keras.Input((8, 8, 3))
     x = L.Conv2D(8, 3, padding="same", use_bias=False, name="first")(i)
-    x = L.BatchNormalization()(x)
+    x = L.BatchNormalization(name="bn0")(x)
     x = L.Conv2D(8, 3, padding="same", use_bias=False, name="b1")(x)
-    x = L.BatchNormalization()(x)
+    x = L.BatchNormalization(name="bn1")(x)
     x = L.Conv2D(8, 3, strides=2, use_bias=True, name="b2")(x)
-    x = L.BatchNormalization()(x)
+    x = L.BatchNormalization(name="bn2")(x)
     x = L.GlobalAveragePooling2D()(x)
     x = L.Dense(12, use_bias=False, name="b3")(x)
-    x = L.BatchNormalization()(x)
+    x = L.BatchNormalization(name="bn3")(x)
     return keras.Model(i, L.Dense(4, name="last")(x))
 
 
@@ -132,16 +134,34 @@ def test_binary_model_trains_and_saves_and_loads_identically(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_binary_model_converts_to_lce_bconv2d(tmp_path):
+def test_binary_model_converts_to_lce_bconv2d_and_computes_what_keras_does(tmp_path):
     lce = pytest.importorskip(
         "larq_compute_engine", reason="larq-compute-engine is not installed (pip install 'ste[deploy]')"
     )
     q = ste.quantize_model(conv_net(), scheme="binary")
+    for name in ("bn1", "bn2"):
+        # b1 and b2 sum 72 products ±1 (even integers): a mean of 1 keeps what feeds the next sign away from 0,
+        # where folding batch norm into the convolution could flip it (REFERENCE.md §7)
+        q.get_layer(name).moving_mean.assign(np.ones(8))
     q.export(str(tmp_path / "saved"), verbose=False)
-    ops = flatbuffer_ops(lce.convert_saved_model(str(tmp_path / "saved")))
+    flatbuffer = lce.convert_saved_model(str(tmp_path / "saved"))
+    ops = flatbuffer_ops(flatbuffer)
     assert ops["LceBconv2d"] == 2  # b1 and b2
     assert ops["CONV_2D"] == 1  # the first layer, 8-bit
     assert ops["FULLY_CONNECTED"] == 2  # LCE has no binary Dense op: b3 and the last layer
+
+    python = lce_python()
+    if python is None:
+        pytest.skip(
+            "flatbuffer checked; the output comparison needs LCE's interpreter, which needs numpy < 2: set "
+            "STE_LCE_PYTHON (see lce_python in tests/test_deploy.py)"
+        )
+    x = task(8)[0]
+    (tmp_path / "model.tflite").write_bytes(flatbuffer)
+    np.save(tmp_path / "x.npy", x)
+    paths = [str(tmp_path / n) for n in ("model.tflite", "x.npy", "y.npy")]
+    subprocess.run([python, "-c", INTERPRETER, *paths], check=True, capture_output=True, timeout=120)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), q(x, training=False).numpy(), rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------------------------------- ternary
