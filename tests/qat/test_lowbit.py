@@ -244,3 +244,31 @@ def test_ternary_model_trains_and_saves_and_loads_identically(tmp_path):
     ratio, loaded = train_save_load(ste.quantize_model(token_net(), scheme="ternary"), x, y, tmp_path)
     assert ratio < 0.8
     assert len(np.unique(np.abs(loaded.get_layer("t2").quantized_kernel.numpy()))) == 2  # {0, γ}
+
+
+@pytest.mark.parametrize("scheme", ["binary", "ternary"])
+def test_low_bit_schemes_under_mixed_float16_compute_in_float16(scheme):
+    net, layer, shape = (conv_net, "b1", (4, 8, 8, 8)) if scheme == "binary" else (token_net, "t1", (4, 6, 16))
+    reference = ste.quantize_model(net(), scheme=scheme)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        q = ste.quantize_model(net(), scheme=scheme)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    q.set_weights(reference.get_weights())
+    x = np.random.default_rng(7).normal(size=(4, *net().input_shape[1:])).astype(np.float32)
+    with tf.GradientTape() as tape:
+        y = q(x, training=False)
+        total = tf.reduce_sum(tf.cast(y, tf.float32))
+    grads = tape.gradient(total, q.trainable_variables)
+    assert y.dtype == tf.float16
+    assert all(g is not None and np.isfinite(g.numpy()).all() for g in grads)
+    # one low-bit layer on a float16 input: binary sums of ±1 are exact in float16; BitNet's levels nearly so
+    h = np.random.default_rng(8).normal(size=shape).astype(np.float16)
+    got = q.get_layer(layer)(h).numpy()
+    want = reference.get_layer(layer)(h.astype(np.float32)).numpy()
+    assert got.dtype == np.float16
+    if scheme == "binary":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
