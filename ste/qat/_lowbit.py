@@ -14,6 +14,7 @@ A low-bit scheme covers what :class:`ste.qat.Int8Scheme` covers, with three diff
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import keras
@@ -45,9 +46,9 @@ class LowBitScheme(Scheme):
         self.int8 = Int8Scheme()
         self._ends: set[int] = set()
 
+    @abc.abstractmethod
     def low_bit_options(self) -> dict[str, Any]:
         """The ``ste.layers`` arguments of a low-bit layer: new quantizers (and constraint) for one layer."""
-        raise NotImplementedError
 
     def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:
         ends = [compute_layers[0], compute_layers[-1]] if compute_layers and self.keep_ends else []

@@ -96,6 +96,29 @@ def test_binary_scheme_binarizes_the_middle_and_keeps_the_ends_8_bit():
         ste.qat.BinaryScheme(keep_ends="yes")
 
 
+def test_layers_the_scheme_does_not_make_low_bit_are_8_bit_with_their_own_input_quantizer():
+    model = keras.Sequential(
+        [
+            keras.Input((6, 6, 2)),
+            L.Conv2D(4, 3, padding="same", name="c1"),
+            L.DepthwiseConv2D(3, padding="same", name="dw"),
+            L.Conv2D(4, 3, name="c2"),
+            L.Flatten(),
+            L.Dense(3, activation="softmax", name="head"),
+        ]
+    )
+    q = ste.quantize_model(model, scheme="binary")
+    assert isinstance(q, keras.Sequential)
+    dw = q.get_layer("dw")
+    assert isinstance(dw.kernel_quantizer, ste.qat.WeightFakeQuant) and dw.kernel_quantizer.channel_axes == 2
+    assert isinstance(dw.input_quantizer, ste.qat.ActivationFakeQuant)
+    assert isinstance(q.get_layer("c2").kernel_quantizer, ste.quantizers.SteSign)
+    # softmax is not fused into the 8-bit head: it runs as its own layer on the head's unquantized output
+    assert isinstance(q.layers[-1], L.Activation) and q.layers[-1].activation is keras.activations.softmax
+    x = np.random.default_rng(9).normal(size=(3, 6, 6, 2)).astype(np.float32)
+    np.testing.assert_allclose(q(x).numpy().sum(axis=-1), 1.0, rtol=1e-6)
+
+
 def test_binary_forward_is_sign_of_inputs_and_kernels():
     model = conv_net()
     q = ste.quantize_model(model, scheme="binary")
