@@ -93,6 +93,14 @@ def unpack_kernel(entry: Any, where: str) -> np.ndarray:
             f"and bits 1 or 2, as ste.export_quantized_weights(model, packed=True) gives."
         )
     shape = tuple(int(n) for n in entry["shape"])
+    bits, size = int(entry["bits"]), int(np.prod(shape))
+    packed = np.asarray(entry["codes"], np.uint8).reshape(-1)
     scale = np.asarray(entry["scale"])
-    codes = _unpack_codes(np.asarray(entry["codes"], np.uint8), int(entry["bits"]), int(np.prod(shape)))
-    return np.asarray(_values(codes.reshape(shape), int(entry["bits"]), scale), scale.dtype)
+    if packed.size != -(-size * bits // 8) or scale.ndim > 1 or scale.size not in (1, shape[-1]):
+        raise ParameterError(
+            f"ste.unpack_quantized_weights: {where} holds {packed.size} code bytes and {scale.size} scale(s); a "
+            f"{bits}-bit kernel of shape {shape} needs {-(-size * bits // 8)} bytes and 1 or {shape[-1]} scales. "
+            f"Fix: pass the dict ste.export_quantized_weights(model, packed=True) gave, unchanged."
+        )
+    codes = _unpack_codes(packed, bits, size)
+    return np.asarray(_values(codes.reshape(shape), bits, scale), scale.dtype)

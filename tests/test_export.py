@@ -127,5 +127,8 @@ def test_packed_int8_export_and_errors():
         ste.export_quantized_weights(model, packed="yes")
     with pytest.raises(ste.ParameterError, match="binary/kernel.*neither an array nor a packed kernel"):
         ste.unpack_quantized_weights({"binary": {"kernel": {"bits": 3}}})
+    cut = {**as_int["binary"]["kernel"], "codes": as_int["binary"]["kernel"]["codes"][:-1]}
+    with pytest.raises(ste.ParameterError, match=r"binary/kernel holds .* code bytes"):
+        ste.unpack_quantized_weights({"binary": {"kernel": cut}})
     with pytest.raises(ste.ParameterError, match="expected the dict"):
         ste.unpack_quantized_weights([1, 2])
