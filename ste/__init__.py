@@ -50,7 +50,7 @@ from ._errors import (
     UnsupportedLayerError,
     VariableAssignmentError,
 )
-from ._export import export_quantized_weights
+from ._export import export_quantized_weights, unpack_quantized_weights
 from ._maskrule import mask_rule
 from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
@@ -116,4 +116,5 @@ __all__ = [
     "summary",
     "testing",
     "to_tflite",
+    "unpack_quantized_weights",
 ]

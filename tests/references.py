@@ -249,6 +249,16 @@ def _pact_q(x: Array) -> tuple[Array, Array]:
     return np.round(np.clip(x, 0.0, alpha) * n / alpha) * alpha / n, ((x >= 0) & (x <= alpha)).astype(np.float64)
 
 
+def _absmean_ternary_q(x: Array) -> tuple[Array, Array]:
+    gamma = np.mean(np.abs(x))  # BitNet b1.58 (REFERENCE.md §10): per tensor, straight-through gradient
+    return np.clip(np.round(x / (gamma + 1e-5)), -1, 1) * gamma, np.ones_like(x)
+
+
+def _absmax_per_token_q(x: Array) -> tuple[Array, Array]:
+    m = np.maximum(np.max(np.abs(x), axis=-1, keepdims=True), 1e-5)  # per row of the last axis
+    return np.clip(np.round(x * 127 / m), -128, 127) * m / 127, np.ones_like(x)
+
+
 #: quantizer name -> (y, dy/dx) at default arguments.
 QUANTIZERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {
     "sign": _sign_q,
@@ -265,6 +275,8 @@ QUANTIZERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {
     "uniform": _uniform_q,
     "lsq": _lsq_q,
     "pact": _pact_q,
+    "absmean_ternary": _absmean_ternary_q,
+    "absmax_per_token": _absmax_per_token_q,
 }
 
 

@@ -6,24 +6,29 @@
 >>> flatbuffer = ste.to_tflite(qat)          # int8 FULLY_CONNECTED kernels
 
 A :class:`Scheme` says which layers it covers and how it quantizes them (:class:`Int8Scheme`, ``"int8"``: TFMOT's
-default 8-bit scheme with batch norms folded during training). See docs/qat.md.
+default 8-bit scheme with batch norms folded during training; :class:`BinaryScheme`, ``"binary"``: larq-style
+sign inputs and kernels; :class:`TernaryScheme`, ``"ternary"``: BitNet b1.58). See docs/qat.md.
 """
 
 from ._api import quantize_annotate_layer, quantize_apply, quantize_model, quantize_scope, schemes, to_tflite
 from ._fake_quant import fake_quant, fake_quant_op, nudged_range
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
+from ._lowbit import BinaryScheme, LowBitScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Role, Scheme
 
 __all__ = [
     "ActivationFakeQuant",
+    "BinaryScheme",
     "FoldedConv2D",
     "FoldedDepthwiseConv2D",
     "Int8Scheme",
+    "LowBitScheme",
     "QuantizeConfig",
     "Role",
     "Scheme",
+    "TernaryScheme",
     "WeightFakeQuant",
     "fake_quant",
     "fake_quant_op",

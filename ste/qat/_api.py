@@ -17,13 +17,14 @@ from .._arguments import check_bool
 from .._errors import ParameterError, UnsupportedLayerError
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
+from ._lowbit import BinaryScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Scheme
 from ._transform import ANNOTATION, Rewrite, rewrite
 
 __all__ = ["quantize_annotate_layer", "quantize_apply", "quantize_model", "quantize_scope", "schemes", "to_tflite"]
 
-_SCHEMES: dict[str, type[Scheme]] = {"int8": Int8Scheme}
+_SCHEMES: dict[str, type[Scheme]] = {"int8": Int8Scheme, "binary": BinaryScheme, "ternary": TernaryScheme}
 
 
 def schemes() -> list[str]:

@@ -46,7 +46,8 @@ class QuantizeConfig:
 
 
 class Scheme(abc.ABC):
-    """A quantization scheme (see the module docstring). Subclasses: :class:`ste.qat.Int8Scheme`."""
+    """A quantization scheme (see the module docstring). Subclasses: :class:`ste.qat.Int8Scheme`,
+    :class:`ste.qat.BinaryScheme`, :class:`ste.qat.TernaryScheme`."""
 
     name: str = ""
 
@@ -76,6 +77,13 @@ class Scheme(abc.ABC):
         """Whether ``activation`` (a function) runs inside the quantized layer, before its output quantizer."""
 
     @abc.abstractmethod
-    def activation_quantizer(self, name: str, after: Any = None) -> Quantizer:
+    def activation_quantizer(self, name: str, after: Any = None) -> Quantizer | None:
         """A new quantizer for one activation tensor; ``after`` is the activation function that produced it, if
-        known (a scheme may give e.g. softmax outputs a fixed range)."""
+        known (a scheme may give e.g. softmax outputs a fixed range). ``None``: the tensor stays as it is (a scheme
+        whose layers quantize their own inputs, :class:`ste.qat.BinaryScheme`)."""
+
+    def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:
+        """Called once before a model is rewritten, with the layers that will get the role ``"compute"`` in the
+        order the model computes them (nested models included); a scheme may treat e.g. the first and the last
+        differently. The default does nothing."""
+        del compute_layers

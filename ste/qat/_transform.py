@@ -148,12 +148,17 @@ class _Graph:
         """``new`` (the new graph's ``tensor``, computed by the activation ``after`` if known) after a new activation
         quantizer, or its range group's."""
         root = self.root(id(tensor))
-        scheme = self.rewrite.scheme
         if root == id(tensor) and id(tensor) not in self.groups.values():
-            return scheme.activation_quantizer(self.quantizer_name(base), after)(new)
+            return self.apply_quantizer(new, base, after)
         if root not in self.group_quantizers:
-            self.group_quantizers[root] = scheme.activation_quantizer(self.quantizer_name(base), after)
-        return self.group_quantizers[root](new)
+            self.group_quantizers[root] = self.rewrite.scheme.activation_quantizer(self.quantizer_name(base), after)
+        quantizer = self.group_quantizers[root]
+        return new if quantizer is None else quantizer(new)
+
+    def apply_quantizer(self, new: Any, base: str, after: Any = None) -> Any:
+        """``new`` after a new activation quantizer of the scheme (unchanged if the scheme has none)."""
+        quantizer = self.rewrite.scheme.activation_quantizer(self.quantizer_name(base), after)
+        return new if quantizer is None else quantizer(new)
 
     def quantized(self, tensor: Any) -> Any:
         """The new tensor for ``tensor``, fake-quantized (once per tensor, shared by its consumers)."""
@@ -249,8 +254,7 @@ class _Graph:
         outputs = new(*args, **kwargs)
         scheme.copy_weights(new, layer, batch_norm)
         if inside is not activation:  # e.g. softmax: quantized linear output, the activation, quantized again
-            name = self.quantizer_name(layer.name)
-            outputs = scheme.activation_quantizer(name)(outputs)
+            outputs = self.apply_quantizer(outputs, layer.name)
             outputs = keras.layers.Activation(activation, name=f"{layer.name}_activation")(outputs)
         self.store(tail.outputs, outputs, False, quantize=True, name=tail.operation.name, after=activation)
 
@@ -263,5 +267,20 @@ def _layers_in_order(inputs: Any, outputs: Any) -> list[keras.layers.Layer]:
 def rewrite(model: keras.Model, rewrite: Rewrite) -> keras.Model:
     """The quantized copy of ``model`` (see the module docstring); ``rewrite.uncovered`` lists the float layers."""
     graph = _functional(model)
+    rewrite.scheme.prepare(_compute_layers(model, rewrite))
     new, _ = _Graph(model, rewrite, [False] * len(graph.inputs), "").run()
     return new
+
+
+def _compute_layers(model: keras.Model, rewrite: Rewrite) -> list[keras.layers.Layer]:
+    """The layers of ``model`` (nested models included) that get the role ``"compute"``, in the order they compute."""
+    graph = _functional(model)
+    found: list[keras.layers.Layer] = []
+    for depth in sorted(graph._nodes_by_depth, reverse=True):
+        for node in graph._nodes_by_depth[depth]:
+            layer = node.operation
+            if isinstance(layer, keras.Model):
+                found.extend(inner for inner in _compute_layers(layer, rewrite) if inner not in found)
+            elif layer is not None and rewrite.role(layer) == "compute" and layer not in found:
+                found.append(layer)
+    return found

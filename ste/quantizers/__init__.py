@@ -7,7 +7,8 @@
 
 Native quantizers (spec names in brackets): :class:`Sign` (``sign``), :class:`Heaviside` (``heaviside``),
 :class:`Ternary` (``ternary``), :class:`MagnitudeAwareSign` (``magnitude_aware_sign``), :class:`DoReFa` (``dorefa``),
-:class:`Uniform` (``uniform``), :class:`LSQ` (``lsq``), :class:`PACT` (``pact``). larq 0.14 aliases:
+:class:`Uniform` (``uniform``), :class:`LSQ` (``lsq``), :class:`PACT` (``pact``); BitNet b1.58's
+:class:`AbsmeanTernary` (``absmean_ternary``) and :class:`AbsmaxPerToken` (``absmax_per_token``). larq 0.14 aliases:
 :class:`SteSign` (``ste_sign``), :class:`ApproxSign` (``approx_sign``), :class:`SwishSign` (``swish_sign``),
 :class:`SteHeaviside` (``ste_heaviside``), :class:`SteTern` (``ste_tern``), ``magnitude_aware_sign`` and
 ``dorefa_quantizer`` (:class:`DoReFa` with ``k_bit=``), :data:`DoReFaQuantizer`;
@@ -18,6 +19,7 @@ larq's function forms: :func:`ste_sign`, :func:`approx_sign`, :func:`swish_sign`
 
 from ._base import Quantizer, QuantizerLike, get, lookup, names, register, serialize, unregister
 from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
+from ._bitnet import AbsmaxPerToken, AbsmeanTernary
 from ._functions import (
     approx_sign,
     dorefa_quantizer,
@@ -35,6 +37,8 @@ from ._uniform import DoReFa, Uniform
 __all__ = [
     "LSQ",
     "PACT",
+    "AbsmaxPerToken",
+    "AbsmeanTernary",
     "ApproxSign",
     "DoReFa",
     "DoReFaQuantizer",

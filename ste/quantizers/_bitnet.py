@@ -1,0 +1,117 @@
+"""BitNet b1.58's quantizers (Ma et al. 2024): :class:`AbsmeanTernary` weights, :class:`AbsmaxPerToken` activations.
+
+Both are one ``ste`` op whose backward pass is the straight-through estimator of BitNet's ``x + (q(x) − x).detach()``:
+the identity, ``dy`` (registry surrogate ``"identity"``; its derivative is 0, so higher orders are 0 too). The scale
+(mean|W| or max|x|) is part of the forward only. Half-precision inputs compute in float32 and are rounded back once;
+``tf.round`` rounds half to even.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._arguments import check_number
+from .._dsl import forward
+from .._errors import ParameterError
+from ._base import Quantizer, as_tensor, check_bits, register
+from ._dtypes import Levels, check_levels, wide
+
+__all__ = ["AbsmaxPerToken", "AbsmeanTernary"]
+
+
+def absmean_ternary(x: tf.Tensor, *, epsilon: float) -> tf.Tensor:
+    """clip(round(x/(γ + ε)), −1, 1)·γ with γ = mean|x| over the whole tensor."""
+    w = tf.cast(x, wide(x.dtype))
+    gamma = tf.reduce_mean(tf.abs(w))
+    one = tf.ones([], w.dtype)
+    codes = tf.clip_by_value(tf.round(w / (gamma + tf.constant(epsilon, w.dtype))), -one, one)
+    return tf.cast(codes * gamma, x.dtype)
+
+
+def absmax_per_token(x: tf.Tensor, *, bits: int, epsilon: float) -> tf.Tensor:
+    """clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 and m = max(max|x|, ε) per row of the last axis
+    (over the whole tensor for a scalar)."""
+    w = tf.cast(x, wide(x.dtype))
+    q = tf.constant(2 ** (bits - 1) - 1, w.dtype)
+    axis = None if w.shape.rank == 0 else -1
+    m = tf.maximum(tf.reduce_max(tf.abs(w), axis=axis, keepdims=True), tf.constant(epsilon, w.dtype))
+    codes = tf.clip_by_value(tf.round(w * q / m), -q - 1, q)
+    return tf.cast(codes * m / q, x.dtype)
+
+
+absmean_ternary_op = forward(absmean_ternary).backward("identity")
+absmax_per_token_op = forward(absmax_per_token).backward("identity")
+
+
+def _check_epsilon(owner: str, epsilon: Any) -> float:
+    value = check_number(owner, "epsilon", epsilon)
+    if not value > 0:
+        raise ParameterError(f"{owner}: epsilon must be > 0; received {epsilon!r}. Fix: e.g. {owner}(epsilon=1e-5).")
+    return value
+
+
+def _identity(t: tf.Tensor) -> tf.Tensor:
+    return t
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("absmean_ternary")
+class AbsmeanTernary(Quantizer):
+    """BitNet b1.58's weight quantizer: γ = mean|W| over the tensor, W_q = clip(round(W/(γ + ε)), −1, 1)·γ (values
+    −γ, 0, γ); gradient ``dy`` (straight-through). Spec name ``"absmean_ternary"``."""
+
+    precision = 2
+
+    def __init__(self, epsilon: float = 1e-5, **kwargs: Any) -> None:
+        self.epsilon = _check_epsilon("AbsmeanTernary", epsilon)
+        super().__init__(**kwargs)
+        self.op = absmean_ternary_op
+        self.built = True
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return self.op(as_tensor(inputs, self), epsilon=self.epsilon)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """The identity: the gradient is ``dy``."""
+        return _identity
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="ste")
+@register("absmax_per_token")
+class AbsmaxPerToken(Quantizer):
+    """BitNet b1.58's activation quantizer: ``bits``-bit absmax per token (per row of the last axis), m = max|x| of
+    the row (at least ε), x_q = clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 (127 for 8 bits);
+    gradient ``dy`` (straight-through). Spec name ``"absmax_per_token"``."""
+
+    def __init__(self, bits: int = 8, epsilon: float = 1e-5, **kwargs: Any) -> None:
+        self.bits = check_bits("AbsmaxPerToken", bits, low=2)
+        self.epsilon = _check_epsilon("AbsmaxPerToken", epsilon)
+        self.precision = self.bits
+        super().__init__(**kwargs)
+        self.op = absmax_per_token_op
+        self.built = True
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        x = as_tensor(inputs, self)
+        check_levels(self, x.dtype, bits=self.bits, levels_for_bits=_token_levels)
+        return self.op(x, bits=self.bits, epsilon=self.epsilon)
+
+    def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
+        """The identity: the gradient is ``dy``."""
+        return _identity
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "bits": self.bits, "epsilon": self.epsilon}
+
+
+def _token_levels(bits: int) -> Levels:
+    """The levels of a row whose max|x| is 1: k/Q for k = −Q … Q (the output dtype must keep them apart)."""
+    q = 2 ** (bits - 1) - 1
+    return Levels(-1.0, 1.0, 2 * q + 1, {"2^(bits-1) - 1": q})
