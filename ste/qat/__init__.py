@@ -15,6 +15,7 @@ from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Role, Scheme
+from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 
 __all__ = [
     "ActivationFakeQuant",
@@ -24,6 +25,8 @@ __all__ = [
     "QuantizeConfig",
     "Role",
     "Scheme",
+    "SplitSeparableConv1D",
+    "SplitSeparableConv2D",
     "WeightFakeQuant",
     "fake_quant",
     "fake_quant_op",

@@ -19,6 +19,7 @@ from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Scheme
+from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._transform import ANNOTATION, Rewrite, rewrite
 
 __all__ = ["quantize_annotate_layer", "quantize_apply", "quantize_model", "quantize_scope", "schemes", "to_tflite"]
@@ -114,7 +115,15 @@ def quantize_apply(model: keras.Model, scheme: str | Scheme = "int8", strict: bo
 
 
 _CUSTOM_OBJECTS = {
-    cls.__name__: cls for cls in (ActivationFakeQuant, WeightFakeQuant, FoldedConv2D, FoldedDepthwiseConv2D)
+    cls.__name__: cls
+    for cls in (
+        ActivationFakeQuant,
+        WeightFakeQuant,
+        FoldedConv2D,
+        FoldedDepthwiseConv2D,
+        SplitSeparableConv1D,
+        SplitSeparableConv2D,
+    )
 }
 
 

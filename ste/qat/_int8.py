@@ -17,6 +17,7 @@ from ..quantizers import Quantizer
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Role, Scheme
+from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 
 __all__ = ["Int8Scheme"]
 
@@ -28,6 +29,9 @@ _COMPUTE: dict[type, tuple[type, dict[str, int]]] = {
     L.Conv1D: (ste_layers.QuantConv1D, {"kernel_quantizer": 0}),  # per tensor: TFLite reshapes it to 2-D
     L.Conv2D: (ste_layers.QuantConv2D, {"kernel_quantizer": 1}),
     L.DepthwiseConv2D: (ste_layers.QuantDepthwiseConv2D, {"kernel_quantizer": 2}),
+    # TFLite runs a separable convolution as DEPTHWISE_CONV_2D then CONV_2D: the tensor between them is quantized too
+    L.SeparableConv1D: (SplitSeparableConv1D, {"depthwise_quantizer": 0, "pointwise_quantizer": 0}),  # as Conv1D
+    L.SeparableConv2D: (SplitSeparableConv2D, {"depthwise_quantizer": 2, "pointwise_quantizer": 1}),
 }
 _FOLDED: dict[type, type] = {L.Conv2D: FoldedConv2D, L.DepthwiseConv2D: FoldedDepthwiseConv2D}
 _BATCH_NORMS = (L.BatchNormalization, ste_layers.BatchNormalization)
@@ -105,7 +109,9 @@ class Int8Scheme(Scheme):
     ) -> keras.layers.Layer:
         cls, slots = _COMPUTE[type(layer)]
         config = {**layer.get_config(), "activation": keras.activations.serialize(activation)}
-        quantizers = {name: WeightFakeQuant(bits=8, channel_axes=axes) for name, axes in slots.items()}
+        quantizers: dict[str, Any] = {name: WeightFakeQuant(bits=8, channel_axes=axes) for name, axes in slots.items()}
+        if issubclass(cls, (SplitSeparableConv1D, SplitSeparableConv2D)):
+            quantizers["intermediate_quantizer"] = ActivationFakeQuant(bits=8)
         if batch_norm is None:
             return cls(**config, **quantizers)
         bn = {key: batch_norm.get_config()[key] for key in ("momentum", "epsilon", "center", "scale")}
@@ -114,9 +120,9 @@ class Int8Scheme(Scheme):
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None
     ) -> None:
-        new.kernel.assign(layer.kernel)
-        if getattr(layer, "use_bias", False):
-            new.bias.assign(layer.bias)
+        mine = {variable.name: variable for variable in new.weights}
+        for variable in layer.weights:  # kernel(s) and bias, by name: depthwise_kernel, pointwise_kernel, ...
+            mine[variable.name].assign(variable)
         if batch_norm is not None:
             for name in ("gamma", "beta", "moving_mean", "moving_variance"):
                 source = getattr(batch_norm, name, None)

@@ -66,15 +66,18 @@ def test_int8_io_has_no_float_edges(trained):
     assert found[0][1][0] == "int8" and found[-1][2] == ["int8"]
 
 
-def test_conv1d_and_global_average_pooling_convert_to_int8():
+def test_conv1d_separable_conv1d_and_global_average_pooling_convert_to_int8():
     i = keras.Input((16, 3))
     x = keras.layers.Conv1D(8, 3, activation="relu")(i)
+    x = keras.layers.SeparableConv1D(6, 3, depth_multiplier=2, padding="same")(x)
     x = keras.layers.GlobalAveragePooling1D()(x)
     q = ste.quantize_model(keras.Model(i, keras.layers.Dense(4)(x)), strict=True)
     x = np.random.default_rng(0).uniform(-1, 1, (32, 16, 3)).astype(np.float32)
     q(x, training=True)
     flatbuffer = ste.to_tflite(q)
-    assert {"CONV_2D", "MEAN", "FULLY_CONNECTED"} <= set(assert_int8(flatbuffer))
+    names = assert_int8(flatbuffer)
+    assert {"MEAN", "FULLY_CONNECTED"} <= set(names)
+    assert names.count("CONV_2D") == 2 and names.count("DEPTHWISE_CONV_2D") == 1
     within = np.abs(run(flatbuffer, x[:8]) - q.predict(x[:8], verbose=0)) <= output_step(q) * 1.001
     assert within.mean() >= 0.99
 
@@ -100,3 +103,19 @@ def test_mobilenet_v2_converts_end_to_end():
         if name in INT8_KERNELS:
             assert inputs[:2] == ["int8", "int8"] and outputs == ["int8"], (name, inputs, outputs)
     assert names.count("QUANTIZE") == 1 and names.count("DEQUANTIZE") == 1
+
+
+def test_separable_convolutions_run_as_int8_depthwise_then_conv():
+    i = keras.Input((8, 8, 3))
+    x = keras.layers.SeparableConv2D(8, 3, padding="same", depth_multiplier=2, activation="relu")(i)
+    x = keras.layers.SeparableConv2D(6, 3, strides=2)(x)
+    q = ste.quantize_model(keras.Model(i, keras.layers.Dense(4)(keras.layers.Flatten()(x))), strict=True)
+    assert [type(layer).__name__ for layer in q.layers].count("SplitSeparableConv2D") == 2
+    x = np.random.default_rng(0).uniform(-1, 1, (32, 8, 8, 3)).astype(np.float32)
+    q(x, training=True)
+    flatbuffer = ste.to_tflite(q)
+    names = assert_int8(flatbuffer)
+    # each separable convolution is two int8 kernels: TFLite has no separable one
+    assert names.count("DEPTHWISE_CONV_2D") == 2 and names.count("CONV_2D") == 2
+    within = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99
