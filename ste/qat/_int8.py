@@ -32,7 +32,12 @@ _COMPUTE: dict[type, tuple[type, dict[str, int]]] = {
     # TFLite runs a separable convolution as DEPTHWISE_CONV_2D then CONV_2D: the tensor between them is quantized too
     L.SeparableConv1D: (SplitSeparableConv1D, {"depthwise_quantizer": 0, "pointwise_quantizer": 0}),  # as Conv1D
     L.SeparableConv2D: (SplitSeparableConv2D, {"depthwise_quantizer": 2, "pointwise_quantizer": 1}),
+    # kernel (h, w, out, in): per tensor (WeightFakeQuant's channel is the last axis), as TFMOT quantizes it
+    L.Conv2DTranspose: (ste_layers.QuantConv2DTranspose, {"kernel_quantizer": 0}),
 }
+#: A ReLU fused into these is left out of TFLite's int8 kernel when the bias is zero (the converter then runs the
+#: transposed convolution and the ReLU in float): the ReLU runs after the output quantizer instead.
+_UNFUSED = (L.Conv2DTranspose,)
 _FOLDED: dict[type, type] = {L.Conv2D: FoldedConv2D, L.DepthwiseConv2D: FoldedDepthwiseConv2D}
 _BATCH_NORMS = (L.BatchNormalization, ste_layers.BatchNormalization)
 
@@ -103,6 +108,11 @@ class Int8Scheme(Scheme):
 
     def fuses(self, activation: Any) -> bool:
         return activation in _FUSED
+
+    def fuses_into(self, layer: keras.layers.Layer, activation: Any) -> bool:
+        if type(layer) in _UNFUSED:
+            return activation is keras.activations.linear
+        return self.fuses(activation)
 
     def quantize(
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any

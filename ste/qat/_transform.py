@@ -240,10 +240,10 @@ class _Graph:
         if activation is keras.activations.linear or batch_norm is not None:
             follower = self.sole_consumer(tail.outputs[0])
             fused = _activation_of(follower.operation) if follower is not None else None
-            if fused is not None and scheme.fuses(fused) and self.rewrite.select(follower.operation):
+            if fused is not None and scheme.fuses_into(layer, fused) and self.rewrite.select(follower.operation):
                 tail, activation = follower, fused
                 self.done.add(id(follower))
-        inside = activation if scheme.fuses(activation) else keras.activations.linear
+        inside = activation if scheme.fuses_into(layer, activation) else keras.activations.linear
         new = scheme.quantize(layer, batch_norm, inside)
         args, kwargs = self.arguments(node, quantize=True)
         outputs = new(*args, **kwargs)

@@ -252,3 +252,20 @@ def test_split_separable_conv_without_quantizers_is_kerass_separable_conv(rank, 
     q.save(tmp_path / "separable.keras")
     loaded = keras.models.load_model(tmp_path / "separable.keras")
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), q.predict(x, verbose=0))
+
+
+def test_conv2d_transpose_kernel_per_tensor_and_relu_after_its_output_quantizer():
+    i = keras.Input((4, 4, 3))
+    model = keras.Model(i, L.Conv2DTranspose(5, 3, strides=2, activation="relu")(i))
+    q = ste.quantize_model(model, strict=True)
+    assert kinds(q) == [
+        "InputLayer",
+        "ActivationFakeQuant",
+        "QuantConv2DTranspose",
+        "ActivationFakeQuant",  # the linear output: TFLite's TRANSPOSE_CONV, then an int8 RELU
+        "Activation",
+        "ActivationFakeQuant",
+    ]
+    w = model.layers[1].kernel.numpy()
+    step = np.abs(w).max() / 127
+    np.testing.assert_allclose(q.layers[2].quantized_kernel, np.round(w / step) * step, rtol=1e-5, atol=1e-7)

@@ -119,3 +119,25 @@ def test_separable_convolutions_run_as_int8_depthwise_then_conv():
     assert names.count("DEPTHWISE_CONV_2D") == 2 and names.count("CONV_2D") == 2
     within = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) <= output_step(q) * 1.001
     assert within.mean() >= 0.99
+
+
+def test_conv2d_transpose_converts_to_int8_transpose_conv():
+    i = keras.Input((4, 4, 3))
+    # no bias: a ReLU fused into a bias-free transposed convolution made the converter keep both float
+    x = keras.layers.Conv2DTranspose(8, 3, strides=2, padding="same", use_bias=False, activation="relu")(i)
+    x = keras.layers.Conv2DTranspose(4, 3, bias_initializer="ones")(x)
+    q = ste.quantize_model(keras.Model(i, x), strict=True)
+    x = np.random.default_rng(0).uniform(-1, 1, (16, 4, 4, 3)).astype(np.float32)
+    q(x, training=True)
+    flatbuffer = ste.to_tflite(q)
+    found = ops(flatbuffer)
+    names = [name for name, _, _ in found]
+    assert names.count("TRANSPOSE_CONV") == 2 and names.count("RELU") == 1
+    for name, inputs, outputs in found:
+        if name == "TRANSPOSE_CONV":  # (output shape, filter, input[, bias])
+            assert inputs[1:3] == ["int8", "int8"] and outputs == ["int8"], (inputs, outputs)
+        if name == "RELU":
+            assert inputs == outputs == ["int8"]
+    assert names.count("QUANTIZE") == 1 and names.count("DEQUANTIZE") == 1
+    within = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99
