@@ -16,12 +16,16 @@ from ._int8 import Int8Scheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
 __all__ = [
     "ActivationFakeQuant",
     "FoldedConv2D",
     "FoldedDepthwiseConv2D",
     "Int8Scheme",
+    "QuantEinsumDense",
+    "QuantEmbedding",
+    "QuantMultiHeadAttention",
     "QuantizeConfig",
     "Role",
     "Scheme",

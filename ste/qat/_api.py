@@ -21,6 +21,7 @@ from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._transform import ANNOTATION, Rewrite, rewrite
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
 __all__ = ["quantize_annotate_layer", "quantize_apply", "quantize_model", "quantize_scope", "schemes", "to_tflite"]
 
@@ -123,6 +124,9 @@ _CUSTOM_OBJECTS = {
         FoldedDepthwiseConv2D,
         SplitSeparableConv1D,
         SplitSeparableConv2D,
+        QuantEinsumDense,
+        QuantEmbedding,
+        QuantMultiHeadAttention,
     )
 }
 

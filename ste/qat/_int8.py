@@ -18,6 +18,7 @@ from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
 __all__ = ["Int8Scheme"]
 
@@ -32,6 +33,9 @@ _COMPUTE: dict[type, tuple[type, dict[str, int]]] = {
     # TFLite runs a separable convolution as DEPTHWISE_CONV_2D then CONV_2D: the tensor between them is quantized too
     L.SeparableConv1D: (SplitSeparableConv1D, {"depthwise_quantizer": 0, "pointwise_quantizer": 0}),  # as Conv1D
     L.SeparableConv2D: (SplitSeparableConv2D, {"depthwise_quantizer": 2, "pointwise_quantizer": 1}),
+    L.EinsumDense: (QuantEinsumDense, {"kernel_quantizer": 0}),  # per tensor, as Dense
+    L.Embedding: (QuantEmbedding, {"embeddings_quantizer": 0}),  # per tensor: TFLite's GATHER keeps one scale
+    L.MultiHeadAttention: (QuantMultiHeadAttention, {"kernel_quantizer": 0}),
     # kernel (h, w, out, in): per tensor (WeightFakeQuant's channel is the last axis), as TFMOT quantizes it
     L.Conv2DTranspose: (ste_layers.QuantConv2DTranspose, {"kernel_quantizer": 0}),
 }
@@ -81,6 +85,13 @@ _FIXED_RANGES: dict[Any, tuple[float, float]] = {
 _FUSED = (keras.activations.relu, keras.activations.relu6, keras.activations.linear)
 
 
+def _relative_path(variable: Any, layer: keras.layers.Layer) -> str:
+    """``variable``'s path inside ``layer`` (``"kernel"``, ``"query/kernel"``)."""
+    prefix = f"{layer.name}/"
+    path = str(variable.path)
+    return path[path.rindex(prefix) + len(prefix) :] if prefix in path else path
+
+
 class Int8Scheme(Scheme):
     """TFMOT's default 8-bit scheme (see the module docstring)."""
 
@@ -118,10 +129,16 @@ class Int8Scheme(Scheme):
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
     ) -> keras.layers.Layer:
         cls, slots = _COMPUTE[type(layer)]
-        config = {**layer.get_config(), "activation": keras.activations.serialize(activation)}
+        config = layer.get_config()
+        if "activation" in config:
+            config["activation"] = keras.activations.serialize(activation)
         quantizers: dict[str, Any] = {name: WeightFakeQuant(bits=8, channel_axes=axes) for name, axes in slots.items()}
         if issubclass(cls, (SplitSeparableConv1D, SplitSeparableConv2D)):
             quantizers["intermediate_quantizer"] = ActivationFakeQuant(bits=8)
+        if cls is QuantMultiHeadAttention:
+            quantizers["activation_quantizer"] = ActivationFakeQuant(bits=8)
+            low, high = _FIXED_RANGES[keras.activations.softmax]
+            quantizers["probability_quantizer"] = ActivationFakeQuant(8, 1.0, low, high)
         if batch_norm is None:
             return cls(**config, **quantizers)
         bn = {key: batch_norm.get_config()[key] for key in ("momentum", "epsilon", "center", "scale")}
@@ -130,9 +147,9 @@ class Int8Scheme(Scheme):
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None
     ) -> None:
-        mine = {variable.name: variable for variable in new.weights}
-        for variable in layer.weights:  # kernel(s) and bias, by name: depthwise_kernel, pointwise_kernel, ...
-            mine[variable.name].assign(variable)
+        mine = {_relative_path(variable, new): variable for variable in new.weights}
+        for variable in layer.weights:  # kernel(s) and bias by path: depthwise_kernel, query/kernel, ...
+            mine[_relative_path(variable, layer)].assign(variable)
         if batch_norm is not None:
             for name in ("gamma", "beta", "moving_mean", "moving_variance"):
                 source = getattr(batch_norm, name, None)
