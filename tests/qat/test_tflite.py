@@ -141,3 +141,29 @@ def test_conv2d_transpose_converts_to_int8_transpose_conv():
     assert names.count("QUANTIZE") == 1 and names.count("DEQUANTIZE") == 1
     within = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) <= output_step(q) * 1.001
     assert within.mean() >= 0.99
+
+
+def test_a_mixed_float16_model_trains_and_converts_to_the_same_int8_kernels():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        q = ste.quantize_model(residual_net())
+        q.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x, y = data(64)
+        history = q.fit(x, y, epochs=1, batch_size=32, verbose=0)
+        mixed_out = q.predict(x, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.isfinite(history.history["loss"]).all()
+    assert mixed_out.dtype == np.float16  # the outputs in the compute dtype; the ranges stay float32 variables
+    assert q.layers[1].min.dtype == "float32" and float(q.layers[1].min.numpy()) > -6.0
+    flatbuffer = ste.to_tflite(q)  # exported as a float32 copy: the converter reads only float32 fake-quant ops
+    assert INT8_KERNELS <= set(assert_int8(flatbuffer))
+    # the int8 model computes what the trained weights compute in float32 (float16 arithmetic moved some
+    # activations to a neighbouring level: up to 2 output steps, measured)
+    float32 = ste.quantize_model(residual_net())
+    float32(x[:1])
+    float32.set_weights(q.get_weights())
+    keras_out = float32.predict(x, verbose=0)
+    within = np.abs(run(flatbuffer, x) - keras_out) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99, within.mean()
+    assert np.abs(mixed_out.astype(np.float32) - keras_out).max() <= 3 * output_step(q)
