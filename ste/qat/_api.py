@@ -166,7 +166,7 @@ def _in_float32(model: keras.Model) -> keras.Model:
         return model
     copy = keras.saving.deserialize_keras_object(_float32_policies(keras.saving.serialize_keras_object(model)))
     copy.set_weights(model.get_weights())
-    return copy  # type: ignore[no-any-return]
+    return copy
 
 
 def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
