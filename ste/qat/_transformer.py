@@ -16,12 +16,14 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
 import keras
 
 from .. import quantizers as ste_quantizers
+from .._signatures import forwarding_signature
 from ..layers._base import KernelSlot, QuantLayerMixin
 from ..layers._dense import flat_matmul, unflatten
 from ..quantizers._sharing import claim
@@ -113,13 +115,15 @@ class QuantMultiHeadAttention(keras.layers.MultiHeadAttention):  # type: ignore[
 
     def __init__(
         self,
-        *args: Any,
+        num_heads: int,
+        key_dim: int,
+        *,
         kernel_quantizer: Any = None,
         activation_quantizer: Any = None,
         probability_quantizer: Any = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(num_heads, key_dim, **kwargs)
         self._specs = {
             "kernel_quantizer": ste_quantizers.serialize(ste_quantizers.get(kernel_quantizer)),
             "activation_quantizer": ste_quantizers.serialize(ste_quantizers.get(activation_quantizer)),
@@ -182,3 +186,10 @@ class QuantMultiHeadAttention(keras.layers.MultiHeadAttention):  # type: ignore[
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), **self._specs}
+
+
+# inspect.signature shows Keras's arguments too (they travel in **kwargs)
+_own = inspect.signature(QuantMultiHeadAttention.__init__)
+QuantMultiHeadAttention.__signature__ = forwarding_signature(  # type: ignore[attr-defined]
+    _own.replace(parameters=list(_own.parameters.values())[1:]), [inspect.signature(keras.layers.MultiHeadAttention)]
+)
