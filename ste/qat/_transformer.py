@@ -190,6 +190,6 @@ class QuantMultiHeadAttention(keras.layers.MultiHeadAttention):  # type: ignore[
 
 # inspect.signature shows Keras's arguments too (they travel in **kwargs)
 _own = inspect.signature(QuantMultiHeadAttention.__init__)
-QuantMultiHeadAttention.__signature__ = forwarding_signature(  # type: ignore[attr-defined]
+QuantMultiHeadAttention.__signature__ = forwarding_signature(
     _own.replace(parameters=list(_own.parameters.values())[1:]), [inspect.signature(keras.layers.MultiHeadAttention)]
 )
