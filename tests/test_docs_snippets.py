@@ -18,7 +18,9 @@ import pytest
 import ste
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT)))
+PAGES = sorted(
+    [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT))
+)
 BLOCK = re.compile(r"^(?:(?P<marker><!--[^\n]*-->)\n)?```python\n(?P<code>.*?)^```", re.S | re.M)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
