@@ -121,7 +121,7 @@ class Int8Scheme(Scheme):
         return activation in _FUSED
 
     def fuses_into(self, layer: keras.layers.Layer, activation: Any) -> bool:
-        if type(layer) in _UNFUSED:
+        if type(layer) in _UNFUSED or not hasattr(layer, "activation"):  # Embedding, attention: nothing to fuse into
             return activation is keras.activations.linear
         return self.fuses(activation)
 

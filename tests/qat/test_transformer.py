@@ -63,9 +63,16 @@ def test_einsum_dense_of_any_equation_keeps_kerass_result():
 
 def test_embedding_looks_up_the_quantized_table():
     i = keras.Input((3,), dtype="int32")
-    model = keras.Model(i, L.Embedding(10, 4)(i))
+    model = keras.Model(i, L.ReLU()(L.Embedding(10, 4)(i)))
     q = ste.quantize_model(model, strict=True)
-    assert [type(layer).__name__ for layer in q.layers] == ["InputLayer", "QuantEmbedding", "ActivationFakeQuant"]
+    # the integer input is not quantized; a ReLU after it is its own layer (Embedding has no activation to fuse)
+    assert [type(layer).__name__ for layer in q.layers] == [
+        "InputLayer",
+        "QuantEmbedding",
+        "ActivationFakeQuant",
+        "ReLU",
+        "ActivationFakeQuant",
+    ]
     table = model.layers[1].embeddings.numpy()
     ids = np.array([[0, 9, 3], [3, 3, 1]], np.int32)
     np.testing.assert_allclose(q.layers[1](ids), weight_grid(table)[ids], rtol=1e-6)
