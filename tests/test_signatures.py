@@ -11,9 +11,21 @@ import pytest
 import ste
 import ste.larq.layers
 
-MODULES = (ste.layers, ste.quantizers, ste.spiking, ste.larq.layers)
+MODULES = (ste.layers, ste.quantizers, ste.spiking, ste.larq.layers, ste.qat)
 # Values for the arguments that have no default, to build each layer once.
-REQUIRED = {"units": 3, "filters": 2, "kernel_size": 3, "precision": 1, "layer": lambda: keras.layers.Dense(2)}
+REQUIRED = {
+    "units": 3,
+    "filters": 2,
+    "kernel_size": 3,
+    "precision": 1,
+    "layer": lambda: keras.layers.Dense(2),
+    "num_heads": 2,
+    "key_dim": 4,
+    "equation": "ab,bc->ac",
+    "output_shape": 3,
+    "input_dim": 5,
+    "output_dim": 2,
+}
 VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 # What every Keras layer's config holds whatever its arguments (keras.layers.Layer's own keywords).
 KERAS_KEYS = set(keras.layers.Layer().get_config()) | {"autocast"}

@@ -17,6 +17,8 @@ from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, LowBitScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Role, Scheme
+from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
 __all__ = [
     "ActivationFakeQuant",
@@ -25,9 +27,14 @@ __all__ = [
     "FoldedDepthwiseConv2D",
     "Int8Scheme",
     "LowBitScheme",
+    "QuantEinsumDense",
+    "QuantEmbedding",
+    "QuantMultiHeadAttention",
     "QuantizeConfig",
     "Role",
     "Scheme",
+    "SplitSeparableConv1D",
+    "SplitSeparableConv2D",
     "TernaryScheme",
     "WeightFakeQuant",
     "fake_quant",

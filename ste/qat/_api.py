@@ -20,7 +20,9 @@ from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import QuantizeConfig, Scheme
+from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._transform import ANNOTATION, Rewrite, rewrite
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
 __all__ = ["quantize_annotate_layer", "quantize_apply", "quantize_model", "quantize_scope", "schemes", "to_tflite"]
 
@@ -115,7 +117,18 @@ def quantize_apply(model: keras.Model, scheme: str | Scheme = "int8", strict: bo
 
 
 _CUSTOM_OBJECTS = {
-    cls.__name__: cls for cls in (ActivationFakeQuant, WeightFakeQuant, FoldedConv2D, FoldedDepthwiseConv2D)
+    cls.__name__: cls
+    for cls in (
+        ActivationFakeQuant,
+        WeightFakeQuant,
+        FoldedConv2D,
+        FoldedDepthwiseConv2D,
+        SplitSeparableConv1D,
+        SplitSeparableConv2D,
+        QuantEinsumDense,
+        QuantEmbedding,
+        QuantMultiHeadAttention,
+    )
 }
 
 
@@ -131,15 +144,44 @@ def quantize_scope() -> Iterator[None]:
         yield
 
 
+_LOW_PRECISION = ("mixed_float16", "mixed_bfloat16", "float16", "bfloat16")
+
+
+def _float32_policies(config: Any) -> Any:
+    """A serialized model with every low-precision dtype policy replaced by float32."""
+    if isinstance(config, dict):
+        if config.get("class_name") == "DTypePolicy" and isinstance(config.get("config"), dict):
+            if config["config"].get("name") in _LOW_PRECISION:
+                return {**config, "config": {**config["config"], "name": "float32"}}
+        return {key: _float32_policies(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_float32_policies(value) for value in config]
+    return config
+
+
+def _in_float32(model: keras.Model) -> keras.Model:
+    """``model`` itself if it computes in float32, else a float32 copy with its weights: TensorFlow's fake-quant
+    kernels, which the converter reads ranges from, take float32 only (a mixed-precision model's float16 formula
+    is not one of them)."""
+    if all(layer.compute_dtype == "float32" for layer in model._flatten_layers()):
+        return model
+    copy = keras.saving.deserialize_keras_object(_float32_policies(keras.saving.serialize_keras_object(model)))
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
     """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` then the stock
     ``tf.lite.TFLiteConverter.from_saved_model`` with ``optimizations=[tf.lite.Optimize.DEFAULT]``.
 
     ``int8_io=True`` also makes the model's inputs and outputs int8 (no float quantize/dequantize at the edges; the
-    input scale and zero point are in the interpreter's input details).
+    input scale and zero point are in the interpreter's input details). A model trained under a mixed-precision
+    policy is exported as a float32 copy with the same weights (the converter reads ranges only from float32
+    fake-quant ops).
     """
     int8_io = check_bool("ste.to_tflite", "int8_io", int8_io)
     _check_model(model, "ste.to_tflite")
+    model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
         model.export(path, verbose=False)

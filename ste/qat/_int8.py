@@ -17,6 +17,8 @@ from ..quantizers import Quantizer
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Role, Scheme
+from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
 __all__ = ["Int8Scheme"]
 
@@ -28,7 +30,18 @@ _COMPUTE: dict[type, tuple[type, dict[str, int]]] = {
     L.Conv1D: (ste_layers.QuantConv1D, {"kernel_quantizer": 0}),  # per tensor: TFLite reshapes it to 2-D
     L.Conv2D: (ste_layers.QuantConv2D, {"kernel_quantizer": 1}),
     L.DepthwiseConv2D: (ste_layers.QuantDepthwiseConv2D, {"kernel_quantizer": 2}),
+    # TFLite runs a separable convolution as DEPTHWISE_CONV_2D then CONV_2D: the tensor between them is quantized too
+    L.SeparableConv1D: (SplitSeparableConv1D, {"depthwise_quantizer": 0, "pointwise_quantizer": 0}),  # as Conv1D
+    L.SeparableConv2D: (SplitSeparableConv2D, {"depthwise_quantizer": 2, "pointwise_quantizer": 1}),
+    L.EinsumDense: (QuantEinsumDense, {"kernel_quantizer": 0}),  # per tensor, as Dense
+    L.Embedding: (QuantEmbedding, {"embeddings_quantizer": 0}),  # per tensor: TFLite's GATHER keeps one scale
+    L.MultiHeadAttention: (QuantMultiHeadAttention, {"kernel_quantizer": 0}),
+    # kernel (h, w, out, in): per tensor (WeightFakeQuant's channel is the last axis), as TFMOT quantizes it
+    L.Conv2DTranspose: (ste_layers.QuantConv2DTranspose, {"kernel_quantizer": 0}),
 }
+#: A ReLU fused into these is left out of TFLite's int8 kernel when the bias is zero (the converter then runs the
+#: transposed convolution and the ReLU in float): the ReLU runs after the output quantizer instead.
+_UNFUSED = (L.Conv2DTranspose,)
 _FOLDED: dict[type, type] = {L.Conv2D: FoldedConv2D, L.DepthwiseConv2D: FoldedDepthwiseConv2D}
 _BATCH_NORMS = (L.BatchNormalization, ste_layers.BatchNormalization)
 
@@ -72,6 +85,13 @@ _FIXED_RANGES: dict[Any, tuple[float, float]] = {
 _FUSED = (keras.activations.relu, keras.activations.relu6, keras.activations.linear)
 
 
+def _relative_path(variable: Any, layer: keras.layers.Layer) -> str:
+    """``variable``'s path inside ``layer`` (``"kernel"``, ``"query/kernel"``)."""
+    prefix = f"{layer.name}/"
+    path = str(variable.path)
+    return path[path.rindex(prefix) + len(prefix) :] if prefix in path else path
+
+
 class Int8Scheme(Scheme):
     """TFMOT's default 8-bit scheme (see the module docstring)."""
 
@@ -100,12 +120,25 @@ class Int8Scheme(Scheme):
     def fuses(self, activation: Any) -> bool:
         return activation in _FUSED
 
+    def fuses_into(self, layer: keras.layers.Layer, activation: Any) -> bool:
+        if type(layer) in _UNFUSED or not hasattr(layer, "activation"):  # Embedding, attention: nothing to fuse into
+            return activation is keras.activations.linear
+        return self.fuses(activation)
+
     def quantize(
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
     ) -> keras.layers.Layer:
         cls, slots = _COMPUTE[type(layer)]
-        config = {**layer.get_config(), "activation": keras.activations.serialize(activation)}
-        quantizers = {name: WeightFakeQuant(bits=8, channel_axes=axes) for name, axes in slots.items()}
+        config = layer.get_config()
+        if "activation" in config:
+            config["activation"] = keras.activations.serialize(activation)
+        quantizers: dict[str, Any] = {name: WeightFakeQuant(bits=8, channel_axes=axes) for name, axes in slots.items()}
+        if issubclass(cls, (SplitSeparableConv1D, SplitSeparableConv2D)):
+            quantizers["intermediate_quantizer"] = ActivationFakeQuant(bits=8)
+        if cls is QuantMultiHeadAttention:
+            quantizers["activation_quantizer"] = ActivationFakeQuant(bits=8)
+            low, high = _FIXED_RANGES[keras.activations.softmax]
+            quantizers["probability_quantizer"] = ActivationFakeQuant(8, 1.0, low, high)
         if batch_norm is None:
             return cls(**config, **quantizers)
         bn = {key: batch_norm.get_config()[key] for key in ("momentum", "epsilon", "center", "scale")}
@@ -114,9 +147,9 @@ class Int8Scheme(Scheme):
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None
     ) -> None:
-        new.kernel.assign(layer.kernel)
-        if getattr(layer, "use_bias", False):
-            new.bias.assign(layer.bias)
+        mine = {_relative_path(variable, new): variable for variable in new.weights}
+        for variable in layer.weights:  # kernel(s) and bias by path: depthwise_kernel, query/kernel, ...
+            mine[_relative_path(variable, layer)].assign(variable)
         if batch_norm is not None:
             for name in ("gamma", "beta", "moving_mean", "moving_variance"):
                 source = getattr(batch_norm, name, None)

@@ -5,7 +5,8 @@
   variables; here it is recomputed from the weights, the same number once they are fixed).
 * :class:`ActivationFakeQuant` (TFMOT's ``MovingAverageQuantizer``): asymmetric, per tensor, with non-trainable
   ``min``/``max`` starting at −6/6 that follow an exponential moving average (decay 0.999, no debiasing) of each
-  training batch's min(x, 0) and max(x, 0); inference reads them.
+  training batch's min(x, 0) and max(x, 0) (under a distribution strategy, of the global batch: the replicas'
+  minima and maxima are gathered); inference reads them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ def _check_flag(owner: str, field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ParameterError(f"{owner}: {field} must be True or False; received {value!r}.")
     return value
+
+
+def _global_range(low: tf.Tensor, high: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The min and max over every replica's batch under a distribution strategy (each replica then assigns the
+    same moving average: that of the global batch on one device); unchanged outside one."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return low, high
+    gathered = context.all_gather(tf.stack([low, -high])[None], axis=0)  # (replicas, 2)
+    smallest = tf.reduce_min(gathered, axis=0)
+    return smallest[0], -smallest[1]
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -123,6 +135,7 @@ class ActivationFakeQuant(Quantizer):
             decay = self.ema_decay
             batch_min = tf.minimum(tf.cast(tf.reduce_min(x), tf.float32), 0.0)
             batch_max = tf.maximum(tf.cast(tf.reduce_max(x), tf.float32), 0.0)
+            batch_min, batch_max = _global_range(batch_min, batch_max)
             low = low * decay + batch_min * (1.0 - decay)
             high = high * decay + batch_max * (1.0 - decay)
             self.min.assign(low)

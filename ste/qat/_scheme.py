@@ -76,6 +76,11 @@ class Scheme(abc.ABC):
     def fuses(self, activation: Any) -> bool:
         """Whether ``activation`` (a function) runs inside the quantized layer, before its output quantizer."""
 
+    def fuses_into(self, layer: keras.layers.Layer, activation: Any) -> bool:
+        """Whether ``activation`` runs inside the quantized ``layer``; the default is :meth:`fuses`, for every
+        layer."""
+        return self.fuses(activation)
+
     @abc.abstractmethod
     def activation_quantizer(self, name: str, after: Any = None) -> Quantizer | None:
         """A new quantizer for one activation tensor; ``after`` is the activation function that produced it, if

@@ -161,9 +161,10 @@ class _Graph:
         return new if quantizer is None else quantizer(new)
 
     def quantized(self, tensor: Any) -> Any:
-        """The new tensor for ``tensor``, fake-quantized (once per tensor, shared by its consumers)."""
+        """The new tensor for ``tensor``, fake-quantized (once per tensor, shared by its consumers); integer and
+        boolean tensors (indices, masks) are not quantized."""
         new, flag = self.tensors[id(tensor)]
-        if flag:
+        if flag or not keras.backend.is_float_dtype(tensor.dtype):
             return new
         quantized = self.quantize(tensor, new, tensor._keras_history[0].name)
         self.tensors[id(tensor)] = (quantized, True)
@@ -241,14 +242,14 @@ class _Graph:
         if follower is not None and self.rewrite.select(follower.operation) and scheme.folds(layer, follower.operation):
             tail, batch_norm = follower, follower.operation
             self.done.add(id(follower))
-        activation = layer.activation
+        activation = getattr(layer, "activation", None) or keras.activations.linear  # Embedding, attention: none
         if activation is keras.activations.linear or batch_norm is not None:
             follower = self.sole_consumer(tail.outputs[0])
             fused = _activation_of(follower.operation) if follower is not None else None
-            if fused is not None and scheme.fuses(fused) and self.rewrite.select(follower.operation):
+            if fused is not None and scheme.fuses_into(layer, fused) and self.rewrite.select(follower.operation):
                 tail, activation = follower, fused
                 self.done.add(id(follower))
-        inside = activation if scheme.fuses(activation) else keras.activations.linear
+        inside = activation if scheme.fuses_into(layer, activation) else keras.activations.linear
         new = scheme.quantize(layer, batch_norm, inside)
         args, kwargs = self.arguments(node, quantize=True)
         outputs = new(*args, **kwargs)

@@ -219,3 +219,53 @@ def test_mixed_float16_fake_quantizes_in_float16():
         assert set(seen[1:]) == {tf.float16}  # every activation and kernel in the compute dtype
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_split_separable_conv_without_quantizers_is_kerass_separable_conv(rank, tmp_path):
+    shape = (9, 4) if rank == 1 else (9, 9, 4)
+    cls = L.SeparableConv1D if rank == 1 else L.SeparableConv2D
+    i = keras.Input(shape)
+    model = keras.Model(i, cls(5, 3, strides=2, depth_multiplier=2, padding="same", activation="relu")(i))
+    q = ste.quantize_model(model, strict=True)
+    split = q.layers[2]
+    assert type(split).__name__ == f"SplitSeparableConv{rank}D"
+    x = np.random.default_rng(1).normal(size=(3, *shape)).astype(np.float32)
+    bare = type(split).from_config(
+        {**split.get_config(), "depthwise_quantizer": None, "pointwise_quantizer": None, "intermediate_quantizer": None}
+    )
+    bare(x)
+    bare.set_weights(model.layers[1].get_weights())
+    np.testing.assert_allclose(bare(x), model(x), rtol=1e-5, atol=1e-6)
+    # quantized: the kernels on their int8 grids, the depthwise output on its activation grid (fresh range [-6, 6])
+    layer = model.layers[1]
+    dw, pw = layer.depthwise_kernel.numpy(), layer.pointwise_kernel.numpy()
+    if rank == 2:
+        m_dw, m_pw = np.abs(dw).max(axis=(0, 1)), np.abs(pw).max(axis=(0, 1, 2))
+    else:
+        m_dw, m_pw = np.abs(dw).max(), np.abs(pw).max()
+    dw_q = np.round(dw / (m_dw / 127)) * (m_dw / 127)
+    pw_q = np.round(pw / (m_pw / 127)) * (m_pw / 127)
+    kernels = split.quantized_kernels
+    np.testing.assert_allclose(kernels["depthwise_kernel"], dw_q, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(kernels["pointwise_kernel"], pw_q, rtol=1e-5, atol=1e-7)
+    q.save(tmp_path / "separable.keras")
+    loaded = keras.models.load_model(tmp_path / "separable.keras")
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), q.predict(x, verbose=0))
+
+
+def test_conv2d_transpose_kernel_per_tensor_and_relu_after_its_output_quantizer():
+    i = keras.Input((4, 4, 3))
+    model = keras.Model(i, L.Conv2DTranspose(5, 3, strides=2, activation="relu")(i))
+    q = ste.quantize_model(model, strict=True)
+    assert kinds(q) == [
+        "InputLayer",
+        "ActivationFakeQuant",
+        "QuantConv2DTranspose",
+        "ActivationFakeQuant",  # the linear output: TFLite's TRANSPOSE_CONV, then an int8 RELU
+        "Activation",
+        "ActivationFakeQuant",
+    ]
+    w = model.layers[1].kernel.numpy()
+    step = np.abs(w).max() / 127
+    np.testing.assert_allclose(q.layers[2].quantized_kernel, np.round(w / step) * step, rtol=1e-5, atol=1e-7)

@@ -66,15 +66,18 @@ def test_int8_io_has_no_float_edges(trained):
     assert found[0][1][0] == "int8" and found[-1][2] == ["int8"]
 
 
-def test_conv1d_and_global_average_pooling_convert_to_int8():
+def test_conv1d_separable_conv1d_and_global_average_pooling_convert_to_int8():
     i = keras.Input((16, 3))
     x = keras.layers.Conv1D(8, 3, activation="relu")(i)
+    x = keras.layers.SeparableConv1D(6, 3, depth_multiplier=2, padding="same")(x)
     x = keras.layers.GlobalAveragePooling1D()(x)
     q = ste.quantize_model(keras.Model(i, keras.layers.Dense(4)(x)), strict=True)
     x = np.random.default_rng(0).uniform(-1, 1, (32, 16, 3)).astype(np.float32)
     q(x, training=True)
     flatbuffer = ste.to_tflite(q)
-    assert {"CONV_2D", "MEAN", "FULLY_CONNECTED"} <= set(assert_int8(flatbuffer))
+    names = assert_int8(flatbuffer)
+    assert {"MEAN", "FULLY_CONNECTED"} <= set(names)
+    assert names.count("CONV_2D") == 2 and names.count("DEPTHWISE_CONV_2D") == 1
     within = np.abs(run(flatbuffer, x[:8]) - q.predict(x[:8], verbose=0)) <= output_step(q) * 1.001
     assert within.mean() >= 0.99
 
@@ -100,3 +103,75 @@ def test_mobilenet_v2_converts_end_to_end():
         if name in INT8_KERNELS:
             assert inputs[:2] == ["int8", "int8"] and outputs == ["int8"], (name, inputs, outputs)
     assert names.count("QUANTIZE") == 1 and names.count("DEQUANTIZE") == 1
+
+
+def test_separable_convolutions_run_as_int8_depthwise_then_conv():
+    i = keras.Input((8, 8, 3))
+    x = keras.layers.SeparableConv2D(8, 3, padding="same", depth_multiplier=2, activation="relu")(i)
+    x = keras.layers.SeparableConv2D(6, 3, strides=2)(x)
+    q = ste.quantize_model(keras.Model(i, keras.layers.Dense(4)(keras.layers.Flatten()(x))), strict=True)
+    assert [type(layer).__name__ for layer in q.layers].count("SplitSeparableConv2D") == 2
+    x = np.random.default_rng(0).uniform(-1, 1, (32, 8, 8, 3)).astype(np.float32)
+    q(x, training=True)
+    flatbuffer = ste.to_tflite(q)
+    names = assert_int8(flatbuffer)
+    # each separable convolution is two int8 kernels: TFLite has no separable one
+    assert names.count("DEPTHWISE_CONV_2D") == 2 and names.count("CONV_2D") == 2
+    within = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99
+
+
+def test_conv2d_transpose_converts_to_int8_transpose_conv():
+    i = keras.Input((4, 4, 3))
+    # no bias: a ReLU fused into a bias-free transposed convolution made the converter keep both float
+    x = keras.layers.Conv2DTranspose(8, 3, strides=2, padding="same", use_bias=False, activation="relu")(i)
+    x = keras.layers.Conv2DTranspose(4, 3, bias_initializer="ones")(x)
+    q = ste.quantize_model(keras.Model(i, x), strict=True)
+    x = np.random.default_rng(0).uniform(-1, 1, (16, 4, 4, 3)).astype(np.float32)
+    q(x, training=True)
+    flatbuffer = ste.to_tflite(q)
+    found = ops(flatbuffer)
+    names = [name for name, _, _ in found]
+    assert names.count("TRANSPOSE_CONV") == 2 and names.count("RELU") == 1
+    for name, inputs, outputs in found:
+        if name == "TRANSPOSE_CONV":  # (output shape, filter, input[, bias])
+            assert inputs[1:3] == ["int8", "int8"] and outputs == ["int8"], (inputs, outputs)
+        if name == "RELU":
+            assert inputs == outputs == ["int8"]
+    assert names.count("QUANTIZE") == 1 and names.count("DEQUANTIZE") == 1
+    within = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99
+
+
+def small_net() -> keras.Model:
+    """Conv+BN+ReLU (folded), Dense: the smallest model with both int8 kernels."""
+    i = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(8, 3, use_bias=False)(i)
+    x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+    return keras.Model(i, keras.layers.Dense(10)(keras.layers.Flatten()(x)))
+
+
+def test_a_mixed_float16_model_trains_and_converts_to_the_same_int8_kernels():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        q = ste.quantize_model(small_net(), strict=True)
+        q.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x, y = data(64)
+        history = q.fit(x, y, epochs=1, batch_size=32, verbose=0)
+        mixed_out = q.predict(x, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.isfinite(history.history["loss"]).all()
+    assert mixed_out.dtype == np.float16  # the outputs in the compute dtype; the ranges stay float32 variables
+    assert q.layers[1].min.dtype == "float32" and float(q.layers[1].min.numpy()) > -6.0
+    flatbuffer = ste.to_tflite(q)  # exported as a float32 copy: the converter reads only float32 fake-quant ops
+    assert {"CONV_2D", "FULLY_CONNECTED"} <= set(assert_int8(flatbuffer))
+    # the int8 model computes what the trained weights compute in float32 (float16 arithmetic moved some
+    # activations to a neighbouring level: up to 2 output steps, measured)
+    float32 = ste.quantize_model(small_net())
+    float32(x[:1])
+    float32.set_weights(q.get_weights())
+    keras_out = float32.predict(x, verbose=0)
+    within = np.abs(run(flatbuffer, x) - keras_out) <= output_step(q) * 1.001
+    assert within.mean() >= 0.99, within.mean()
+    assert np.abs(mixed_out.astype(np.float32) - keras_out).max() <= 3 * output_step(q)
