@@ -31,6 +31,7 @@ import importlib.util
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "qat_digits.py"
 FLOAT_LEARNING_RATE, QAT_LEARNING_RATE = 3e-3, 5e-4  # as examples/qat_digits.py's main()
 INT8_KERNELS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+FLOAT_EPOCHS = 2  # the float copy's timed epochs
 
 
 def _example() -> Any:
@@ -54,7 +56,20 @@ def _example() -> Any:
     return module
 
 
-def _timed_fit(keras: Any, model: Any, x: Any, y: Any, epochs: int, batch: int) -> dict[str, Any]:
+WAIT, GO, DONE = "WAIT", "go", "EPOCH DONE"  # the lockstep protocol on stdout / stdin (see _lockstep)
+
+
+def _barrier(lockstep: bool) -> None:
+    """Say that this side is ready and wait for the parent's go (a no-op outside lockstep)."""
+    if lockstep:
+        print(WAIT, flush=True)
+        if sys.stdin.readline().strip() != GO:
+            raise SystemExit("benchmarks/qat.py: the parent process went away")
+
+
+def _timed_fit(
+    keras: Any, model: Any, x: Any, y: Any, epochs: int, batch: int, lockstep: bool = False
+) -> dict[str, Any]:
     """``model.fit``'s step times after the first epoch (after the first two steps if there is one epoch only).
 
     ``median_s`` and its quartiles: one ``train_function`` call (from ``on_train_batch_begin`` to
@@ -70,10 +85,13 @@ def _timed_fit(keras: Any, model: Any, x: Any, y: Any, epochs: int, batch: int) 
             self.epochs: list[float] = []
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            _barrier(lockstep)  # our turn comes when the other side's epoch is over
             self.epoch, self.epoch_start = epoch, time.perf_counter()
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self.epochs.append(time.perf_counter() - self.epoch_start)
+            if lockstep:
+                print(DONE, flush=True)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.start = time.perf_counter()
@@ -157,9 +175,10 @@ def _side(config: dict[str, Any]) -> dict[str, Any]:
     qat = quantize(model)
     example.compile_model(qat, QAT_LEARNING_RATE, keras)
     started = time.perf_counter()
-    qat_steps = _timed_fit(keras, qat, x_train, y_train, epochs, batch)
+    qat_steps = _timed_fit(keras, qat, x_train, y_train, epochs, batch, config.get("lockstep", False))
     fit_seconds = time.perf_counter() - started
-    float_steps = _timed_fit(keras, twin, x_train, y_train, 2, batch)
+    float_steps = _timed_fit(keras, twin, x_train, y_train, FLOAT_EPOCHS, batch, config.get("lockstep", False))
+    _barrier(config.get("lockstep", False))  # the evaluation and conversion below must not overlap a timed epoch
     qat_accuracy = float(qat.evaluate(x_test, y_test, verbose=0)[1])
     if config["side"] == "ste":
         flatbuffer = ste.to_tflite(qat)
@@ -213,6 +232,56 @@ def _command(side: str, venv: str | None, config: dict[str, Any]) -> tuple[list[
     return [python, str(Path(__file__)), json.dumps({**config, "side": side})], env
 
 
+def _read_until(process: Any, token: str, lines: list[str]) -> None:
+    while True:
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{process.args[:2]} exited before {token!r} (exit code {process.wait()})")
+        if line.strip() == token:
+            return
+        lines.append(line)
+
+
+def _lockstep(commands: dict[str, tuple[list[str], dict[str, str]]], epochs: int, timeout: float) -> dict[str, Any]:
+    """Run the sides at once, their timed epochs one at a time in turn (A B, B A, …): each timed epoch has the
+    machine's other load but not the other side's, and both see the same load, which drifts on a shared machine."""
+    from ._subprocess import parse_result
+
+    names = list(commands)
+    lines: dict[str, list[str]] = {name: [] for name in names}
+    with tempfile.TemporaryFile("w+") as errors:
+        processes = {
+            name: subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=str(ROOT)
+            )
+            for name, (argv, env) in commands.items()
+        }
+        try:
+            for index in range(epochs + 1):
+                for name in names:
+                    _read_until(processes[name], WAIT, lines[name])
+                if index == epochs:  # the last barrier: every side goes on to its untimed evaluation together
+                    order = names
+                else:
+                    order = names if index % 2 == 0 else names[::-1]
+                for name in order:
+                    processes[name].stdin.write(GO + "\n")
+                    processes[name].stdin.flush()
+                    if index < epochs:
+                        _read_until(processes[name], DONE, lines[name])
+            for name, process in processes.items():
+                out, _ = process.communicate(timeout=timeout)
+                lines[name].append(out)
+                if process.returncode:
+                    errors.seek(0)
+                    raise RuntimeError(f"{name} side failed ({process.returncode}): {errors.read()[-3000:]}")
+        finally:
+            for process in processes.values():
+                if process.poll() is None:
+                    process.kill()
+    return {name: parse_result("".join(lines[name])) for name in names}
+
+
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def median(key: str) -> float:
         return statistics.median(r[key] for r in runs)
@@ -238,7 +307,6 @@ def run(
     tfmot_venv: str | None = None,
     timeout: float = 1800,
 ) -> dict[str, Any]:
-    from ._subprocess import result_of
     from ._timing import load_average
 
     example = _example()
@@ -248,11 +316,13 @@ def run(
         data = os.path.join(directory, "digits.npz")
         float_figures = _float_stage(example, epochs, train_samples, data)
         for repeat in range(repeats):
-            config = {"data": data, "qat_epochs": qat_epochs, "batch": example.BATCH, "seed": repeat}
-            for side in sides if repeat % 2 == 0 else sides[::-1]:  # ste, TFMOT, TFMOT, ste, …
-                load = load_average()
-                argv, env = _command(side, tfmot_venv, config)
-                entry = result_of(argv, env=env, timeout=timeout, cwd=str(ROOT))
+            config = {"data": data, "qat_epochs": qat_epochs, "batch": example.BATCH, "seed": repeat, "lockstep": True}
+            order = sides if repeat % 2 == 0 else sides[::-1]  # who starts each round of epochs
+            load = load_average()
+            entries = _lockstep(
+                {side: _command(side, tfmot_venv, config) for side in order}, qat_epochs + FLOAT_EPOCHS, timeout
+            )
+            for side, entry in entries.items():
                 if entry["architecture"] != float_figures["architecture"]:
                     raise RuntimeError(f"{side} built another network: {entry['architecture']}")
                 runs[side].append({**entry, "repeat": repeat, "load_before": load})
