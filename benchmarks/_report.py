@@ -376,8 +376,9 @@ def _qat(section: dict[str, Any]) -> list[str]:
     lines += [
         "",
         f"Both sides fine-tune the same float network (test accuracy {f['accuracy']:.2%}, float TFLite file "
-        f"{f['tflite_bytes']:,} bytes), each repeat in a fresh process, alternating ({section['repeats']} repeats; "
-        "medians). A step: one call of fit's train_function (tf.function, no XLA), the first epoch left out.",
+        f"{f['tflite_bytes']:,} bytes). Each repeat runs the sides' fresh processes at once and their timed epochs "
+        f"in turn (A B, B A, …); {section['repeats']} repeats, medians. A step: one call of fit's train_function "
+        "(tf.function, no XLA), the first epoch left out; whole epoch: an epoch's wall time per step.",
         "",
     ]
     ratios = section.get("ratios")

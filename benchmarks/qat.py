@@ -3,8 +3,9 @@
 The network, data split, optimizer, batch and epochs are those of ``examples/qat_digits.py`` (its ``float_model``
 and ``compile_model``, built with Keras 3 for ste and with ``tf.keras`` for TFMOT). The float network is trained
 once, in this process; its weights and the data split go to both sides through one ``.npz`` file, so that the two
-fine-tune the same float model. Then, alternately (ste, TFMOT, TFMOT, ste, …, each repeat with its own shuffling
-seed), each side runs in a fresh process:
+fine-tune the same float model. Then, for every repeat (each with its own shuffling seed), both sides start in fresh
+processes at once and run their timed epochs in turn, one side's epoch while the other waits (the order swapped
+every round: A B, B A, …), so that both see the same load on a shared machine:
 
 * ste: ``ste.quantize_model(model, strict=True)`` on Keras 3, converted by ``ste.to_tflite``;
 * TFMOT: ``tfmot.quantization.keras.quantize_model(model)`` on tf-keras (``TF_USE_LEGACY_KERAS=1``, its own venv),
@@ -20,9 +21,10 @@ model's test accuracy (``tf.lite.Interpreter`` on both sides) and file size.
 
 As a script, in either venv (this module imports only the standard library at the top)::
 
-    python benchmarks/qat.py '{"side": "tfmot", "data": "/tmp/digits.npz", "qat_epochs": 10, "seed": 0}'
+    python benchmarks/qat.py '{"side": "tfmot", "data": "/tmp/digits.npz", "qat_epochs": 10, "batch": 32, "seed": 0}'
 
-prints one ``RESULT {json}`` line.
+prints one ``RESULT {json}`` line (with ``"lockstep": true`` it also waits for ``go`` on stdin before every timed
+epoch and before its evaluation, and prints ``WAIT`` and ``EPOCH DONE`` around them).
 """
 
 from __future__ import annotations
