@@ -18,6 +18,7 @@ LARQ_GOAL = {"peak": 0.5, "time": 1.0}  # issue 13, item 5: ste's binarized step
 CHAIN_MASK_LIMIT = 0.1
 BETWEEN_MASK_LIMIT = 0.25  # issue 18: with an elementwise op between the quantizers (4.5 against 20.5 input sizes)
 SPIKING_LIMIT = 1.05
+TFMOT_GOAL = {"time": 1.0, "points": -0.3}  # issue 19, item 5: ste's QAT step and int8 accuracy against TFMOT 0.8's
 
 
 def _ms(seconds: float) -> str:
@@ -226,6 +227,25 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": spike_ratio is not None and spike_ratio <= 0.5,
             }
         )
+    if results.get("qat", {}).get("ratios"):
+        ratios = results["qat"]["ratios"]
+        low, high = ratios["qat_step_range"]
+        rows.append(
+            {
+                "target": f"QAT training step (fit's train_function) ≤ {TFMOT_GOAL['time']}× TFMOT 0.8's (goal; "
+                "separate processes)",
+                "measured": f"{ratios['qat_step']:.2f}× ({low:.2f}–{high:.2f}×)",
+                "met": ratios["qat_step"] <= TFMOT_GOAL["time"],
+            }
+        )
+        low, high = ratios["int8_accuracy_points_range"]
+        rows.append(
+            {
+                "target": f"int8 TFLite test accuracy ≥ TFMOT's minus {-TFMOT_GOAL['points']} points (goal)",
+                "measured": f"{ratios['int8_accuracy_points']:+.2f} points ({low:+.2f} to {high:+.2f})",
+                "met": ratios["int8_accuracy_points"] >= TFMOT_GOAL["points"],
+            }
+        )
     return rows
 
 
@@ -347,6 +367,45 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
                     f"{peer['peak_bytes'] / 2**20:.1f} | {memory} |"
                 )
     return [*lines, ""]
+
+
+def _qat(section: dict[str, Any]) -> list[str]:
+    """Issue 19: the digits CNN of examples/qat_digits.py fine-tuned with ste.quantize_model and with TFMOT 0.8."""
+    f = section["float"]
+    lines = [
+        f"### 8. QAT against TFMOT 0.8: the digits CNN of examples/qat_digits.py ({f['train_samples']} training "
+        f"images, {section['epochs']} float epochs, then {section['qat_epochs']} QAT epochs, batch {section['batch']})",
+        "",
+        "| side | ms per QAT step | ms per step, whole epoch | ms per float step | QAT accuracy | int8 TFLite "
+        "accuracy | int8 kernels | TFLite bytes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for side, entry in section["summary"].items():
+        lines.append(
+            f"| {side} ({entry['versions']}) | {_ms(entry['qat_step_s'])} | {_ms(entry['qat_epoch_step_s'])} | "
+            f"{_ms(entry['float_step_s'])} | {entry['qat_accuracy']:.2%} | {entry['int8_accuracy']:.2%} | "
+            f"{entry['int8_kernels'][0]}/{entry['int8_kernels'][1]} | {entry['tflite_bytes']:,} |"
+        )
+    lines += [
+        "",
+        f"Both sides fine-tune the same float network (test accuracy {f['accuracy']:.2%}, float TFLite file "
+        f"{f['tflite_bytes']:,} bytes). Each repeat runs the sides' fresh processes at once and their timed epochs "
+        f"in turn (A B, B A, …); {section['repeats']} repeats, medians. A step: one call of fit's train_function "
+        "(tf.function, no XLA), the first epoch left out; whole epoch: an epoch's wall time per step.",
+        "",
+    ]
+    ratios = section.get("ratios")
+    if ratios:
+        lines += [
+            f"ste ÷ TFMOT: QAT step {ratios['qat_step']:.2f}× (per repeat {ratios['qat_step_range'][0]:.2f}–"
+            f"{ratios['qat_step_range'][1]:.2f}×), whole epoch {ratios['qat_epoch_step']:.2f}×, float step (Keras 3 "
+            f"against tf-keras, no quantization) {ratios['float_step']:.2f}×; int8 accuracy "
+            f"{ratios['int8_accuracy_points']:+.2f} points; TFLite file {ratios['tflite_bytes']:.2f}×.",
+            "",
+        ]
+    else:
+        lines += [section.get("tfmot_skipped", "TFMOT not run."), ""]
+    return lines
 
 
 def _identical(cell: dict[str, Any]) -> str:
@@ -533,6 +592,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("memory", _memory),
         ("spiking", _spiking),  # section 6
         ("binary_net", _binary_net),  # section 7
+        ("qat", _qat),  # section 8
     ):
         if name in results:
             lines += render(results[name])

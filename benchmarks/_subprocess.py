@@ -13,6 +13,11 @@ def result_of(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cw
     done = subprocess.run(
         list(argv), capture_output=True, text=True, env=dict(env), cwd=cwd, check=True, timeout=timeout
     )
-    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return parse_result(done.stdout)
+
+
+def parse_result(stdout: str) -> dict[str, Any]:
+    """The last ``RESULT {json}`` line of a process's output, parsed."""
+    line = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")][-1]
     result: dict[str, Any] = json.loads(line[len("RESULT ") :])
     return result

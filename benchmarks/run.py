@@ -29,7 +29,7 @@ import tensorflow as tf
 
 import ste
 
-from . import binary_net, elementwise, latency, memory, spiking, tracing, training
+from . import binary_net, elementwise, latency, memory, qat, spiking, tracing, training
 from ._allocator import require_statistics
 from ._report import markdown
 from ._timing import LoadSampler, load_average
@@ -56,6 +56,7 @@ FULL: dict[str, dict[str, Any]] = {
         "memory_units": 1024,
         "peer_rounds": 15,
     },
+    "qat": {"epochs": 40, "qat_epochs": 10, "repeats": 4},  # examples/qat_digits.py's epochs
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "elementwise": {
@@ -82,6 +83,7 @@ SMOKE: dict[str, dict[str, Any]] = {
         "peer_rounds": 2,
         "peer_smoke": True,
     },
+    "qat": {"epochs": 1, "qat_epochs": 2, "repeats": 1, "train_samples": 128},
 }
 SECTIONS = tuple(FULL)
 READS_ALLOCATOR = frozenset({"memory", "binary_net", "spiking"})  # sections with allocator figures
@@ -141,11 +143,14 @@ def run(
     larq_venv: str | None = None,
     snntorch_venv: str | None = None,
     spikingjelly_venv: str | None = None,
+    tfmot_venv: str | None = None,
 ) -> dict[str, Any]:
     """Run the chosen sections; returns the JSON-ready results."""
     config = {name: dict(entry) for name, entry in (SMOKE if smoke else FULL).items()}
     if larq_venv:
         config["binary_net"]["larq_venv"] = larq_venv
+    if tfmot_venv:
+        config["qat"]["tfmot_venv"] = tfmot_venv
     for key, venv in (("snntorch_venv", snntorch_venv), ("spikingjelly_venv", spikingjelly_venv)):
         if venv:
             config["spiking"][key] = venv
@@ -170,6 +175,7 @@ def run(
         "memory": memory.run,
         "binary_net": binary_net.run,
         "spiking": spiking.run,
+        "qat": qat.run,
     }
     with LoadSampler() as sampler:
         for name in sections:
@@ -220,6 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a virtual environment with larq 0.14, tensorflow-cpu and tf-keras: also run the binary_net network "
         "with larq there (a subprocess, TF_USE_LEGACY_KERAS=1)",
     )
+    parser.add_argument(
+        "--tfmot-venv",
+        metavar="PATH",
+        help="a virtual environment with tensorflow-model-optimization 0.8, tensorflow-cpu and tf-keras: also train "
+        "the qat section's network with TFMOT there (a subprocess, TF_USE_LEGACY_KERAS=1; benchmarks/qat.py)",
+    )
     for peer in ("snntorch", "spikingjelly"):
         parser.add_argument(
             f"--{peer}-venv",
@@ -228,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{peer} there (a subprocess; benchmarks/torch_snn.py)",
         )
     args = parser.parse_args(argv)
-    results = run(args.smoke, args.only, args.larq_venv, args.snntorch_venv, args.spikingjelly_venv)
+    results = run(args.smoke, args.only, args.larq_venv, args.snntorch_venv, args.spikingjelly_venv, args.tfmot_venv)
     json_path, md_path = write(results, args.out)
     print(md_path.read_text())
     print(f"written: {json_path} and {md_path}", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -22,9 +23,6 @@ import tensorflow as tf
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-import ste
-
-L = keras.layers
 BATCH = 32
 
 
@@ -36,7 +34,9 @@ def load() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return x_train, x_test, y_train, y_test
 
 
-def float_model() -> keras.Model:
+def float_model(keras: Any = keras) -> Any:
+    """The float network, built with ``keras`` (Keras 3 here; benchmarks/qat.py passes TFMOT's ``tf.keras``)."""
+    L = keras.layers
     i = keras.Input((8, 8, 1), name="pixels")
     x = L.Conv2D(32, 3, padding="same", use_bias=False)(i)
     x = L.BatchNormalization(momentum=0.9)(x)
@@ -53,7 +53,7 @@ def float_model() -> keras.Model:
     return keras.Model(i, L.Dense(10)(x), name="digits_cnn")
 
 
-def compile_model(model: keras.Model, learning_rate: float) -> None:
+def compile_model(model: Any, learning_rate: float, keras: Any = keras) -> None:
     model.compile(
         keras.optimizers.Adam(learning_rate),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--verbose", type=int, default=0, help="Keras progress output: 0 silent, 1 bar, 2 per epoch")
     args = parser.parse_args(argv)
+    import ste  # here, not at the top: benchmarks/qat.py imports this module where only TFMOT is installed
 
     keras.utils.set_random_seed(args.seed)
     x_train, x_test, y_train, y_test = load()

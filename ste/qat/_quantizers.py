@@ -133,8 +133,9 @@ class ActivationFakeQuant(Quantizer):
         low, high = self.min.value, self.max.value
         if training and self.ema_decay < 1.0:
             decay = self.ema_decay
-            batch_min = tf.minimum(tf.cast(tf.reduce_min(x), tf.float32), 0.0)
-            batch_max = tf.maximum(tf.cast(tf.reduce_max(x), tf.float32), 0.0)
+            stats = tf.stop_gradient(x)  # as TFMOT's: the range moves with the batch but passes x no gradient
+            batch_min = tf.minimum(tf.cast(tf.reduce_min(stats), tf.float32), 0.0)
+            batch_max = tf.maximum(tf.cast(tf.reduce_max(stats), tf.float32), 0.0)
             batch_min, batch_max = _global_range(batch_min, batch_max)
             low = low * decay + batch_min * (1.0 - decay)
             high = high * decay + batch_max * (1.0 - decay)

@@ -66,6 +66,10 @@ def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, An
             "tf.sign (no custom gradient)",
         }
     assert _positive(results["training"]["results"]["ste"]["median_s"])
+    qat = results["qat"]  # the ste side only: no --tfmot-venv here
+    assert set(qat["summary"]) == {"ste"} and "--tfmot-venv" in qat["tfmot_skipped"]
+    assert _positive(qat["summary"]["ste"]["qat_step_s"]) and qat["summary"]["ste"]["tflite_bytes"] > 0
+    assert qat["runs"]["ste"][0]["architecture"] == qat["float"]["architecture"]
 
 
 def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], str]) -> None:
@@ -96,7 +100,7 @@ def test_markdown_has_targets_and_one_row_per_cell(report: tuple[dict[str, Any],
     for line in table.splitlines():
         if line.startswith("|"):
             assert line.endswith("|"), line
-    for heading in ("### 1.", "### 2.", "### 3.", "### 4.", "### 5."):
+    for heading in ("### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 8."):
         assert heading in table
 
 

@@ -117,6 +117,26 @@ def test_activation_quantizer_follows_tfmots_moving_average():
     assert float(q.max.numpy()) == pytest.approx(6 * 0.999 + 0.003)
 
 
+def test_activation_quantizer_gradient_is_tfmots_straight_through_on_the_moved_range():
+    """TFMOT assigns the moving average to its variables and fake-quantizes with them, so x's gradient is
+    dy·1[min' <= x <= max'] on the nudged new range: the batch's min and max pass no gradient (they once did,
+    (1 − decay)·Σ dy outside the range, to the extreme elements)."""
+    q = ste.qat.ActivationFakeQuant(initial_min=-1.0, initial_max=1.0)
+    x = tf.constant(np.random.default_rng(4).normal(scale=3.0, size=(4, 64)).astype(np.float32))
+    dy = tf.constant(np.random.default_rng(5).uniform(0.5, 1.5, size=(4, 64)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = q(x, training=True)
+    got = tape.gradient(y, x, output_gradients=dy).numpy()
+    lo, hi = float(q.min.numpy()), float(q.max.numpy())
+    scale = (hi - lo) / 255.0
+    zero = np.clip(np.round(-lo / scale), 0, 255)  # TensorFlow's nudge (-lo/scale > 0: half away from zero)
+    n_min, n_max = -zero * scale, (255 - zero) * scale
+    inside = (x.numpy() >= n_min) & (x.numpy() <= n_max)
+    assert 0 < inside.sum() < inside.size  # some elements outside the range: the case that differed
+    np.testing.assert_allclose(got, np.where(inside, dy.numpy(), 0.0), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"bits": 1}, {"ema_decay": 1.5}, {"initial_min": 1.0}, {"narrow_range": "yes"}],
