@@ -62,12 +62,14 @@ class WeightFakeQuant(Quantizer):
 
     def call(self, inputs: Any) -> tf.Tensor:
         w = as_tensor(inputs)
+        # The range passes no gradient, as TFMOT's LastValueQuantizer (its min/max come through a variable assign):
+        # no element lies outside ±max|w|, so that gradient is zero but for rounding, and it cost ~80 ops a step.
         if self.channel_axes == 0:
-            m = tf.reduce_max(tf.abs(w))
+            m = tf.reduce_max(tf.abs(tf.stop_gradient(w)))
             return fake_quant_op(w, -m, m, bits=self.bits, narrow_range=self.narrow_range)
         shape = tf.shape(w)
         flat = w if self.channel_axes == 1 else tf.reshape(w, tf.concat([shape[:-2], [-1]], 0))
-        m = tf.reduce_max(tf.abs(flat), axis=list(range(flat.shape.rank - 1)))
+        m = tf.reduce_max(tf.abs(tf.stop_gradient(flat)), axis=list(range(flat.shape.rank - 1)))
         quantized = fake_quant_op(flat, -m, m, bits=self.bits, narrow_range=self.narrow_range)
         return quantized if self.channel_axes == 1 else tf.reshape(quantized, shape)
 
