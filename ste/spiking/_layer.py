@@ -23,6 +23,7 @@ from .._arguments import check_bool
 from .._errors import CallError, InputError
 from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
+from ._loop import time_loop
 
 __all__ = ["SpikingRNN", "explicit_arguments"]
 
@@ -171,6 +172,19 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
             return self._unflat(result, 2 if self.return_sequences else 1)
         output, *states = result
         return [self._unflat(output, 2 if self.return_sequences else 1), *(self._unflat(s, 1) for s in states)]
+
+    def inner_loop(self, sequences: Any, initial_state: Any, mask: Any, training: bool = False) -> Any:
+        """The time loop: ste's (its backward pass keeps no zeros per input step, see ``_loop``), or Keras's for a
+        mask or ``unroll=True``."""
+        if mask is not None or self.unroll or keras.backend.backend() != "tensorflow":
+            return super().inner_loop(sequences, initial_state, mask, training=training)
+        kwargs = {"training": training} if self.cell._call_has_training_arg else {}
+
+        def step(inputs: tf.Tensor, states: tuple[tf.Tensor, ...]) -> Any:
+            output, new_states = self.cell(inputs, states, **kwargs)
+            return output, tf.nest.flatten(new_states)
+
+        return time_loop(step, sequences, initial_state, self.go_backwards, self.return_sequences)
 
     def compute_output_shape(self, sequences_shape: Any, initial_state_shape: Any = None) -> Any:
         features = tuple(sequences_shape[2:])
