@@ -174,9 +174,9 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         return [self._unflat(output, 2 if self.return_sequences else 1), *(self._unflat(s, 1) for s in states)]
 
     def inner_loop(self, sequences: Any, initial_state: Any, mask: Any, training: bool = False) -> Any:
-        """The time loop: ste's (its backward pass keeps no zeros per input step, see ``_loop``), or Keras's for a
-        mask or ``unroll=True``."""
-        if mask is not None or self.unroll or keras.backend.backend() != "tensorflow":
+        """The time loop: ste's in a graph (its backward pass keeps no zeros per input step, see ``_loop``); Keras's
+        in eager mode (a Python list of steps there, which forward-mode autodiff needs), for a mask or ``unroll``."""
+        if mask is not None or self.unroll or tf.executing_eagerly():
             return super().inner_loop(sequences, initial_state, mask, training=training)
         kwargs = {"training": training} if self.cell._call_has_training_arg else {}
 

@@ -8,7 +8,8 @@ order (the last step first, so that ``TensorListPopBack`` yields step 0 first): 
 has used it, and the gradient of a pop is a push onto a list that grows as the backward loop goes, with no zeros.
 The forward values and gradients are those of ``keras.layers.RNN`` (the same cell, the same order of operations).
 
-Only the unmasked, not unrolled case is run here; ``SpikingRNN`` hands masks and ``unroll=True`` to Keras.
+Only the unmasked, not unrolled case in a graph (``tf.function``, ``fit``) is run here; ``SpikingRNN`` hands masks,
+``unroll=True`` and eager calls to Keras (whose eager ``TensorArray`` is a Python list, with nothing to save).
 """
 
 from __future__ import annotations
