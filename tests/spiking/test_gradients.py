@@ -6,6 +6,8 @@ gradient with respect to the input currents, β, ϑ and the surrogate's paramete
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -44,10 +46,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
-)
-def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
+def _case(kind: str, reset: str, detach: bool) -> tuple[Any, ...]:
+    """Data, the ste layer (every parameter learned) and the numpy neuron of one case."""
     current, g, h = _data(CASES.index((kind, reset, detach)))
     common = {"reset": reset, "detach_reset": detach, "learn_threshold": True, "learn_surrogate": True}
     common.update(threshold=0.8, surrogate="atan(alpha=1.5)", return_state=True, dtype="float64")
@@ -61,6 +61,14 @@ def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
     else:
         layer = ste.spiking.ALIF(beta=0.85, rho=0.7, adaptation=0.6, learn_beta=True, **common)
         neuron = reference.Neuron(0.85, 0.8, reset, detach, rho=0.7, scale=0.6, surrogate=surrogate)
+    return current, g, h, layer, neuron
+
+
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
+)
+def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
+    current, g, h, layer, neuron = _case(kind, reset, detach)
     spikes, membrane, g_current, g_params = _layer_gradients(layer, current, g, h)
     expected = reference.forward(neuron, current)
     assert 0 < expected["S"].mean() < 0.9, "the data should make some but not all neurons fire"
@@ -120,19 +128,7 @@ def _graph_gradients(layer: tf.keras.layers.Layer, current: np.ndarray, g: np.nd
     ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
 )
 def test_bptt_in_a_graph_matches_numpy(kind: str, reset: str, detach: bool) -> None:
-    current, g, h = _data(CASES.index((kind, reset, detach)))
-    common = {"reset": reset, "detach_reset": detach, "learn_threshold": True, "learn_surrogate": True}
-    common.update(threshold=0.8, surrogate="atan(alpha=1.5)", return_state=True, dtype="float64")
-    surrogate = reference.Surrogate("atan", 1.5)
-    if kind == "LIF":
-        layer = ste.spiking.LIF(beta=0.85, learn_beta=True, **common)
-        neuron = reference.Neuron(beta=0.85, theta=0.8, reset=reset, detach=detach, surrogate=surrogate)
-    elif kind == "IF":
-        layer = ste.spiking.IF(**common)
-        neuron = reference.Neuron(beta=1.0, theta=0.8, reset=reset, detach=detach, surrogate=surrogate)
-    else:
-        layer = ste.spiking.ALIF(beta=0.85, rho=0.7, adaptation=0.6, learn_beta=True, **common)
-        neuron = reference.Neuron(0.85, 0.8, reset, detach, rho=0.7, scale=0.6, surrogate=surrogate)
+    current, g, h, layer, neuron = _case(kind, reset, detach)
     (spikes, membrane, *_), grads = _graph_gradients(layer, current, g, h)
     expected = reference.forward(neuron, current)
     np.testing.assert_array_equal(spikes, expected["S"].transpose(1, 0, 2))
