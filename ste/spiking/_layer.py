@@ -1,13 +1,15 @@
 """``SpikingRNN``: a spiking cell run over the time axis of ``[batch, time, features]`` input currents.
 
 Feature maps ``[batch, time, height, width, channels]`` (after ``ste.spiking.TimeDistributed(Conv2D(...))``) are
-flattened to ``[batch, time, height·width·channels]`` around the Keras time loop, and the outputs and states get the
+flattened to ``[batch, time, height·width·channels]`` around the time loop, and the outputs and states get the
 frame's shape back. Integer and boolean spike trains are cast to the compute dtype.
 
 A ``keras.layers.RNN`` whose cell the layer builds from its own arguments (as ``keras.layers.LSTM`` does), so
 ``return_sequences``, ``return_state``, ``stateful``, ``go_backwards``, ``unroll`` and masking behave as in Keras.
 Two defaults differ from ``keras.layers.RNN``: ``return_sequences=True`` (a spike train is the usual output) and
-``zero_output_for_mask=True`` (a masked step emits no spike and leaves the states unchanged).
+``zero_output_for_mask=True`` (a masked step emits no spike and leaves the states unchanged). In a graph
+(``tf.function``, ``fit``) an unmasked sequence runs through ste's own time loop (``_loop``: the same values and
+gradients, without Keras's zeros for every input step in the backward pass).
 """
 
 from __future__ import annotations
