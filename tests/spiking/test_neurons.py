@@ -432,4 +432,7 @@ def test_savedmodel_export_keeps_the_gradient(tmp_path, kind: str) -> None:
     np.testing.assert_array_equal(out.numpy(), expected.numpy())
     got, want = (tape.gradient(w, x) for w in weighted)
     assert np.any(want.numpy() != 0)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+    # float32: an element that is a difference of large terms carries their rounding (the Dense's random init made
+    # 3 in 12 seeds miss atol=1e-7 by 1-2 ulp of the largest gradient, on main too), so atol scales with it
+    scale = float(np.abs(want.numpy()).max())
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6 * scale)
