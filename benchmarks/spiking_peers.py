@@ -13,11 +13,16 @@ Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surroga
 
 Each framework runs in its own process with the same thread count (``threads``); ste runs before and after the
 peers and its time is the mean of the two medians. Step time: the median over ``rounds`` steps after ``warmup``
-untimed ones. Peak memory of a step: ste's from TensorFlow's BFC CPU allocator (``TF_CPU_ALLOCATOR_USE_BFC=true``
-set before TensorFlow is imported: the peak during one step minus the bytes in use before it); torch's from
-``torch.profiler`` with ``profile_memory=True`` (the highest running sum of the CPU allocations minus frees during
-one step). The growth of the resident set's high-water mark is recorded too, but after warm-up steps the
-allocators reuse pages already resident, so it is near 0 for every framework and says nothing.
+untimed ones. Peak memory of a step, the same way in both: the highest running sum of the bytes requested minus
+those freed during one step, from each profiler's raw allocation records: TensorFlow's (``host_tracer_level=2``,
+with ``TF_CPU_ALLOCATOR_USE_BFC=true`` set before TensorFlow is imported; benchmarks/_allocations.py) and
+``torch.profiler``'s (``profile_memory=True``). The BFC allocator's own peak (``bfc_peak_bytes``) is recorded too;
+it counts whole chunks, which BFC hands out unsplit when they are less than twice the request, so it reads up to
+~20% above the requests and varies from run to run. The growth of the resident set's high-water mark is recorded
+too, but after warm-up steps the allocators reuse pages already resident, so it is near 0 for every framework.
+ste's peak also varies with the order in which TensorFlow's two inter-op threads run the backward ops (whether
+Dense's weight gradient frees the spikes before the spike gradient is transposed): each ste run measures three
+steps, and the figure is the highest of the six (``requested_peak_range`` has each run's lowest and highest).
 The torch side is benchmarks/torch_snn.py.
 """
 
@@ -31,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._allocations import requested_peak
 from ._subprocess import result_of
 from .torch_snn import resident_peak
 
@@ -133,6 +139,8 @@ def measure_ste(config: dict[str, Any]) -> dict[str, Any]:
     in_use = tf.config.experimental.get_memory_info("CPU:0")["current"]
     rss_peak = resident_peak(lambda: step().numpy())
     bfc_peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - in_use
+    peaks = [requested_peak(lambda: step().numpy()) for _ in range(3)]  # it varies with the ops' order
+    requested = max(peaks)
     times = []
     for _ in range(config["rounds"]):
         start = time.perf_counter()
@@ -140,11 +148,15 @@ def measure_ste(config: dict[str, Any]) -> dict[str, Any]:
         times.append(time.perf_counter() - start)
     return {
         "median_s": statistics.median(times),
-        "peak_bytes": int(bfc_peak),
+        "peak_bytes": int(requested),
+        "requested_peak_bytes": int(requested),
+        "requested_peak_range": [int(min(peaks)), int(max(peaks))],
         "bfc_peak_bytes": int(bfc_peak),
         "rss_peak_bytes": rss_peak,
-        "memory_method": "TensorFlow's BFC allocator peak during one step minus the bytes in use before it; "
-        "rss_peak_bytes: resident-set high-water mark growth",
+        "memory_method": "the bytes TensorFlow's ops requested during one step, from the profiler's allocation "
+        "records (host_tracer_level=2): the highest running sum; bfc_peak_bytes: the BFC allocator's peak minus the "
+        "bytes in use before the step (whole chunks, up to 2x a request); rss_peak_bytes: resident-set high-water "
+        "mark growth",
         "tensorflow": tf.__version__,
     }
 
@@ -194,7 +206,7 @@ def run(
         results = {name: _peer(venv, name, config) for name, venv in peers.items()}
         after = _ste(config)
         ste_time = (before["median_s"] + after["median_s"]) / 2
-        ste_peak = min(before["bfc_peak_bytes"], after["bfc_peak_bytes"])  # against torch's allocator peak
+        ste_peak = max(before["requested_peak_bytes"], after["requested_peak_bytes"])  # requests, as torch's
         entry: dict[str, Any] = {
             "config": config,
             "ste": {

@@ -1,13 +1,15 @@
 """``SpikingRNN``: a spiking cell run over the time axis of ``[batch, time, features]`` input currents.
 
 Feature maps ``[batch, time, height, width, channels]`` (after ``ste.spiking.TimeDistributed(Conv2D(...))``) are
-flattened to ``[batch, time, height·width·channels]`` around the Keras time loop, and the outputs and states get the
+flattened to ``[batch, time, height·width·channels]`` around the time loop, and the outputs and states get the
 frame's shape back. Integer and boolean spike trains are cast to the compute dtype.
 
 A ``keras.layers.RNN`` whose cell the layer builds from its own arguments (as ``keras.layers.LSTM`` does), so
 ``return_sequences``, ``return_state``, ``stateful``, ``go_backwards``, ``unroll`` and masking behave as in Keras.
 Two defaults differ from ``keras.layers.RNN``: ``return_sequences=True`` (a spike train is the usual output) and
-``zero_output_for_mask=True`` (a masked step emits no spike and leaves the states unchanged).
+``zero_output_for_mask=True`` (a masked step emits no spike and leaves the states unchanged). In a graph
+(``tf.function``, ``fit``) an unmasked sequence runs through ste's own time loop (``_loop``: the same values and
+gradients, without Keras's zeros for every input step in the backward pass).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .._arguments import check_bool
 from .._errors import CallError, InputError
 from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
+from ._loop import time_loop
 
 __all__ = ["SpikingRNN", "explicit_arguments"]
 
@@ -171,6 +174,19 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
             return self._unflat(result, 2 if self.return_sequences else 1)
         output, *states = result
         return [self._unflat(output, 2 if self.return_sequences else 1), *(self._unflat(s, 1) for s in states)]
+
+    def inner_loop(self, sequences: Any, initial_state: Any, mask: Any, training: bool = False) -> Any:
+        """The time loop: ste's in a graph (its backward pass keeps no zeros per input step, see ``_loop``); Keras's
+        in eager mode (a Python list of steps there, which forward-mode autodiff needs), for a mask or ``unroll``."""
+        if mask is not None or self.unroll or tf.executing_eagerly():
+            return super().inner_loop(sequences, initial_state, mask, training=training)
+        kwargs = {"training": training} if self.cell._call_has_training_arg else {}
+
+        def step(inputs: tf.Tensor, states: tuple[tf.Tensor, ...]) -> Any:
+            output, new_states = self.cell(inputs, states, **kwargs)
+            return output, tf.nest.flatten(new_states)
+
+        return time_loop(step, sequences, initial_state, self.go_backwards, self.return_sequences)
 
     def compute_output_shape(self, sequences_shape: Any, initial_state_shape: Any = None) -> Any:
         features = tuple(sequences_shape[2:])

@@ -6,6 +6,8 @@ gradient with respect to the input currents, β, ϑ and the surrogate's paramete
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -44,10 +46,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
-)
-def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
+def _case(kind: str, reset: str, detach: bool) -> tuple[Any, ...]:
+    """Data, the ste layer (every parameter learned) and the numpy neuron of one case."""
     current, g, h = _data(CASES.index((kind, reset, detach)))
     common = {"reset": reset, "detach_reset": detach, "learn_threshold": True, "learn_surrogate": True}
     common.update(threshold=0.8, surrogate="atan(alpha=1.5)", return_state=True, dtype="float64")
@@ -61,6 +61,14 @@ def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
     else:
         layer = ste.spiking.ALIF(beta=0.85, rho=0.7, adaptation=0.6, learn_beta=True, **common)
         neuron = reference.Neuron(0.85, 0.8, reset, detach, rho=0.7, scale=0.6, surrogate=surrogate)
+    return current, g, h, layer, neuron
+
+
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
+)
+def test_bptt_matches_numpy(kind: str, reset: str, detach: bool) -> None:
+    current, g, h, layer, neuron = _case(kind, reset, detach)
     spikes, membrane, g_current, g_params = _layer_gradients(layer, current, g, h)
     expected = reference.forward(neuron, current)
     assert 0 < expected["S"].mean() < 0.9, "the data should make some but not all neurons fire"
@@ -92,3 +100,88 @@ def test_spike_is_heaviside_with_theta_zero_at_zero() -> None:
     layer = ste.spiking.LIF(beta=0.5, threshold=1.0, dtype="float64")
     out = layer(tf.constant([[[1.0], [0.5]]], tf.float64)).numpy().ravel()  # U = 1.0 (no spike), then 1.0 again
     np.testing.assert_array_equal(out, [0.0, 0.0])
+
+
+# -- in a graph: ste's own time loop (spiking/_loop.py; eager calls use Keras's) --------------------------------
+
+
+def _graph_gradients(layer: tf.keras.layers.Layer, current: np.ndarray, g: np.ndarray, h: np.ndarray):
+    """Outputs, final states and the gradients of the input and learned parameters, in a ``tf.function``."""
+    x = tf.constant(current)
+    layer.build(x.shape)
+    weights = list(layer.cell._learned.values())
+
+    @tf.function
+    def run() -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = tf.nest.flatten(layer(x))
+            loss = tf.reduce_sum(outputs[0] * (g if outputs[0].shape.rank == 3 else g[:, -1]))
+            loss += tf.reduce_sum(outputs[1] * h)  # the last membrane, as the eager test
+        return outputs, tape.gradient(loss, [x, *weights])
+
+    outputs, grads = run()
+    return [t.numpy() for t in outputs], [t.numpy() for t in grads]
+
+
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"), CASES, ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in CASES]
+)
+def test_bptt_in_a_graph_matches_numpy(kind: str, reset: str, detach: bool) -> None:
+    current, g, h, layer, neuron = _case(kind, reset, detach)
+    (spikes, membrane, *_), grads = _graph_gradients(layer, current, g, h)
+    expected = reference.forward(neuron, current)
+    np.testing.assert_array_equal(spikes, expected["S"].transpose(1, 0, 2))
+    np.testing.assert_allclose(membrane, expected["U"][-1], rtol=1e-12, atol=1e-12)
+    want = reference.backward(neuron, current, g, h)
+    np.testing.assert_allclose(grads[0], want["current"], rtol=1e-10, atol=1e-12)
+    names = list(layer.cell._learned)
+    np.testing.assert_allclose(grads[1 + names.index("threshold")], want["threshold"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grads[1 + names.index("surrogate_alpha")], want["alpha"], rtol=1e-10, atol=1e-12)
+    if kind != "IF":
+        np.testing.assert_allclose(grads[1 + names.index("beta")], want["beta"], rtol=1e-10, atol=1e-12)
+
+
+LOOP_CASES = {
+    "LIF-subtract-detach": lambda: ste.spiking.LIF(beta=0.85, learn_beta=True, learn_threshold=True),
+    "LIF-zero-attached": lambda: ste.spiking.LIF(beta=0.85, reset="zero", detach_reset=False),
+    "LIF-go_backwards": lambda: ste.spiking.LIF(beta=0.85, go_backwards=True),
+    "LIF-last-step-only": lambda: ste.spiking.LIF(beta=0.85, return_sequences=False),
+    "ALIF": lambda: ste.spiking.ALIF(beta=0.85, rho=0.7, adaptation=0.6, learn_beta=True),
+    "Synaptic": lambda: ste.spiking.Synaptic(alpha=0.8, beta=0.85, learn_alpha=True),
+    "RLIF": lambda: ste.spiking.RLIF(beta=0.85),
+    "RSynaptic": lambda: ste.spiking.RSynaptic(alpha=0.8, beta=0.85, all_to_all=False),
+    "LI": lambda: ste.spiking.LI(beta=0.85, learn_beta=True),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOP_CASES))
+def test_graph_loop_is_keras_loop_bit_for_bit(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same layer, weights and data in a tf.function, once through ste's time loop and once through
+    # keras.layers.RNN's: every output, final state and gradient must be the same bits.
+    current, g, h = _data(11)
+
+    def build() -> tf.keras.layers.Layer:
+        layer = LOOP_CASES[name]()
+        config = {**layer.get_config(), "return_state": True, "dtype": "float64"}
+        layer = type(layer).from_config(config)
+        layer.build((BATCH, STEPS, UNITS))
+        for weight in layer.weights:  # the same non-trivial weights in both
+            if weight.shape.rank:
+                weight.assign(np.random.default_rng(3).normal(0, 0.3, weight.shape))
+        return layer
+
+    # Grappler's arithmetic optimizer reassociates sums differently in the two loops' graphs (RSynaptic's final
+    # current then differs in the last bit), so it is off for both.
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        ours = _graph_gradients(build(), current, g, h)
+        monkeypatch.setattr(ste.spiking.SpikingRNN, "inner_loop", tf.keras.layers.RNN.inner_loop)
+        keras_loop = _graph_gradients(build(), current, g, h)
+    finally:
+        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": True, **saved})
+    assert len(ours[0]) == len(keras_loop[0]) and len(ours[1]) == len(keras_loop[1])
+    for a, b in zip(ours[0] + ours[1], keras_loop[0] + keras_loop[1]):
+        np.testing.assert_array_equal(a, b)
+    assert np.abs(ours[1][0]).sum() > 0, "the input gradient should not vanish"

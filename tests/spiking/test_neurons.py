@@ -140,8 +140,9 @@ SECOND = [("RSynaptic-all-bias", "subtract", False), ("RLIF-one-bias", "zero", T
 SECOND += [("LI", "none", True)]
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])  # Keras's time loop, then ste's
 @pytest.mark.parametrize(("kind", "reset", "detach"), SECOND, ids=[f"{k}-{r}" for k, r, _ in SECOND])
-def test_second_order_gradients_match_the_smooth_primitive(kind: str, reset: str, detach: bool) -> None:
+def test_second_order_gradients_match_the_smooth_primitive(kind: str, reset: str, detach: bool, graph: bool) -> None:
     current, g, _ = _data(11)
     layer, n = _neuron(kind, reset, detach)
     layer.return_state = False
@@ -164,7 +165,7 @@ def test_second_order_gradients_match_the_smooth_primitive(kind: str, reset: str
         return first, outer.gradient(dot, x)
 
     kernel_t = None if kernel is None else tf.constant(kernel)
-    first, second = hessian_vector(layer)
+    first, second = (tf.function(hessian_vector) if graph else hessian_vector)(layer)
     want_first, want_second = hessian_vector(lambda x: _loop_reference(n, x, kernel_t))
     np.testing.assert_allclose(first.numpy(), want_first.numpy(), rtol=1e-10, atol=1e-12)
     assert np.any(second.numpy() != 0)
@@ -431,4 +432,7 @@ def test_savedmodel_export_keeps_the_gradient(tmp_path, kind: str) -> None:
     np.testing.assert_array_equal(out.numpy(), expected.numpy())
     got, want = (tape.gradient(w, x) for w in weighted)
     assert np.any(want.numpy() != 0)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+    # float32: an element that is a difference of large terms carries their rounding (the Dense's random init made
+    # 3 in 12 seeds miss atol=1e-7 by 1-2 ulp of the largest gradient, on main too), so atol scales with it
+    scale = float(np.abs(want.numpy()).max())
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6 * scale)
