@@ -109,25 +109,18 @@ class RLIFCell(_Recurrent, LIFCell):
     """One time step of recurrent LIF neurons (snnTorch's ``RLeaky``): ``U[t] = β·U[t−1] + X[t] + rec(S[t−1]) − R[t]``.
 
     Args:
-        beta: membrane decay β per step, in [0, 1].
-        threshold: firing threshold ϑ (> 0).
+        *args: ``beta`` and ``threshold``, as [`LIFCell`][ste.spiking.LIFCell].
         all_to_all: a ``[units, units]`` recurrent matrix (default, snnTorch's default) or, with False, one weight
             per neuron on its own last spike.
-        learn_beta: make β a trainable variable, kept in [0, 1].
         learn_recurrent: train the recurrent weight (default True, as snnTorch).
         recurrent_bias: add a bias to the recurrent input (snnTorch's all-to-all ``nn.Linear`` has one; it is a
             constant input current, so the bias of the layer in front can hold it instead).
         recurrent_initializer: Keras initializer of V; default ``"orthogonal"`` (all-to-all) or ``"ones"``.
         recurrent_regularizer: Keras regularizer of V.
         recurrent_constraint: Keras constraint of V.
-        reset: ``"subtract"``, ``"zero"`` or ``"none"``, as [`SpikingCell`][ste.spiking.SpikingCell].
-        detach_reset: stop the gradient through the reset term (default True).
-        surrogate: the spike's backward pass (default ``"atan(alpha=2.0)"``).
-        learn_threshold: make ϑ a trainable variable (kept > 0).
-        learn_surrogate: train the surrogate's parameters (True or a list of names).
-        emit: ``"spikes"`` (default) or ``"membrane"``.
-        units: number of neurons; ``None`` takes the input's last axis.
-        **kwargs: Keras layer arguments.
+        **kwargs: the other arguments of [`LIFCell`][ste.spiking.LIFCell] (``learn_beta``, ``reset``,
+            ``detach_reset``, ``surrogate``, ``learn_threshold``, ``learn_surrogate``, ``emit``, ``units``) and
+            Keras layer arguments; ``inspect.signature(RLIFCell)`` lists them all.
 
     States: ``[U, S]``.
     """

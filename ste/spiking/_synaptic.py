@@ -28,18 +28,11 @@ class SynapticCell(LIFCell):
 
     Args:
         alpha: synaptic current decay α per step, in [0, 1] (``α = exp(−Δt/τ_syn)``; NIR: ``1 − dt/τ_syn``).
-        beta: membrane decay β per step, in [0, 1].
-        threshold: firing threshold ϑ (> 0).
         learn_alpha: make α a trainable variable, kept in [0, 1].
-        learn_beta: make β a trainable variable, kept in [0, 1].
-        reset: ``"subtract"``, ``"zero"`` or ``"none"``, as [`SpikingCell`][ste.spiking.SpikingCell].
-        detach_reset: stop the gradient through the reset term (default True).
-        surrogate: the spike's backward pass (default ``"atan(alpha=2.0)"``).
-        learn_threshold: make ϑ a trainable variable (kept > 0).
-        learn_surrogate: train the surrogate's parameters (True or a list of names).
-        emit: ``"spikes"`` (default) or ``"membrane"``.
-        units: number of neurons; ``None`` takes the input's last axis.
-        **kwargs: Keras layer arguments (``name``, ``dtype``, ...).
+        *args: ``beta`` and ``threshold``, as [`LIFCell`][ste.spiking.LIFCell].
+        **kwargs: the other arguments of [`LIFCell`][ste.spiking.LIFCell] (``learn_beta``, ``reset``,
+            ``detach_reset``, ``surrogate``, ``learn_threshold``, ``learn_surrogate``, ``emit``, ``units``) and
+            Keras layer arguments (``name``, ``dtype``, ...); ``inspect.signature(SynapticCell)`` lists them all.
 
     States: ``[U, S, I_syn]`` (membrane, last spikes, synaptic current), each ``[batch, units]``.
     """
