@@ -83,7 +83,7 @@ SMOKE: dict[str, dict[str, Any]] = {
         "peer_rounds": 2,
         "peer_smoke": True,
     },
-    "qat": {"epochs": 1, "qat_epochs": 2, "repeats": 1, "train_samples": 128},
+    "qat": {"epochs": 1, "qat_epochs": 1, "repeats": 1, "train_samples": 128},
 }
 SECTIONS = tuple(FULL)
 READS_ALLOCATOR = frozenset({"memory", "binary_net", "spiking"})  # sections with allocator figures
