@@ -269,3 +269,23 @@ def test_conv2d_transpose_kernel_per_tensor_and_relu_after_its_output_quantizer(
     w = model.layers[1].kernel.numpy()
     step = np.abs(w).max() / 127
     np.testing.assert_allclose(q.layers[2].quantized_kernel, np.round(w / step) * step, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_folded_training_step_in_every_float_dtype_normalizes_with_the_batch_statistics(dtype):
+    """Training-mode output and moving statistics of a FoldedConv2D in each dtype, against float64 convolution and
+    the batch's mean and biased variance (numpy). float32-and-narrower channels-last 4-D inputs take TensorFlow's
+    fused batch norm, float64 the per-op path; a pure float16 or float64 layer used to fail on the moving update."""
+    layer = ste.qat.FoldedConv2D(4, 3, kernel_quantizer=None, dtype=dtype, batch_norm={"momentum": 0.5})
+    x = tf.cast(np.random.default_rng(0).normal(size=(4, 6, 6, 3)), dtype)
+    y = layer(x, training=True)
+    assert y.dtype == tf.as_dtype(dtype)
+    as64 = lambda t: np.asarray(tf.cast(t, tf.float64))  # noqa: E731
+    z = tf.nn.conv2d(as64(x), as64(layer.kernel), 1, "VALID").numpy() + as64(layer.bias)
+    mean, variance = z.mean(axis=(0, 1, 2)), z.var(axis=(0, 1, 2))
+    gamma, beta, epsilon = as64(layer.gamma), as64(layer.beta), layer.batch_norm["epsilon"]
+    reference = gamma * (z - mean) / np.sqrt(variance + epsilon) + beta
+    tolerance = {"float16": 2e-2, "bfloat16": 1.2e-1, "float32": 1e-4, "float64": 1e-9}[dtype]
+    np.testing.assert_allclose(as64(y), reference, atol=tolerance)
+    np.testing.assert_allclose(as64(layer.moving_mean), 0.5 * mean, atol=tolerance)
+    np.testing.assert_allclose(as64(layer.moving_variance), 0.5 + 0.5 * variance, rtol=tolerance)
