@@ -274,8 +274,8 @@ def test_conv2d_transpose_kernel_per_tensor_and_relu_after_its_output_quantizer(
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_folded_training_step_in_every_float_dtype_normalizes_with_the_batch_statistics(dtype):
     """Training-mode output and moving statistics of a FoldedConv2D in each dtype, against float64 convolution and
-    the batch's mean and biased variance (numpy). float32-and-narrower channels-last 4-D inputs take TensorFlow's
-    fused batch norm, float64 the per-op path; a pure float16 or float64 layer used to fail on the moving update."""
+    the batch's mean and biased variance (numpy); a pure float16 or float64 layer used to fail on the moving
+    update (float32 statistics added to float16/float64 variables)."""
     layer = ste.qat.FoldedConv2D(4, 3, kernel_quantizer=None, dtype=dtype, batch_norm={"momentum": 0.5})
     x = tf.cast(np.random.default_rng(0).normal(size=(4, 6, 6, 3)), dtype)
     y = layer(x, training=True)
