@@ -170,9 +170,25 @@ def _in_float32(model: keras.Model) -> keras.Model:
     return copy
 
 
+def _export_for_inference(model: keras.Model, path: str) -> None:
+    """What ``model.export(path)`` writes, without the gradient functions of the custom-gradient ops.
+
+    ``model.export`` saves with ``experimental_custom_gradients=True``, which traces every custom gradient of the
+    model into the SavedModel; the converter never reads them. Keras's ``export`` takes no save options, so this is
+    its body (the same endpoint and input signature) with that option off: the same flatbuffer, in half the time
+    (MobileNetV2: 50 s against 106 s here).
+    """
+    from keras.src.export.export_utils import get_input_signature  # what model.export uses (no public accessor)
+
+    archive = keras.export.ExportArchive()
+    archive.track_and_add_endpoint("serve", model, get_input_signature(model))
+    archive.write_out(path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False), verbose=False)
+
+
 def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
-    """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` then the stock
-    ``tf.lite.TFLiteConverter.from_saved_model`` with ``optimizations=[tf.lite.Optimize.DEFAULT]``.
+    """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` (without the training-only
+    gradient functions) then the stock ``tf.lite.TFLiteConverter.from_saved_model`` with
+    ``optimizations=[tf.lite.Optimize.DEFAULT]``.
 
     ``int8_io=True`` also makes the model's inputs and outputs int8 (no float quantize/dequantize at the edges; the
     input scale and zero point are in the interpreter's input details). A model trained under a mixed-precision
@@ -184,7 +200,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
     model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
-        model.export(path, verbose=False)
+        _export_for_inference(model, path)
         converter = tf.lite.TFLiteConverter.from_saved_model(path)
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if int8_io:
