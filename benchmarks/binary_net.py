@@ -100,15 +100,13 @@ def run(
     x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
     y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
     memory, memory_min = {}, {}
-    for kind in VARIANTS:
-        step = _prepared(kind, False, x, y, **shape)
+    graph = {kind: _prepared(kind, False, x, y, **shape) for kind in VARIANTS}  # measured, then timed
+    for kind, step in graph.items():
         peaks = [peak_step_bytes(step, x, y) for _ in range(PEAK_STEPS)]
         memory[kind], memory_min[kind] = max(peaks), min(peaks)
     timing: dict[str, Any] = {}
-    warm: dict[str, Any] = {}  # the graph-mode steps, warmed up by the timing rounds
     for jit in (False, True):
-        steps = {kind: _prepared(kind, jit, x, y, **shape) for kind in VARIANTS}
-        warm = warm or steps
+        steps = {kind: _prepared(kind, True, x, y, **shape) for kind in VARIANTS} if jit else graph
         load = load_average()
         samples = alternate(
             {k: (lambda s=s: s(x, y)) for k, s in steps.items()}, rounds=rounds, inner=inner, warmup=warmup
@@ -130,7 +128,7 @@ def run(
     if larq_venv:
         # ste's side timed as larq_net times larq's (median of single steps), right before and right after it, so
         # that a load that changes while the larq process runs shows up in both figures
-        peer = warm[LARQ_PEER]  # a fresh step runs slower for its first ten or so steps (195 against 120 ms)
+        peer = graph[LARQ_PEER]  # a fresh step runs slower for its first ten or so steps (195 against 120 ms)
         before = _median_step(peer, x, y, rounds)
         result["larq"] = _larq(larq_venv, batch, blocks, width, size, rounds)
         result["larq_peer_step_s"] = {"before": before, "after": _median_step(peer, x, y, rounds)}
