@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, settings
 _cpus = tf.config.list_physical_devices("CPU")
 try:
     tf.config.set_logical_device_configuration(
-        _cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(4)]  # 2 and 4 replicas on one host
+        _cpus[0],
+        [tf.config.LogicalDeviceConfiguration() for _ in range(4)],  # 2 and 4 replicas on one host
     )
 except RuntimeError:  # already initialised (e.g. a plugin ran an op first)
     pass

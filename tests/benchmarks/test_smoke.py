@@ -25,10 +25,11 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import run as bench  # noqa: E402
 from benchmarks._variants import RULES, VARIANTS  # noqa: E402
+from tests.jobs import Jobs  # noqa: E402
 
 
 class SmokeRun:
-    """``python -m benchmarks.run --smoke`` as a background process.
+    """``python -m benchmarks.run --smoke``, a background job (tests/jobs.py).
 
     It takes a minute or more, mostly one Python thread tracing and converting, so ``tests/conftest.py`` starts it
     as soon as the session's tests are collected and runs the tests that read it last: it runs beside the rest of
@@ -36,36 +37,29 @@ class SmokeRun:
     """
 
     def __init__(self) -> None:
-        self.process: subprocess.Popen[bytes] | None = None
-        self.out = Path()
+        self.jobs = Jobs("-m", "benchmarks.run")
+        self.out: Path | None = None
 
     def start(self) -> None:
-        if self.process is not None:
+        if self.out is not None:
             return
         self.out = Path(tempfile.mkdtemp(prefix="ste-bench-smoke-"))
         env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # as on a fresh shell
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        command = [sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(self.out / "results")]
-        with open(self.out / "stderr", "wb") as stderr:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
-            )
+        self.jobs.start("smoke", ["--smoke", "--out", str(self.out / "results")], env, self.out, timeout=900)
 
     def wait(self) -> tuple[dict[str, Any], str]:
         self.start()
-        assert self.process is not None
-        returncode = self.process.wait(timeout=900)
-        assert returncode == 0, (self.out / "stderr").read_text()[-3000:]
+        assert self.out is not None
+        self.jobs.wait("smoke")
         results = self.out / "results"
         stamped = sorted(p.name for p in results.iterdir())
         assert any(name.startswith("smoke-") and name.endswith(".json") for name in stamped), stamped
         return json.loads((results / "latest.json").read_text()), (results / "latest.md").read_text()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        if self.process is not None:
+        self.jobs.kill_all()
+        if self.out is not None:
             shutil.rmtree(self.out, ignore_errors=True)
 
 

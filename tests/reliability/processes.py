@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,15 +22,15 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.jobs import TIMEOUT, Jobs
 from tests.references import tf_sign
 
 from . import models
 
 WORKER = Path(__file__).with_name("_worker.py")
 ROOT = Path(__file__).resolve().parents[2]  # the repository: subprocesses import this checkout's ste
-# Time limits (a safety net, not a speed check): the multi-worker and reference trainings take 1-3 min alone; all the
-# jobs run at once, so on a loaded machine every job is slower (the export loader ran out of 150 s at load 13).
-TIMEOUT = 480.0
+# Time limits (tests/jobs.py's TIMEOUT, a safety net): the multi-worker and reference trainings take 1-3 min alone;
+# all the jobs run at once, so on a loaded machine every job is slower (the export loader ran out of 150 s at load 13).
 SCALEOUT_TIMEOUT = TIMEOUT
 
 
@@ -54,64 +50,6 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
     env.update({"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", **extra})
     return env
-
-
-class _Jobs:
-    """Subprocesses with output in log files (never a pipe that could fill up) and a deadline counted from start."""
-
-    def __init__(self) -> None:
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, Path] = {}
-        self.deadlines: dict[str, float] = {}
-
-    def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path, timeout: float = TIMEOUT) -> None:
-        self.logs[name] = cwd / f"{name}.log"
-        with open(self.logs[name], "wb") as log:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, str(WORKER), *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.deadlines[name] = time.monotonic() + timeout
-
-    def wait(self, name: str) -> None:
-        proc = self.procs[name]
-        try:
-            proc.wait(timeout=max(1.0, self.deadlines[name] - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"subprocess {name} did not finish within its time limit")
-        output = self.logs[name].read_text(errors="replace")
-        assert proc.returncode == 0, f"subprocess {name} failed:\n{output[-4000:]}"
-
-    def wait_for_file(self, name: str, path: Path) -> None:
-        """Until ``path`` exists (written by job ``name``, which goes on running), within the job's time limit."""
-        proc = self.procs[name]
-        while not path.exists():
-            if proc.poll() is not None and not path.exists():
-                output = self.logs[name].read_text(errors="replace")
-                pytest.fail(
-                    f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{output[-4000:]}"
-                )
-            if time.monotonic() > self.deadlines[name]:
-                self.kill(name)
-                pytest.fail(f"subprocess {name} did not write {path.name} within its time limit")
-            time.sleep(0.2)
-
-    def kill(self, name: str) -> int | None:
-        """Kill job ``name`` by its process id (if still running); its exit code."""
-        proc = self.procs[name]
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        return proc.wait(timeout=30)
-
-    def kill_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 # -- the exported artefacts (built here, with ste; loaded in a process without it) -----------------------------
@@ -148,7 +86,7 @@ def _forward_and_gradients(fn: Any, x: np.ndarray, dy: np.ndarray, variables: li
     return [y.numpy(), *(g.numpy() for g in grads)]
 
 
-def start_workers(jobs: _Jobs, prefix: str, args: list[str], cwd: Path) -> None:
+def start_workers(jobs: Jobs, prefix: str, args: list[str], cwd: Path) -> None:
     """Two MultiWorkerMirroredStrategy workers ``<prefix>0`` and ``<prefix>1`` on free ports of 127.0.0.1; ``{out}``
     in ``args`` becomes each worker's own ``<prefix><i>.json``."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
@@ -158,10 +96,10 @@ def start_workers(jobs: _Jobs, prefix: str, args: list[str], cwd: Path) -> None:
         jobs.start(f"{prefix}{index}", own, _env(TF_CONFIG=config), cwd, SCALEOUT_TIMEOUT)
 
 
-def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Jobs, Path, dict[str, Any]]]:
+def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Jobs, Path, dict[str, Any]]]:
     """Start every subprocess; yields (jobs, their directory, the values the loaded exports must reproduce)."""
     tmp = tmp_path_factory.mktemp("processes")
-    jobs = _Jobs()
+    jobs = Jobs(WORKER)
     try:
         # multi-worker training: two workers on 127.0.0.1, started first (they take longest), and the same
         # trainings in one process (the reference)

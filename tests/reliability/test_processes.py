@@ -20,14 +20,15 @@ import numpy as np
 import pytest
 
 import ste
+from tests.jobs import Jobs
 
 from . import _worker, scaleout
-from .processes import ROOT, Scaler, _env, _forward_and_gradients, _Jobs, start_workers
+from .processes import ROOT, Scaler, _env, _forward_and_gradients, start_workers
 
-Jobs = tuple[_Jobs, Path, dict[str, Any]]
+Started = tuple[Jobs, Path, dict[str, Any]]
 
 
-def test_exports_load_and_differentiate_in_a_process_without_ste(process_jobs: Jobs) -> None:
+def test_exports_load_and_differentiate_in_a_process_without_ste(process_jobs: Started) -> None:
     runner, tmp, expected = process_jobs
     runner.wait("loader")
     loaded = np.load(tmp / "loaded.npz")
@@ -63,7 +64,7 @@ def test_the_expected_module_gradients_are_the_documented_ones() -> None:
     np.testing.assert_allclose(gw, gw_np, rtol=1e-6)
 
 
-def _worker_results(process_jobs: Jobs) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _worker_results(process_jobs: Started) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The two workers' results (written before their fault run) and the one-process reference."""
     runner, tmp, _ = process_jobs
     for index in range(2):
@@ -75,7 +76,7 @@ def _worker_results(process_jobs: Jobs) -> tuple[list[dict[str, Any]], dict[str,
 
 @pytest.mark.parametrize("loop", ["fit", "loop"], ids=["fit", "custom-loop"])
 @pytest.mark.parametrize("kind", scaleout.NETS)
-def test_two_workers_train_as_one_process(process_jobs: Jobs, kind: str, loop: str) -> None:
+def test_two_workers_train_as_one_process(process_jobs: Started, kind: str, loop: str) -> None:
     """2 MultiWorkerMirroredStrategy workers, global batch 16 (8 per worker): after 10 steps (the custom loop: 11,
     the last global batch 6 examples) the weights and the logs (loss, flip ratios) equal one process's with the
     same global batches, to 1e-5 (float32). Both workers hold identical weights."""
@@ -94,7 +95,7 @@ def test_two_workers_train_as_one_process(process_jobs: Jobs, kind: str, loop: s
         assert len(flips) == 2 and all(single[kind][loop]["logs"][k] > 0 for k in flips)
 
 
-def test_a_killed_worker_resumes_with_backup_and_restore(process_jobs: Jobs) -> None:
+def test_a_killed_worker_resumes_with_backup_and_restore(process_jobs: Started) -> None:
     """Worker 1 stops in the middle of the last epoch; the test kills both workers by PID. Resumed from the
     chief's backup (ste.callbacks.BackupAndRestore, at the epoch boundary) by two new workers, and by one process,
     training ends as the uninterrupted run: optimizer state (Bop's momentum, Adam's moments), LSQ's step, the
@@ -131,7 +132,7 @@ def test_a_killed_worker_resumes_with_backup_and_restore(process_jobs: Jobs) -> 
     assert "flip_ratio/conv1" in uninterrupted["logs"] and "gamma" in uninterrupted["logs"]
 
 
-def test_seeded_runs_are_bit_identical(process_jobs: Jobs) -> None:
+def test_seeded_runs_are_bit_identical(process_jobs: Started) -> None:
     runner, tmp, _ = process_jobs
     runner.wait("determinism0")
     runner.wait("determinism1")
