@@ -52,7 +52,11 @@ class _HangMidEpoch:
                     open(marker, "w").close()
                     import time
 
-                    time.sleep(600)  # killed by the test long before
+                    # until the test kills it, however late the session reaches that test (a loaded 38-minute run
+                    # reached it 620 s after the marker, when a 600 s sleep had already ended); the session's end
+                    # kills it otherwise (tests/jobs.py)
+                    while True:
+                        time.sleep(60)
 
         return Hang()
 
