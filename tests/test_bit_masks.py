@@ -60,18 +60,24 @@ def _bits(t: tf.Tensor) -> np.ndarray:
     return np.asarray(tf.bitcast(t, {2: tf.uint16, 4: tf.uint32, 8: tf.uint64}[t.dtype.size]))
 
 
-def lean_equals_plain(op: Any, shape: tuple[int, ...], dtype: tf.DType, mode: str, name: str) -> Any:
-    """``(x, dy, gradient)`` at :func:`_values` of ``shape``, asserting the gradient with bit masks on is bit for bit
-    the one with them off (the op keeps its float input)."""
-    x = _values(shape, dtype)
-    dy = tf.cast(tf.constant(np.linspace(-3.0, 3.0, x.shape.num_elements()).reshape(shape)), dtype)
+def lean_equals_plain(op: Any, dtype: tf.DType, mode: str, name: str) -> list[tuple[Any, Any, Any]]:
+    """``(x, dy, gradient)`` at :func:`_values` of every shape of ``SIZES``, asserting the gradient with bit masks on
+    is bit for bit the one with them off (the op keeps its float input). All the shapes go through one function per
+    setting: one trace (one XLA compilation) instead of one per shape."""
+    xs = [_values(shape, dtype) for shape in SIZES]
+    dys = [tf.cast(tf.constant(np.linspace(-3.0, 3.0, x.shape.num_elements()).reshape(x.shape)), dtype) for x in xs]
+
+    def gradients(xs: list[tf.Tensor], dys: list[tf.Tensor]) -> list[tf.Tensor]:
+        return [_grad(op, x, dy) for x, dy in zip(xs, dys)]
+
     with ste.bit_masks(True):
-        lean = _grad_fn(op, mode)(x, dy)
+        lean = _run(gradients, mode)(xs, dys)
     with ste.bit_masks(False):
-        plain = _grad_fn(op, mode)(x, dy)
-    assert lean.dtype == dtype
-    np.testing.assert_array_equal(_bits(lean), _bits(plain), err_msg=f"{name} {shape}")
-    return x, dy, lean
+        plain = _run(gradients, mode)(xs, dys)
+    for shape, lean_one, plain_one in zip(SIZES, lean, plain):
+        assert lean_one.dtype == dtype
+        np.testing.assert_array_equal(_bits(lean_one), _bits(plain_one), err_msg=f"{name} {shape}")
+    return list(zip(xs, dys, lean))
 
 
 def test_packing_matches_numpy_packbits_for_every_byte_and_odd_sizes() -> None:
@@ -101,8 +107,7 @@ def test_mask_only_surrogates_give_bit_identical_gradients(dtype: tf.DType, mode
     for name, (surrogate, formula) in cases.items():
         assert surrogate.mask_only, name
         op = ste.forward(tf.sign).backward(surrogate)
-        for shape in SIZES:
-            x, dy, lean = lean_equals_plain(op, shape, dtype, mode, name)
+        for x, dy, lean in lean_equals_plain(op, dtype, mode, name):
             expected = np.asarray(tf.cast(dy, tf.float64)) * formula(np.asarray(tf.cast(x, tf.float64)))
             # values (XLA may turn dy·0 = −0 into +0: in the plain path alike, compared bit for bit above)
             np.testing.assert_array_equal(
