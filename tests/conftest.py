@@ -43,21 +43,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the benchmark smoke run now, in the background, and move the tests that read it to the end."""
+    """Start the background job of every collected test marked ``@JOB.needed`` (tests/jobs.py), and run those tests
+    last, so that the jobs run beside the rest of the suite."""
     if session.config.option.collectonly:
         return
-    readers = [item for item in session.items if "report" in getattr(item, "fixturenames", ()) and _smoke(item)]
-    if readers:
-        readers[0].module.SMOKE_RUN.start()  # type: ignore[attr-defined]
-        session.items[:] = [item for item in session.items if item not in readers] + readers
+    readers = [item for item in session.items if item.get_closest_marker("background_job")]
+    for item in readers:
+        for marker in item.iter_markers("background_job"):
+            marker.args[0].start()
+    session.items[:] = [item for item in session.items if item not in readers] + readers
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    for item in session.items:
-        if _smoke(item):
-            item.module.SMOKE_RUN.stop()  # type: ignore[attr-defined]
-            return
+    from tests.jobs import STARTED
 
-
-def _smoke(item: pytest.Item) -> bool:
-    return Path(str(item.fspath)).resolve() == _TESTS / "benchmarks" / "test_smoke.py"
+    for job in STARTED:
+        job.stop()

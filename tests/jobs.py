@@ -1,19 +1,31 @@
 """Background test jobs: Python subprocesses started early in the session, beside the in-process tests, and waited
-for by the tests that read their results, which the conftest files run last.
+for by the tests that read their results, which run last.
 
-Used by tests/reliability/processes.py (multi-worker training, exports, determinism) and by
-tests/benchmarks/test_smoke.py (the benchmark suite's smoke run). Output goes to log files, never a pipe that could
-fill up, and every job has a deadline counted from its start.
+A fresh process spends most of its time in one Python thread (importing TensorFlow, tracing), so on 2 cores it runs
+almost for free beside the in-process tests; run in a test, it would add its whole time to the suite's (issue 18).
+
+* :class:`Jobs`: named processes that a test orchestrates (tests/reliability/processes.py: multi-worker training
+  that the fault test kills mid-epoch, exports loaded without ste, determinism).
+* :class:`BackgroundJob`: one command whose outcome some tests check (the benchmark smoke run, ``mkdocs build``,
+  mypy and ruff, the command line in a fresh process). ``@JOB.needed`` marks a test; tests/conftest.py starts every
+  marked test's job once the session's tests are collected and moves those tests to the end.
+
+Output goes to files, never a pipe that could fill up, and every process has a deadline counted from its start.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,16 +38,37 @@ class Jobs:
     def __init__(self, *program: str | Path) -> None:
         self.program = [str(part) for part in program]  # what follows ``python``: a script, or ``-m`` and a module
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, Path] = {}
+        self.logs: dict[str, Path] = {}  # stdout
+        self.errors: dict[str, Path] = {}  # stderr
         self.deadlines: dict[str, float] = {}
 
-    def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path, timeout: float = TIMEOUT) -> None:
-        self.logs[name] = cwd / f"{name}.log"
-        with open(self.logs[name], "wb") as log:
+    def start(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        timeout: float = TIMEOUT,
+        logs: Path | None = None,
+    ) -> None:
+        """``python PROGRAM ARGS`` in ``cwd``; its stdout and stderr go to ``name.log`` and ``name.err`` in ``logs``
+        (default ``cwd``)."""
+        self.logs[name], self.errors[name] = ((logs or cwd) / f"{name}.{kind}" for kind in ("log", "err"))
+        with open(self.logs[name], "wb") as out, open(self.errors[name], "wb") as err:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, *self.program, *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, *self.program, *args],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
             )
         self.deadlines[name] = time.monotonic() + timeout
+
+    def output(self, name: str) -> str:
+        """The end of job ``name``'s stdout and stderr (for failure messages)."""
+        out, err = (path.read_text(errors="replace")[-3000:] for path in (self.logs[name], self.errors[name]))
+        return f"stdout:\n{out}\nstderr:\n{err}"
 
     def wait(self, name: str) -> None:
         proc = self.procs[name]
@@ -45,17 +78,23 @@ class Jobs:
             proc.kill()
             proc.wait()
             pytest.fail(f"subprocess {name} did not finish within its time limit")
-        output = self.logs[name].read_text(errors="replace")
-        assert proc.returncode == 0, f"subprocess {name} failed:\n{output[-4000:]}"
+        assert proc.returncode == 0, f"subprocess {name} failed:\n{self.output(name)}"
+
+    def finish(self, name: str) -> int:
+        """Wait for job ``name`` within its time limit; its exit code, whatever it is."""
+        try:
+            return self.procs[name].wait(timeout=max(1.0, self.deadlines[name] - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill(name)
+            pytest.fail(f"subprocess {name} did not finish within its time limit:\n{self.output(name)}")
 
     def wait_for_file(self, name: str, path: Path) -> None:
         """Until ``path`` exists (written by job ``name``, which goes on running), within the job's time limit."""
         proc = self.procs[name]
         while not path.exists():
             if proc.poll() is not None and not path.exists():
-                output = self.logs[name].read_text(errors="replace")
                 pytest.fail(
-                    f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{output[-4000:]}"
+                    f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{self.output(name)}"
                 )
             if time.monotonic() > self.deadlines[name]:
                 self.kill(name)
@@ -77,3 +116,54 @@ class Jobs:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a background job's process did."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    directory: Path  # where it ran (files it wrote are there)
+
+
+#: ``command(directory) -> (python arguments, environment, working directory)``, called when the job starts; it may
+#: write the files the process reads into ``directory`` (a fresh temporary directory of the job's own).
+Command = Callable[[Path], tuple[list[str], dict[str, str], Path]]
+Test = TypeVar("Test", bound=Callable[..., Any])
+STARTED: list[BackgroundJob] = []  # stopped at the end of the session (tests/conftest.py)
+
+
+class BackgroundJob:
+    """One ``python ...`` command that tests check the outcome of, run beside the suite (see the module's text)."""
+
+    def __init__(self, name: str, command: Command, timeout: float = 900.0) -> None:
+        self.name, self.command, self.timeout = name, command, timeout
+        self.jobs = Jobs()
+        self.directory: Path | None = None
+
+    def needed(self, test: Test) -> Test:
+        """Mark ``test`` as one that reads this job (``JOB.wait()``): the job starts when the test is collected."""
+        return pytest.mark.background_job(self)(test)  # type: ignore[no-any-return]
+
+    def start(self) -> None:
+        if self.directory is not None:
+            return
+        self.directory = Path(tempfile.mkdtemp(prefix=f"ste-{self.name}-"))
+        args, env, cwd = self.command(self.directory)
+        self.jobs.start(self.name, args, env, cwd, self.timeout, logs=self.directory)
+        STARTED.append(self)
+
+    def wait(self) -> Finished:
+        """The finished process (started now if the session did not start it, e.g. a test called by hand)."""
+        self.start()
+        assert self.directory is not None
+        returncode = self.jobs.finish(self.name)
+        read = lambda path: path.read_text(errors="replace")  # noqa: E731
+        return Finished(returncode, read(self.jobs.logs[self.name]), read(self.jobs.errors[self.name]), self.directory)
+
+    def stop(self) -> None:
+        self.jobs.kill_all()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -10,10 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,56 +22,38 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import run as bench  # noqa: E402
 from benchmarks._variants import RULES, VARIANTS  # noqa: E402
-from tests.jobs import Jobs  # noqa: E402
+from tests.jobs import BackgroundJob  # noqa: E402
 
 
-class SmokeRun:
-    """``python -m benchmarks.run --smoke``, a background job (tests/jobs.py).
-
-    It takes a minute or more, mostly one Python thread tracing and converting, so ``tests/conftest.py`` starts it
-    as soon as the session's tests are collected and runs the tests that read it last: it runs beside the rest of
-    the suite, on the core those leave idle, instead of after them (issue 18: the suite's time on 2 cores).
-    """
-
-    def __init__(self) -> None:
-        self.jobs = Jobs("-m", "benchmarks.run")
-        self.out: Path | None = None
-
-    def start(self) -> None:
-        if self.out is not None:
-            return
-        self.out = Path(tempfile.mkdtemp(prefix="ste-bench-smoke-"))
-        env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # as on a fresh shell
-        env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.jobs.start("smoke", ["--smoke", "--out", str(self.out / "results")], env, self.out, timeout=900)
-
-    def wait(self) -> tuple[dict[str, Any], str]:
-        self.start()
-        assert self.out is not None
-        self.jobs.wait("smoke")
-        results = self.out / "results"
-        stamped = sorted(p.name for p in results.iterdir())
-        assert any(name.startswith("smoke-") and name.endswith(".json") for name in stamped), stamped
-        return json.loads((results / "latest.json").read_text()), (results / "latest.md").read_text()
-
-    def stop(self) -> None:
-        self.jobs.kill_all()
-        if self.out is not None:
-            shutil.rmtree(self.out, ignore_errors=True)
+def _with_root(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "PYTHONPATH": str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")}
 
 
-SMOKE_RUN = SmokeRun()
+def _smoke_command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # as on a fresh shell
+    return ["-m", "benchmarks.run", "--smoke", "--out", str(directory / "results")], _with_root(env), ROOT
+
+
+# a minute or more, mostly one Python thread tracing and converting: it runs beside the rest of the suite
+SMOKE = BackgroundJob("bench-smoke", _smoke_command)
+needs_report = SMOKE.needed
 
 
 @pytest.fixture(scope="module")
 def report() -> tuple[dict[str, Any], str]:
-    return SMOKE_RUN.wait()
+    done = SMOKE.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = done.directory / "results"
+    stamped = sorted(p.name for p in results.iterdir())
+    assert any(name.startswith("smoke-") and name.endswith(".json") for name in stamped), stamped
+    return json.loads((results / "latest.json").read_text()), (results / "latest.md").read_text()
 
 
 def _positive(value: float) -> bool:
     return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
+@needs_report
 def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, Any], str]) -> None:
     results, _ = report
     assert results["mode"] == "smoke"
@@ -103,6 +82,7 @@ def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, An
     assert qat["runs"]["ste"][0]["architecture"] == qat["float"]["architecture"]
 
 
+@needs_report
 def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], str]) -> None:
     results, _ = report
     calls = results["config"]["tracing"]["calls"]
@@ -122,6 +102,7 @@ def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], st
         assert all(_positive(r) for r in ratios.values())
 
 
+@needs_report
 def test_markdown_has_targets_and_one_row_per_cell(report: tuple[dict[str, Any], str]) -> None:
     results, table = report
     assert "Reproduce: `python -m benchmarks.run --smoke`" in table
@@ -146,13 +127,20 @@ def test_update_docs_replaces_only_the_marked_block(tmp_path: Path) -> None:
     assert "| new | table |" in text
 
 
+def _without_allocator_command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="false", TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3")
+    code = "from benchmarks._allocator import require_statistics; require_statistics(); print('available')"
+    return ["-c", code], _with_root(env), ROOT
+
+
+WITHOUT_ALLOCATOR = BackgroundJob("bench-no-bfc", _without_allocator_command, timeout=300)
+
+
+@WITHOUT_ALLOCATOR.needed
 def test_a_process_without_allocator_statistics_says_what_to_do() -> None:
     """Where TensorFlow was imported without the BFC allocator (on a CPU with oneDNN off), the suite exits with one
     line naming the variable to set, not a traceback (issue 18). Where oneDNN is on, the statistics exist anyway."""
-    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="false", TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3")
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    code = "from benchmarks._allocator import require_statistics; require_statistics(); print('available')"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = WITHOUT_ALLOCATOR.wait()
     if done.returncode == 0:
         assert done.stdout.strip() == "available"
         pytest.skip("this TensorFlow keeps CPU allocator statistics even without TF_CPU_ALLOCATOR_USE_BFC")

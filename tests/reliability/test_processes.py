@@ -106,7 +106,7 @@ def test_a_killed_worker_resumes_with_backup_and_restore(process_jobs: Started) 
     deadline = time.monotonic() + 240
     while not (tmp / "hanging").exists():
         assert time.monotonic() < deadline, "worker 1 never reached the middle of its last epoch"
-        assert runner.procs["worker1"].poll() is None, runner.logs["worker1"].read_text()[-4000:]
+        assert runner.procs["worker1"].poll() is None, runner.output("worker1")
         time.sleep(0.2)
     assert runner.kill("worker1") == -signal.SIGKILL  # killed mid-epoch, by its PID
     runner.kill("worker0")  # its next collective would wait for worker 1
