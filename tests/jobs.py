@@ -7,8 +7,9 @@ almost for free beside the in-process tests; run in a test, it would add its who
 * :class:`Jobs`: named processes that a test orchestrates (tests/reliability/processes.py: multi-worker training
   that the fault test kills mid-epoch, exports loaded without ste, determinism).
 * :class:`BackgroundJob`: one command whose outcome some tests check (the benchmark smoke run, ``mkdocs build``,
-  mypy and ruff, the command line in a fresh process). ``@JOB.needed`` marks a test; tests/conftest.py starts every
-  marked test's job once the session's tests are collected and moves those tests to the end.
+  mypy and ruff, the command line in a fresh process). ``@JOB.needed`` marks a test; tests/conftest.py queues every
+  marked test's job once the session's tests are collected and moves those tests to the end. The queued jobs run
+  one at a time, on one core.
 
 Output goes to files, never a pipe that could fill up, and every process has a deadline counted from its start.
 """
@@ -16,11 +17,13 @@ Output goes to files, never a pipe that could fill up, and every process has a d
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,14 +83,6 @@ class Jobs:
             pytest.fail(f"subprocess {name} did not finish within its time limit")
         assert proc.returncode == 0, f"subprocess {name} failed:\n{self.output(name)}"
 
-    def finish(self, name: str) -> int:
-        """Wait for job ``name`` within its time limit; its exit code, whatever it is."""
-        try:
-            return self.procs[name].wait(timeout=max(1.0, self.deadlines[name] - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.kill(name)
-            pytest.fail(f"subprocess {name} did not finish within its time limit:\n{self.output(name)}")
-
     def wait_for_file(self, name: str, path: Path) -> None:
         """Until ``path`` exists (written by job ``name``, which goes on running), within the job's time limit."""
         proc = self.procs[name]
@@ -128,11 +123,24 @@ class Finished:
     directory: Path  # where it ran (files it wrote are there)
 
 
-#: ``command(directory) -> (python arguments, environment, working directory)``, called when the job starts; it may
-#: write the files the process reads into ``directory`` (a fresh temporary directory of the job's own).
+#: ``command(directory) -> (python arguments, environment, working directory)``, called when the job is queued (in
+#: the main thread); it may write the files the process reads into ``directory`` (a temporary directory of its own).
 Command = Callable[[Path], tuple[list[str], dict[str, str], Path]]
 Test = TypeVar("Test", bound=Callable[..., Any])
 STARTED: list[BackgroundJob] = []  # stopped at the end of the session (tests/conftest.py)
+_QUEUE: queue.Queue[BackgroundJob] = queue.Queue()
+_RUNNER: list[threading.Thread] = []
+
+
+def _run_queue() -> None:
+    """One background process at a time, in the order queued: the core the in-process tests leave idle, not both
+    (eight processes started together slowed the tests beside them more than they saved)."""
+    while True:
+        job = _QUEUE.get()
+        try:
+            job.run()
+        except Exception as error:  # the job's test reports it; the jobs after it still run
+            job.error = f"{type(error).__name__}: {error}"
 
 
 class BackgroundJob:
@@ -142,28 +150,59 @@ class BackgroundJob:
         self.name, self.command, self.timeout = name, command, timeout
         self.jobs = Jobs()
         self.directory: Path | None = None
+        self.launch: tuple[list[str], dict[str, str], Path] | None = None
+        self.done = threading.Event()
+        self.timed_out = self.stopped = False
+        self.error = ""
 
     def needed(self, test: Test) -> Test:
         """Mark ``test`` as one that reads this job (``JOB.wait()``): the job starts when the test is collected."""
         return pytest.mark.background_job(self)(test)  # type: ignore[no-any-return]
 
     def start(self) -> None:
+        """Queue the job (once); the queue's thread runs it when the jobs queued before it are done."""
         if self.directory is not None:
             return
         self.directory = Path(tempfile.mkdtemp(prefix=f"ste-{self.name}-"))
-        args, env, cwd = self.command(self.directory)
-        self.jobs.start(self.name, args, env, cwd, self.timeout, logs=self.directory)
+        self.launch = self.command(self.directory)
         STARTED.append(self)
+        if not _RUNNER:
+            _RUNNER.append(threading.Thread(target=_run_queue, name="background-jobs", daemon=True))
+            _RUNNER[0].start()
+        _QUEUE.put(self)
+
+    def run(self) -> None:
+        """The process, start to end, within its time limit (in the queue's thread)."""
+        assert self.launch is not None and self.directory is not None
+        try:
+            if not self.stopped:
+                args, env, cwd = self.launch
+                self.jobs.start(self.name, args, env, cwd, self.timeout, logs=self.directory)
+                try:
+                    self.jobs.procs[self.name].wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired:
+                    self.timed_out = True
+                    self.jobs.kill(self.name)
+        finally:
+            self.done.set()
 
     def wait(self) -> Finished:
-        """The finished process (started now if the session did not start it, e.g. a test called by hand)."""
+        """The finished process (queued now if the session did not queue it, e.g. a test called by hand)."""
         self.start()
         assert self.directory is not None
-        returncode = self.jobs.finish(self.name)
+        self.done.wait()
+        if self.error or self.name not in self.jobs.procs:
+            pytest.fail(f"background job {self.name} did not start: {self.error or 'stopped'}")
+        if self.timed_out:
+            pytest.fail(
+                f"background job {self.name} did not finish within {self.timeout} s:\n{self.jobs.output(self.name)}"
+            )
         read = lambda path: path.read_text(errors="replace")  # noqa: E731
+        returncode = self.jobs.procs[self.name].returncode
         return Finished(returncode, read(self.jobs.logs[self.name]), read(self.jobs.errors[self.name]), self.directory)
 
     def stop(self) -> None:
+        self.stopped = True  # not started any more if still queued
         self.jobs.kill_all()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
