@@ -4,9 +4,10 @@
 The kernel that is fake-quantized is the folded one, W·s with s = γ/√(moving variance + ε) per output channel, so
 the int8 model computes what training saw. Training (Krishnamoorthi 2018; PyTorch's ``ConvBn2d``):
 z = conv(x, q(W·s))/s + b, then batch normalization of z with the batch's statistics (which also updates the moving
-ones, with Keras's momentum and biased variance). Inference: conv(x, q(W·s)) + β + s·(b − moving mean), the folded
+ones, with Keras's momentum and biased variance); computed without the division, as the equal batch norm of
+conv(x, q(W·s)) itself (see ``_train``). Inference: conv(x, q(W·s)) + β + s·(b − moving mean), the folded
 convolution the TFLite converter turns into one int8 kernel. Without quantization both equal the convolution
-followed by the batch norm. A channel with s = 0 (γ = 0) divides by 1 instead (its folded kernel is 0).
+followed by the batch norm. A channel with s = 0 (γ = 0) has a zero folded kernel and outputs β.
 """
 
 from __future__ import annotations
@@ -22,6 +23,47 @@ from ..layers import QuantConv2D, QuantDepthwiseConv2D
 __all__ = ["FoldedConv2D", "FoldedDepthwiseConv2D"]
 
 _BN_KEYS = ("momentum", "epsilon", "center", "scale")
+
+
+def _batch_norm(
+    raw: tf.Tensor, gamma: tf.Tensor, epsilon: tf.Tensor, beta: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Batch normalization of ``raw`` (channels last) with its batch statistics and a per-channel ``epsilon``:
+    y = d·γ/√(v + ε) + β with d = raw − mean, v = mean(d²) (biased); returns y in ``raw``'s dtype, and the mean and
+    v (without gradient: they only move the moving statistics). Statistics in ``gamma``'s dtype (float32, or
+    float64).
+
+    The gradient is the batch norm's closed form, written with differentiable ops of the forward's tensors (so
+    higher orders and forward mode follow by autodiff of it): with x̂ = d/√(v + ε), S₁ = Σ dy and S₂ = Σ dy·d per
+    channel over n elements, d raw = dy·a − d·a·S₂/(n(v + ε)) − a·S₁/n, a = γ/√(v + ε); dγ = S₂/√(v + ε);
+    dε = −γ·S₂/(2(v + ε)^{3/2}); dβ = S₁. Autodiff of ``tf.nn.moments`` (as Keras's batch norm) takes ten
+    activation-size ops for it (two ``Tile``, the variance's ``SquaredDifference`` gradient, ...), this four and
+    two sums: the digits net's QAT step took 2.5 % less (per-step A/B in one process)."""
+    axes = list(range(raw.shape.rank - 1))
+    wide = gamma.dtype
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def normalize(raw: tf.Tensor, gamma: tf.Tensor, epsilon: tf.Tensor, beta: tf.Tensor) -> Any:
+        x = tf.cast(raw, wide)
+        mean = tf.reduce_mean(x, axes)
+        d = x - mean
+        variance = tf.reduce_mean(tf.square(d), axes)
+        inv = tf.math.rsqrt(variance + epsilon)
+        a = gamma * inv
+        y = tf.cast(d * a + beta, raw.dtype)
+
+        def gradient(dy: tf.Tensor, *unused: Any) -> tuple[tf.Tensor, ...]:
+            dy = tf.cast(dy, wide)
+            n = tf.cast(tf.size(x) // tf.shape(x)[-1], wide)
+            s1 = tf.reduce_sum(dy, axes)
+            s2 = tf.reduce_sum(dy * d, axes)
+            draw = dy * a + d * (-a * tf.square(inv) * s2 / n) - a * s1 / n
+            return tf.cast(draw, raw.dtype), inv * s2, -0.5 * gamma * inv * tf.square(inv) * s2, s1
+
+        return (y, tf.stop_gradient(mean), tf.stop_gradient(variance)), gradient
+
+    y, mean, variance = normalize(raw, gamma, epsilon, beta)
+    return y, mean, variance
 
 
 class _BatchNormFolding:
@@ -95,42 +137,54 @@ class _BatchNormFolding:
 
     def quantize_kernel(self, slot: Any) -> tf.Tensor:
         """The folded kernel W·s after the kernel quantizer."""
+        return self._folded_kernel(self._fold_scale())
+
+    def _folded_kernel(self, scale: tf.Tensor) -> tf.Tensor:
         kernel = tf.cast(self.kernel.value, self.compute_dtype)
-        scale = self._fold_scale()
         if isinstance(self, keras.layers.DepthwiseConv2D):  # kernel (h, w, in, multiplier): channel in·multiplier
             scale = tf.reshape(scale, kernel.shape[-2:])
         folded = kernel * scale
-        quantizer = getattr(self, slot.quantizer)
+        quantizer = getattr(self, self.slots[0].quantizer)  # type: ignore[attr-defined]
         return folded if quantizer is None else quantizer(folded)
 
-    def _normalized(self, z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """z normalized with its batch statistics, then scaled by γ and shifted by β; and the batch's mean and biased
-        variance (Keras's moving statistics), computed in float32, or in float64 for a float64 z.
+    def _train(self, raw: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+        """The training output from the raw convolution conv(x, q(W·s)), and the moving statistics' update.
 
-        (TensorFlow's fused batch norm, one op each way as in Keras's own layer, was tried: the digits net's QAT step
-        stayed 1.28× TFMOT's against 1.27× with this per-op form, benchmarks/qat.py, so the simpler form stays.)"""
-        wide = tf.float64 if z.dtype == tf.float64 else tf.float32
-        mean, variance = tf.nn.moments(tf.cast(z, wide), axes=list(range(z.shape.rank - 1)))
-        inv = tf.cast(self.gamma.value, wide) * tf.math.rsqrt(variance + self.batch_norm["epsilon"])
-        shift = tf.cast(self.beta.value, wide) - mean * inv
-        return z * tf.cast(inv, z.dtype) + tf.cast(shift, z.dtype), mean, variance
+        With z = raw/s + b (s ≠ 0), z's batch mean is mean(raw)/s + b and its variance var(raw)/s², so the batch
+        norm of z is (raw − mean(raw))·|γ|/√(var(raw) + s²ε) + β: the sign of s is that of γ, and b cancels. That is
+        the batch norm of ``raw`` itself, with scale |γ| and a per-channel ε' = s²ε (:func:`_batch_norm`): no
+        division of the activation by s, whose four activation-size divisions (one forward, three backward) per
+        layer were the largest extra cost of the QAT step against TFMOT's (docs/performance.md). A channel with
+        s = 0 has raw = 0 (its folded kernel is 0) and takes ε' = ε: its output is β, as the batch norm of z = b.
+        The moving statistics are z's, with Keras's momentum and biased variance."""
+        wide = tf.float64 if raw.dtype == tf.float64 else tf.float32
+        s = tf.cast(scale, wide)
+        zero = tf.equal(s, 0)
+        epsilon = tf.where(zero, tf.ones_like(s), tf.square(s)) * self.batch_norm["epsilon"]
+        gamma = tf.abs(tf.cast(self.gamma.value, wide))
+        beta = tf.cast(tf.convert_to_tensor(self.beta.value), wide)  # a tensor: the op takes no variables
+        if self.use_bias:  # b cancels in the batch norm; 0·b keeps its gradient a zero tensor, as Keras's has
+            beta = beta + 0.0 * tf.cast(self.bias.value, wide)
+        y, mean, variance = _batch_norm(raw, gamma, epsilon, beta)
+        inverse = 1.0 / tf.where(zero, tf.ones_like(s), s)
+        batch_mean = mean * inverse + (tf.cast(self.bias.value, wide) if self.use_bias else 0.0)
+        momentum = self.batch_norm["momentum"]
+        for moving, batch in ((self.moving_mean, batch_mean), (self.moving_variance, variance * tf.square(inverse))):
+            batch = tf.cast(tf.stop_gradient(batch), moving.dtype)
+            moving.assign(moving.value * momentum + batch * (1.0 - momentum))
+        return y
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         scale = self._fold_scale()
-        kernel = self.quantize_kernel(self.slots[0])  # type: ignore[attr-defined]
+        kernel = self._folded_kernel(scale)
         x, padding = self._padded(self.quantize_inputs(inputs))  # type: ignore[attr-defined]
-        z = self._convolve(x, [kernel], padding)  # type: ignore[attr-defined]
-        bias = tf.cast(self.bias.value, z.dtype) if self.use_bias else tf.zeros([], z.dtype)
-        dtype = z.dtype
+        raw = self._convolve(x, [kernel], padding)  # type: ignore[attr-defined]
         if training:
-            safe = tf.where(tf.equal(scale, 0), tf.ones_like(scale), scale)
-            z = z / safe + bias
-            y, mean, variance = self._normalized(z)
-            momentum = self.batch_norm["momentum"]
-            for moving, batch in ((self.moving_mean, mean), (self.moving_variance, variance)):
-                moving.assign(moving.value * momentum + tf.cast(batch, moving.dtype) * (1.0 - momentum))
+            y = self._train(raw, scale)
         else:
-            y = z + (tf.cast(self.beta.value, dtype) + scale * (bias - tf.cast(self.moving_mean.value, dtype)))
+            dtype = raw.dtype
+            bias = tf.cast(self.bias.value, dtype) if self.use_bias else tf.zeros([], dtype)
+            y = raw + (tf.cast(self.beta.value, dtype) + scale * (bias - tf.cast(self.moving_mean.value, dtype)))
         return y if self.activation is None else self.activation(y)
 
 

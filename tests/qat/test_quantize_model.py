@@ -95,6 +95,109 @@ def test_unquantized_folding_equals_conv_then_batch_norm(depthwise):
     np.testing.assert_allclose(folded.moving_variance, bn.moving_variance, rtol=1e-4)
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_folded_training_gradients_equal_conv_then_batch_norms(depthwise):
+    """Without a weight quantizer, training-mode gradients (input, kernel, bias, γ, β) of a folded layer equal
+    autodiff of Keras's Conv2D + BatchNormalization, with a negative γ and a channel with γ = 0 (output β)."""
+    folded, conv, bn = folded_pair(depthwise)
+    gamma = bn.gamma.numpy()
+    gamma[0], gamma[1] = -abs(gamma[0]) - 0.5, 0.0
+    for layer in (bn, folded):
+        layer.gamma.assign(gamma)
+    x = tf.random.stateless_normal([5, 7, 7, 4], seed=[2, 2])
+    w = tf.random.stateless_normal(bn(conv(x)).shape, seed=[3, 3])
+
+    def gradients(f, variables):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(w * y + 0.1 * y * y)
+        return y, tape.gradient(loss, [x, *variables])
+
+    reference = [conv.weights[0], conv.weights[1], bn.gamma, bn.beta]
+    mine = [folded.weights[0], folded.weights[1], folded.gamma, folded.beta]
+    y_ref, g_ref = gradients(lambda t: bn(conv(t), training=True), reference)
+    y, g = gradients(lambda t: folded(t, training=True), mine)
+    np.testing.assert_allclose(y, y_ref, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(y.numpy()[..., 1], np.broadcast_to(bn.beta.numpy()[1], y.shape[:-1]), atol=1e-6)
+    for index, (a, b) in enumerate(zip(g, g_ref)):
+        a, b = np.asarray(a), np.asarray(b)
+        if index == 3:  # γ = 0 is a dead channel once folded (its kernel is 0): no gradient reaches its γ
+            a, b = a[np.arange(a.size) != 1], b[np.arange(b.size) != 1]
+        # the bias's gradient is 0 (it cancels in the batch norm): Keras's is rounding noise of ~1e-7
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=max(2e-4 * np.abs(b).max(), 1e-5))
+
+
+def test_folded_training_second_order_and_forward_mode_equal_conv_then_batch_norms():
+    """The folded batch norm's closed-form gradient is differentiable: d/d(x, kernel, γ, β) of ‖∂L/∂x‖² and a
+    forward-mode derivative along γ equal autodiff of the convolution and batch norm written out with plain ops
+    (not Keras's layer: ``tf.nn.moments`` stops the gradient of the mean inside the variance, which leaves the
+    first derivative right but not the second; in float64 the folded layer matches the plain formula to 1e-13)."""
+    folded, conv, bn = folded_pair(False)
+    x = tf.random.stateless_normal([3, 7, 7, 4], seed=[5, 5])
+    w = tf.random.stateless_normal(bn(conv(x)).shape, seed=[6, 6])
+
+    def second_order(f, variables):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                loss = tf.reduce_sum(w * f(x) ** 2)
+            penalty = tf.reduce_sum(inner.gradient(loss, x) ** 2)
+        return outer.gradient(penalty, [x, *variables])
+
+    def plain(t):
+        z = conv(t)
+        mean = tf.reduce_mean(z, [0, 1, 2])
+        variance = tf.reduce_mean(tf.square(z - mean), [0, 1, 2])
+        return (z - mean) * bn.gamma / tf.sqrt(variance + bn.epsilon) + bn.beta
+
+    reference = second_order(plain, [conv.kernel, bn.gamma, bn.beta])
+    mine = second_order(lambda t: folded(t, training=True), [folded.kernel, folded.gamma, folded.beta])
+    for a, b in zip(mine, reference):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=1e-4 * np.abs(b).max())
+    tangent = tf.random.stateless_normal(bn.gamma.shape, seed=[7, 7])
+    jvps = []
+    for f, gamma in ((lambda: plain(x), bn.gamma), (lambda: folded(x, training=True), folded.gamma)):
+        with tf.autodiff.ForwardAccumulator(gamma.value, tangent) as accumulator:
+            y = f()
+        jvps.append(accumulator.jvp(y))
+    np.testing.assert_allclose(jvps[1], jvps[0], rtol=1e-3, atol=1e-4 * np.abs(jvps[0]).max())
+
+
+def test_folded_training_with_quantized_kernel_is_the_division_formula():
+    """With the per-channel weight quantizer: output and gradients equal Krishnamoorthi's formula written out with
+    TensorFlow's own ops, z = conv(x, fq(W·s))/s + b and the batch norm of z with its batch statistics."""
+    folded, _, bn = folded_pair(False, ste.qat.WeightFakeQuant(channel_axes=1))
+    gamma = bn.gamma.numpy()
+    gamma[0] = -abs(gamma[0]) - 0.5
+    folded.gamma.assign(gamma)
+    x = tf.random.stateless_normal([5, 7, 7, 4], seed=[4, 4])
+    weights = [folded.weights[0], folded.gamma, folded.beta, folded.weights[1]]
+
+    def formula(t):
+        kernel, gamma, beta, bias = weights
+        s = gamma * tf.math.rsqrt(folded.moving_variance + bn.epsilon)
+        m = tf.stop_gradient(tf.reduce_max(tf.abs(kernel * s), axis=[0, 1, 2]))
+        q = tf.quantization.fake_quant_with_min_max_vars_per_channel(kernel * s, -m, m, narrow_range=True)
+        z = tf.nn.conv2d(t, q, 1, "VALID") / s + bias
+        mean, variance = tf.nn.moments(z, [0, 1, 2])
+        return (z - mean) * gamma / tf.sqrt(variance + bn.epsilon) + beta
+
+    def gradients(f):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(tf.sin(y))
+        return y, tape.gradient(loss, [x, *weights[:3]])
+
+    y_ref, g_ref = gradients(formula)
+    y, g = gradients(lambda t: folded(t, training=True))
+    np.testing.assert_allclose(y, y_ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(g, g_ref):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max())
+
+
 def test_quantized_kernel_is_the_folded_one():
     folded, conv, bn = folded_pair(False, ste.qat.WeightFakeQuant(channel_axes=1))
     scale = bn.gamma.numpy() / np.sqrt(bn.moving_variance.numpy() + bn.epsilon)
