@@ -64,6 +64,11 @@ def _ste_model(workload: str, c: dict[str, Any]) -> Any:
     def lif() -> Any:
         return ste.spiking.LIF(beta=0.9)
 
+    if c.get("fused") and workload in ("dense", "onb"):  # ste.spiking.SpikingDense, in one loop (ste.spiking.Fused)
+        hidden = [c["hidden"], c["outputs"]] if workload == "dense" else [c["hidden"]]
+        layers = [ste.spiking.SpikingDense(units, ste.spiking.LIFCell(beta=0.9)) for units in hidden]
+        stack = ste.spiking.Fused(layers, segment=c.get("segment"))
+        return keras.Sequential([keras.Input((c["steps"], c["inputs"])), stack])
     if workload == "dense":
         return keras.Sequential(
             [
