@@ -17,6 +17,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._arguments import check_bool
 from .._errors import CallError, InputError, ParameterError
 from ._cell import SpikingCell
 from ._fused import Stage, fused_dense
@@ -71,6 +72,8 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
         bias_constraint: Keras constraint of the bias.
         segment: steps between the checkpoints the backward pass recomputes from (``None``: ⌈√T⌉; ``1``: keep
             every step's states and recompute nothing but each step's own derivative).
+        jit_compile: compile the loops with XLA in a graph (default True: one kernel for the whole sequence; the
+            first call compiles for a few seconds). False runs them as TensorFlow ops (slower per step).
         **kwargs: Keras layer arguments (``name``, ``dtype``, ...).
 
     The kernel and bias are those of ``keras.layers.Dense(units)`` (copy them over with ``set_weights``). Outputs
@@ -91,6 +94,7 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
         kernel_constraint: Any = None,
         bias_constraint: Any = None,
         segment: int | None = None,
+        jit_compile: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -107,9 +111,9 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
                 f"layer (ste.spiking.LIF(...)); received {type(neuron).__name__}."
             )
         if neuron.units is not None and neuron.units != units:
-            raise ParameterError(f"{label}: units={units}, but the neuron has units={neuron.units}. Fix: leave it None.")
-        from .._arguments import check_bool
-
+            raise ParameterError(
+                f"{label}: units={units}, but the neuron has units={neuron.units}. Fix: leave it None."
+            )
         self.units = units
         self.neuron = neuron
         self.use_bias = check_bool(label, "use_bias", use_bias)
@@ -120,6 +124,7 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
         self.segment = _segment(label, segment)
+        self.jit_compile = check_bool(label, "jit_compile", jit_compile)
 
     def build(self, input_shape: Any) -> None:
         _check_shape(f"{type(self).__name__} '{self.name}'", input_shape)
@@ -154,7 +159,8 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
         return kernel, bias, [tf.identity(v.value) for v in self.neuron._learned.values()]
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return _run(f"{type(self).__name__} '{self.name}'", [self], inputs, self.compute_dtype, self.segment)
+        where = f"{type(self).__name__} '{self.name}'"
+        return _run(where, [self], inputs, self.compute_dtype, self.segment, self.jit_compile)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         return (input_shape[0], input_shape[1], self.units)
@@ -172,6 +178,7 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
             bias_constraint=keras.constraints.serialize(self.bias_constraint),
             segment=self.segment,
+            jit_compile=self.jit_compile,
         )
         return config
 
@@ -182,7 +189,9 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
         return cls(**config)
 
 
-def _run(where: str, layers: Sequence[SpikingDense], inputs: Any, dtype: Any, segment: int | None) -> tf.Tensor:
+def _run(
+    where: str, layers: Sequence[SpikingDense], inputs: Any, dtype: Any, segment: int | None, jit_compile: bool
+) -> tf.Tensor:
     x = _sequences(where, inputs, dtype)
     kernels, biases, parameters = [], [], []
     for layer in layers:
@@ -191,7 +200,7 @@ def _run(where: str, layers: Sequence[SpikingDense], inputs: Any, dtype: Any, se
         biases.append(bias)
         parameters.append(values)
     stages = [layer.stage() for layer in layers]
-    return fused_dense(x, stages, kernels, biases, parameters, segment=segment, where=where)
+    return fused_dense(x, stages, kernels, biases, parameters, segment=segment, where=where, jit_compile=jit_compile)
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
@@ -206,20 +215,26 @@ class Fused(keras.layers.Layer):  # type: ignore[misc]
     Args:
         layers: the ``SpikingDense`` layers, in order.
         segment: steps between checkpoints, as [`SpikingDense`][ste.spiking.SpikingDense] (``None``: ⌈√T⌉).
+        jit_compile: compile the loop with XLA in a graph, as [`SpikingDense`][ste.spiking.SpikingDense].
         **kwargs: Keras layer arguments.
+
+    The layers' own ``segment`` and ``jit_compile`` are not used inside the stack.
     """
 
-    def __init__(self, layers: Sequence[SpikingDense], *, segment: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, layers: Sequence[SpikingDense], *, segment: int | None = None, jit_compile: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         label = type(self).__name__
-        layers = list(layers) if isinstance(layers, (list, tuple)) else [layers]
-        if not layers or not all(isinstance(layer, SpikingDense) for layer in layers):
+        given: list[Any] = list(layers) if isinstance(layers, (list, tuple)) else [layers]
+        if not given or not all(isinstance(layer, SpikingDense) for layer in given):
             raise ParameterError(
                 f"{label}: layers must be a non-empty list of ste.spiking.SpikingDense layers; received "
-                f"{[type(layer).__name__ for layer in layers]}."
+                f"{[type(layer).__name__ for layer in given]}."
             )
-        self.fused_layers = layers
+        self.fused_layers: list[SpikingDense] = given
         self.segment = _segment(label, segment)
+        self.jit_compile = check_bool(label, "jit_compile", jit_compile)
 
     def build(self, input_shape: Any) -> None:
         _check_shape(f"{type(self).__name__} '{self.name}'", input_shape)
@@ -231,7 +246,8 @@ class Fused(keras.layers.Layer):  # type: ignore[misc]
         self.built = True
 
     def call(self, inputs: Any) -> tf.Tensor:
-        return _run(f"{type(self).__name__} '{self.name}'", self.fused_layers, inputs, self.compute_dtype, self.segment)
+        where = f"{type(self).__name__} '{self.name}'"
+        return _run(where, self.fused_layers, inputs, self.compute_dtype, self.segment, self.jit_compile)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         return (input_shape[0], input_shape[1], self.fused_layers[-1].units)
@@ -239,7 +255,9 @@ class Fused(keras.layers.Layer):  # type: ignore[misc]
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
         config.update(
-            layers=[keras.saving.serialize_keras_object(layer) for layer in self.fused_layers], segment=self.segment
+            layers=[keras.saving.serialize_keras_object(layer) for layer in self.fused_layers],
+            segment=self.segment,
+            jit_compile=self.jit_compile,
         )
         return config
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._xla import compiling_with_xla
 from .._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
+from .._xla import compiling_with_xla
 from ._cell import SpikingCell
 
 __all__ = ["Stage", "default_segment", "fused_dense"]
@@ -84,7 +84,13 @@ class _Lists:
     """A stack of the states of every stage (TensorLists, popped in reverse); spike states as bits."""
 
     def __init__(
-        self, stages: Sequence[Stage], widths: Sequence[int], batch: tf.Tensor, static_batch: int | None, dtype: Any, size: int
+        self,
+        stages: Sequence[Stage],
+        widths: Sequence[int],
+        batch: tf.Tensor,
+        static_batch: int | None,
+        dtype: Any,
+        size: int,
     ) -> None:
         self.stages, self.widths, self.batch, self.dtype = stages, widths, batch, dtype
         self.static_batch = static_batch
@@ -100,7 +106,9 @@ class _Lists:
     def push(self, handles: Sequence[tf.Tensor], states: Sequence[Sequence[tf.Tensor]]) -> list[tf.Tensor]:
         out, flat = [], [(s, b) for stage, group in zip(self.stages, states) for s, b in zip(group, stage.binary)]
         for handle, (state, binary) in zip(handles, flat):
-            out.append(tf.raw_ops.TensorListPushBack(input_handle=handle, tensor=pack_bits(state > 0) if binary else state))
+            out.append(
+                tf.raw_ops.TensorListPushBack(input_handle=handle, tensor=pack_bits(state > 0) if binary else state)
+            )
         return out
 
     def stack(self, handles: Sequence[tf.Tensor], size: int) -> list[tf.Tensor]:
@@ -163,10 +171,10 @@ def _loop(cond: Any, body: Any, loop_vars: Sequence[Any], iterations: int) -> li
     return list(result)
 
 
-def compiled(function: Any) -> Any:
+def compiled(function: Any, jit_compile: bool) -> Any:
     """``function`` compiled by XLA in a graph: one kernel for the whole loop, without TensorFlow's per-op cost in
-    every step; as it is when executing eagerly."""
-    if tf.executing_eagerly():
+    every step; as it is when executing eagerly or with ``jit_compile=False``."""
+    if tf.executing_eagerly() or not jit_compile:
         return function
     return tf.function(function, autograph=False, jit_compile=True)
 
@@ -188,11 +196,13 @@ def fused_dense(
     parameters: Sequence[Sequence[tf.Tensor]],
     segment: int | None = None,
     where: str = "SpikingDense",
+    jit_compile: bool = True,
 ) -> tf.Tensor:
     """The last stage's outputs ``[batch, time, units]`` for input ``x`` ``[batch, time, features]``.
 
     ``kernels[i]`` is ``[in, units]``, ``biases[i]`` ``[units]`` or None, ``parameters[i]`` the values of
     ``stages[i].names`` (the cell reads them through ``SpikingCell._read``); all in ``x``'s dtype.
+    ``jit_compile``: compile the forward and backward loops with XLA (in a graph).
     """
     steps = x.shape[1]
     if steps is None:
@@ -250,7 +260,9 @@ def fused_dense(
         return h, new_states
 
     def initial(batch: tf.Tensor) -> list[list[tf.Tensor]]:
-        return [[tf.zeros(tf.stack([batch, w]), dtype) for _ in stage.cell.state_names] for stage, w in zip(stages, widths)]
+        return [
+            [tf.zeros(tf.stack([batch, w]), dtype) for _ in stage.cell.state_names] for stage, w in zip(stages, widths)
+        ]
 
     def forward_loop(*flat: tf.Tensor) -> list[tf.Tensor]:
         """The outputs and the stacked checkpoints."""
@@ -262,8 +274,8 @@ def fused_dense(
         states = initial(batch)
 
         def segment_body(index: tf.Tensor, outputs: tf.Tensor, *carried: tf.Tensor) -> Any:
-            handles, flat_states = carried[: len(lists.handles)], carried[len(lists.handles) :]
-            handles = lists.push(handles, _nest(flat_states, stages))
+            flat_states = carried[len(lists.handles) :]
+            handles = lists.push(carried[: len(lists.handles)], _nest(flat_states, stages))
             start = index * segment
             stop = tf.minimum(start + segment, steps_t)
 
@@ -271,8 +283,8 @@ def fused_dense(
                 out, new = step(tf.gather(x, t, axis=1), _nest(flat_states, stages), ks, bs, ps)
                 return (t + 1, _update(outputs, t, out), *[s for g in new for s in g])
 
-            _, outputs, *flat_states = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *flat_states), segment)
-            return (index + 1, outputs, *handles, *flat_states)
+            _, outputs, *ends = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *flat_states), segment)
+            return (index + 1, outputs, *handles, *ends)
 
         _, outputs, *carried = _loop(
             lambda index, *_: index < n_segments,
@@ -283,10 +295,10 @@ def fused_dense(
         return [outputs, *lists.stack(carried[: len(lists.handles)], size)]
 
     def forward(*flat: tf.Tensor) -> Any:
-        outputs, *checkpoints = compiled(forward_loop)(*flat)
+        outputs, *checkpoints = compiled(forward_loop, jit_compile)(*flat)
 
         def grad(dy: tf.Tensor) -> Any:
-            grads = compiled(backward)(*flat, *checkpoints, dy)
+            grads = compiled(backward, jit_compile)(*flat, *checkpoints, dy)
             if not watched:
                 grads = [None, *grads]
             fix = (
@@ -322,15 +334,16 @@ def fused_dense(
             return out
 
         def segment_body(index: tf.Tensor, *carried: tf.Tensor) -> Any:
-            handles, d_states, d_weights, d_biases, d_params, d_x = split(carried, n_ckpt, n_state, n_w, n_b, n_p, len(carried))
+            handles, d_states, d_weights, d_biases, d_params, d_x = split(
+                carried, n_ckpt, n_state, n_w, n_b, n_p, len(carried)
+            )
             handles, states = lists_ckpt.pop(handles)
             start = index * segment
             stop = tf.minimum(start + segment, steps_t)
 
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                handles, flat_states = carried[: len(lists.handles)], carried[len(lists.handles) :]
-                states = _nest(flat_states, stages)
-                handles = lists.push(handles, states)
+                states = _nest(carried[len(lists.handles) :], stages)
+                handles = lists.push(carried[: len(lists.handles)], states)
                 _, new = step(tf.gather(x, t, axis=1), states, ks, bs, ps)
                 return (t + 1, *handles, *[s for g in new for s in g])
 
