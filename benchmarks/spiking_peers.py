@@ -48,6 +48,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "conv": {"steps": 25, "batch": 32, "channels": 1, "size": 16, "filters1": 8, "filters2": 16, "outputs": 10},
     "onb": {"steps": 500, "batch": 16, "inputs": 512, "hidden": 512, "outputs": 512},
 }
+#: The workloads whose ste row runs ste.spiking.Fused (SpikingDense layers in one loop).
+FUSED = ("dense", "onb")
 SMOKE_WORKLOADS: dict[str, dict[str, Any]] = {
     "dense": {"steps": 3, "batch": 4, "inputs": 8, "hidden": 16, "outputs": 4},
     "conv": {"steps": 3, "batch": 2, "channels": 1, "size": 6, "filters1": 2, "filters2": 2, "outputs": 4},
@@ -67,7 +69,7 @@ def _ste_model(workload: str, c: dict[str, Any]) -> Any:
     if c.get("fused") and workload in ("dense", "onb"):  # ste.spiking.SpikingDense, in one loop (ste.spiking.Fused)
         hidden = [c["hidden"], c["outputs"]] if workload == "dense" else [c["hidden"]]
         layers = [ste.spiking.SpikingDense(units, ste.spiking.LIFCell(beta=0.9)) for units in hidden]
-        stack = ste.spiking.Fused(layers, segment=c.get("segment"))
+        stack = ste.spiking.Fused(layers, segment=c.get("segment"), jit_compile=c.get("jit_compile", True))
         return keras.Sequential([keras.Input((c["steps"], c["inputs"])), stack])
     if workload == "dense":
         return keras.Sequential(
@@ -206,20 +208,28 @@ def run(
     out: dict[str, Any] = {"threads": threads, "rounds": rounds, "workloads": {}}
     for workload in workloads:
         config = {**table[workload], "workload": workload, "rounds": rounds, "warmup": warmup, "threads": threads}
-        before = _ste(config)
+        variants = {"ste": config}
+        if workload in FUSED:  # ste's row is the fused layers; the unfused network is measured too (not in smoke)
+            variants["ste"] = {**config, "fused": True, "jit_compile": not smoke}
+            if not smoke:
+                variants["ste_unfused"] = config
+        before = {name: _ste(variant) for name, variant in variants.items()}
         results = {name: _peer(venv, name, config) for name, venv in peers.items()}
-        after = _ste(config) if results else before  # ste brackets the peers; alone it runs once
-        ste_time = (before["median_s"] + after["median_s"]) / 2
-        ste_peak = max(before["requested_peak_bytes"], after["requested_peak_bytes"])  # requests, as torch's
-        entry: dict[str, Any] = {
-            "config": config,
-            "ste": {
-                **after,
-                "median_s": ste_time,
-                "peak_bytes": ste_peak,
-                "median_s_before_after": [before["median_s"], after["median_s"]],
-            },
-        }
+        # ste brackets the peers (in reverse order); alone it runs once
+        after = {name: _ste(variants[name]) for name in reversed(variants)} if results else before
+        entry: dict[str, Any] = {"config": config}
+        for name in variants:
+            entry[name] = {
+                **after[name],
+                "median_s": (before[name]["median_s"] + after[name]["median_s"]) / 2,
+                "peak_bytes": max(before[name]["requested_peak_bytes"], after[name]["requested_peak_bytes"]),
+                "median_s_before_after": [before[name]["median_s"], after[name]["median_s"]],
+            }
+        ste_time, ste_peak = entry["ste"]["median_s"], entry["ste"]["peak_bytes"]
+        if "ste_unfused" in entry:
+            unfused = entry["ste_unfused"]
+            unfused["ste_time_ratio"] = ste_time / unfused["median_s"]
+            unfused["ste_memory_ratio"] = ste_peak / unfused["peak_bytes"]
         for name, result in results.items():
             entry[name] = {
                 **result,
