@@ -238,33 +238,19 @@ def fused_dense(
             index += count
         return ks, bs, ps
 
-    def first_currents(x: tf.Tensor, start: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None) -> tf.Tensor:
-        """The first stage's currents of the ``segment`` steps from ``start`` ``[batch, segment, units]``, in one
-        product (its input is known for every step; steps past the end repeat the last one and are never read)."""
-        index = tf.minimum(start + tf.range(segment), steps_t - 1)
-        inputs = tf.gather(x, index, axis=1)
-        current = tf.matmul(tf.reshape(inputs, [-1, x.shape[-1]]), kernel)
-        if bias is not None:
-            current = current + bias
-        return tf.reshape(current, tf.stack([tf.shape(x)[0], segment, widths[0]]))
-
     def step(
-        first: tf.Tensor,
+        h: tf.Tensor,
         states: Sequence[Sequence[tf.Tensor]],
         ks: Sequence[tf.Tensor],
         bs: Sequence[tf.Tensor | None],
         ps: Sequence[Sequence[tf.Tensor]],
     ) -> tuple[tf.Tensor, list[list[tf.Tensor]]]:
-        """One time step of every stage from the first stage's current, through the cells' own ``call``."""
-        new_states: list[list[tf.Tensor]] = []
-        h = first
+        """One time step of every stage, through the cells' own ``call``."""
+        new_states = []
         for stage, kernel, bias, values, group in zip(stages, ks, bs, ps, states):
-            if new_states:
-                current = tf.matmul(h, kernel)
-                if bias is not None:
-                    current = current + bias
-            else:
-                current = first
+            current = tf.matmul(h, kernel)
+            if bias is not None:
+                current = current + bias
             stage.cell._read = dict(zip(stage.names, values))
             try:
                 h, new = stage.cell.call(current, list(group))
@@ -292,10 +278,9 @@ def fused_dense(
             handles = lists.push(carried[: len(lists.handles)], _nest(flat_states, stages))
             start = index * segment
             stop = tf.minimum(start + segment, steps_t)
-            currents = first_currents(x, start, ks[0], bs[0])
 
             def step_body(t: tf.Tensor, outputs: tf.Tensor, *flat_states: tf.Tensor) -> Any:
-                out, new = step(tf.gather(currents, t - start, axis=1), _nest(flat_states, stages), ks, bs, ps)
+                out, new = step(tf.gather(x, t, axis=1), _nest(flat_states, stages), ks, bs, ps)
                 return (t + 1, _update(outputs, t, out), *[s for g in new for s in g])
 
             _, outputs, *ends = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *flat_states), segment)
@@ -340,7 +325,6 @@ def fused_dense(
         d_params = [tf.zeros_like(p) for values in ps for p in values]
         d_x = [tf.zeros_like(x)] if watched else []
         n_ckpt, n_state, n_w, n_b, n_p = len(checkpoints), len(d_states), len(d_weights), len(d_biases), len(d_params)
-        b0 = int(stages[0].use_bias)
 
         def split(values: Sequence[Any], *sizes: int) -> list[list[Any]]:
             out, index = [], 0
@@ -356,12 +340,11 @@ def fused_dense(
             handles, states = lists_ckpt.pop(handles)
             start = index * segment
             stop = tf.minimum(start + segment, steps_t)
-            currents = first_currents(x, start, ks[0], bs[0])
 
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
                 states = _nest(carried[len(lists.handles) :], stages)
                 handles = lists.push(carried[: len(lists.handles)], states)
-                _, new = step(tf.gather(currents, t - start, axis=1), states, ks, bs, ps)
+                _, new = step(tf.gather(x, t, axis=1), states, ks, bs, ps)
                 return (t + 1, *handles, *[s for g in new for s in g])
 
             _, *carried_inner = _loop(
@@ -370,20 +353,20 @@ def fused_dense(
             inner = carried_inner[: len(lists.handles)]
 
             def back(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                inner, d_states, d_weights, d_biases, d_params, d_first, d_x = split(
-                    carried, len(lists.handles), n_state, n_w - 1, n_b - b0, n_p, 1, len(carried)
+                inner, d_states, d_weights, d_biases, d_params, d_x = split(
+                    carried, len(lists.handles), n_state, n_w, n_b, n_p, len(carried)
                 )
                 inner, before = lists.pop(inner)
-                first = tf.gather(currents, t - start, axis=1)
-                local_k = [ks[0], *(tf.identity(k) for k in ks[1:])]
-                local_b = [bs[0], *(None if b is None else tf.identity(b) for b in bs[1:])]
+                h = tf.gather(x, t, axis=1)
+                local_k = [tf.identity(k) for k in ks]
+                local_b = [None if b is None else tf.identity(b) for b in bs]
                 local_p = [[tf.identity(p) for p in values] for values in ps]
                 flat_before = [s for g in before for s in g]
-                sources = [*flat_before, first, *local_k[1:], *[b for b in local_b[1:] if b is not None]]
-                sources += [p for values in local_p for p in values]
+                sources = [*flat_before, *local_k, *[b for b in local_b if b is not None]]
+                sources += [p for values in local_p for p in values] + ([h] if d_x else [])
                 with tf.GradientTape() as tape:
                     tape.watch(sources)
-                    out, new = step(first, before, local_k, local_b, local_p)
+                    out, new = step(h, before, local_k, local_b, local_p)
                 flat_new = [s for g in new for s in g]
                 targets, seeds = list(flat_new), list(d_states)
                 dy_t = tf.gather(dy, t, axis=1)
@@ -397,30 +380,22 @@ def fused_dense(
                 grads = tape.gradient(
                     targets, sources, output_gradients=seeds, unconnected_gradients=tf.UnconnectedGradients.ZERO
                 )
-                g_states, g_first, g_k, g_b, g_p = split(grads, n_state, 1, n_w - 1, n_b - b0, n_p)
+                g_states, g_k, g_b, g_p, g_x = split(grads, n_state, n_w, n_b, n_p, len(grads))
                 d_weights = [a + g for a, g in zip(d_weights, g_k)]
                 d_biases = [a + g for a, g in zip(d_biases, g_b)]
                 d_params = [a + g for a, g in zip(d_params, g_p)]
-                d_first = [_update(d_first[0], t - start, g_first[0])]
-                if d_x:  # dx[t] = dI₀[t]·W₀ᵀ
-                    d_x = [_update(d_x[0], t, tf.matmul(g_first[0], ks[0], transpose_b=True))]
-                return (t - 1, *inner, *g_states, *d_weights, *d_biases, *d_params, *d_first, *d_x)
+                d_x = [_update(d_x[0], t, g_x[0])] if d_x else []
+                return (t - 1, *inner, *g_states, *d_weights, *d_biases, *d_params, *d_x)
 
             result = _loop(
                 lambda t, *_: t >= start,
                 back,
-                (stop - 1, *inner, *d_states, *d_weights[1:], *d_biases[b0:], *d_params, tf.zeros_like(currents), *d_x),
+                (stop - 1, *inner, *d_states, *d_weights, *d_biases, *d_params, *d_x),
                 segment,
             )
-            _, _, d_states, rest_w, rest_b, d_params, d_first, d_x = split(
-                result, 1, len(lists.handles), n_state, n_w - 1, n_b - b0, n_p, 1, len(d_x)
+            _, _, d_states, d_weights, d_biases, d_params, d_x = split(
+                result, 1, len(lists.handles), n_state, n_w, n_b, n_p, len(d_x)
             )
-            # the first stage's kernel and bias: one product per segment, dW₀ += Σ_t x[t]ᵀ·dI₀[t]
-            index_t = tf.minimum(start + tf.range(segment), steps_t - 1)
-            inputs = tf.reshape(tf.gather(x, index_t, axis=1), [-1, x.shape[-1]])
-            d_current = tf.reshape(d_first[0], [-1, widths[0]])
-            d_weights = [d_weights[0] + tf.matmul(inputs, d_current, transpose_a=True), *rest_w]
-            d_biases = ([d_biases[0] + tf.reduce_sum(d_current, axis=0)] if b0 else []) + rest_b
             return (index - 1, *handles, *d_states, *d_weights, *d_biases, *d_params, *d_x)
 
         result = _loop(
