@@ -11,19 +11,22 @@ Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surroga
 * ``onb``: the Open Neuromorphic benchmark: Linear 512→512 and LIF, batch 16, 500 steps; forward and backward of
   the summed output spikes (no optimizer).
 
-Each framework runs in its own process with the same thread count (``threads``); ste runs before and after the peers
-and its time is the mean of the two medians (with no peer it runs once). Step time: the median over ``rounds`` steps
-after ``warmup`` untimed ones. Peak memory of a step, the same way in both: the highest running sum of the bytes
-requested minus those freed during one step, from each profiler's raw allocation records: TensorFlow's
-(``host_tracer_level=2``, with ``TF_CPU_ALLOCATOR_USE_BFC=true`` set before TensorFlow is imported;
-benchmarks/_allocations.py) and ``torch.profiler``'s (``profile_memory=True``). The BFC allocator's own peak
-(``bfc_peak_bytes``) is recorded too; it counts whole chunks, which BFC hands out unsplit when they are less than
-twice the request, so it reads up to ~20% above the requests and varies from run to run. The growth of the resident
-set's high-water mark is recorded too, but after warm-up steps the allocators reuse pages already resident, so it is
-near 0 for every framework. ste's peak also varies with the order in which TensorFlow's two inter-op threads run the
-backward ops (whether Dense's weight gradient frees the spikes before the spike gradient is transposed): each ste
-run measures three steps, and the figure is the highest of the six (``requested_peak_range`` has each run's lowest
-and highest). The torch side is benchmarks/torch_snn.py."""
+ste's row of ``dense`` and ``onb`` is ``ste.spiking.Fused`` (``SpikingDense`` layers in one XLA-compiled loop with a
+checkpointed backward pass); ``ste_unfused`` is the same network of ``keras.layers.Dense`` and ``ste.spiking.LIF``
+layers (not run in smoke mode, where the fused loop also runs without XLA, to stay cheap). ``conv`` has no fused
+form. Each framework runs in its own process with the same thread count (``threads``); ste's variants run before
+and after the peers (in reverse order) and each time is the mean of the two medians (with no peer they run once).
+Step time: the median over ``rounds`` steps after ``warmup`` untimed ones. Peak memory of a step, the same way in
+both: the highest running sum of the bytes requested minus those freed during one step, from each profiler's raw
+allocation records: TensorFlow's (``host_tracer_level=2``, with ``TF_CPU_ALLOCATOR_USE_BFC=true`` set before
+TensorFlow is imported; benchmarks/_allocations.py) and ``torch.profiler``'s (``profile_memory=True``). The BFC
+allocator's own peak (``bfc_peak_bytes``) is recorded too; it counts whole chunks, which BFC hands out unsplit when
+they are less than twice the request, so it reads up to ~20% above the requests and varies from run to run. The
+growth of the resident set's high-water mark is recorded too, but after warm-up steps the allocators reuse pages
+already resident, so it is near 0 for every framework. ste's peak also varies with the order in which TensorFlow's
+two inter-op threads run the backward ops (whether Dense's weight gradient frees the spikes before the spike
+gradient is transposed): each ste run measures three steps, and the figure is the highest of the six
+(``requested_peak_range`` has each run's lowest and highest). The torch side is benchmarks/torch_snn.py."""
 
 from __future__ import annotations
 

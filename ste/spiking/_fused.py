@@ -4,7 +4,7 @@ The unfused network (``Dense`` over every step at once, then a neuron layer's ti
 pass materializes the gradient of every layer boundary for the whole sequence, and Keras's ``Dense`` keeps its float
 input spikes. Here each step computes its currents ``I[t] = h[t]·W + b`` inside the loop, for every stage of a stack
 (the spikes of stage i are the input of stage i+1 at the same step), and runs each stage's own cell step
-(``SpikingCell.__call__``: its dynamics, reset and surrogate; nothing of a neuron is written again here).
+(``SpikingCell.call``: its dynamics, reset and surrogate; nothing of a neuron is written again here).
 
 What is kept for the backward pass: the cells' states at the start of every segment of ``segment`` steps (a spike
 state as bits, ``ste._bitmask.pack_bits``; the others as floats). The backward loop runs over the segments in
@@ -15,10 +15,12 @@ over that step (the cell's own surrogate gradient), and accumulates the kernels'
 held for the whole sequence. Memory: the checkpoints (about T/segment steps of states) and one segment's states
 (segment steps); ``segment=1`` keeps every step's states and recomputes nothing but the step itself.
 
-The outputs are written into one ``[batch, time, units]`` buffer in place (``TensorStridedSliceUpdate`` forwards its
-input's buffer), the input's gradient likewise, and only when a tape watches the input (a network's input data is
-not differentiated, so its gradient is neither computed nor stored). Gradients of these gradients are refused with
-:class:`ste.HigherOrderError` (the backward pass is a loop of its own that a second tape would not see through).
+Both loops are compiled with XLA by default (one kernel for the sequence instead of TensorFlow's cost per op and
+step). The outputs are written into one ``[batch, time, units]`` buffer in place (outside XLA with
+``TensorStridedSliceUpdate``, which forwards its input's buffer), the input's gradient likewise, and only when a
+tape watches the input (a network's input data is not differentiated, so its gradient is neither computed nor
+stored). Gradients of these gradients are refused with :class:`ste.HigherOrderError` (the backward pass is a loop of
+its own that a second tape would not see through).
 """
 
 from __future__ import annotations
@@ -158,15 +160,15 @@ class _Lists:
 
 
 def _loop(cond: Any, body: Any, loop_vars: Sequence[Any], iterations: int) -> list[Any]:
-    """``tf.while_loop`` one iteration at a time (the next steps' currents would otherwise be computed ahead and
-    held: each depends only on the input) and without gradient accumulators (no loop here is differentiated)."""
+    """``tf.while_loop`` one iteration at a time: the next steps' currents (each depends only on the input) would
+    otherwise be computed ahead and held, up to every step's (the dense network's step peak: 10.3 MiB instead of
+    2.0 MiB without XLA)."""
     result = tf.while_loop(
         cond,
         body,
         tuple(loop_vars),
         maximum_iterations=iterations if iterations >= 0 else None,
         parallel_iterations=1,
-        back_prop=False,
     )
     return list(result)
 
