@@ -27,12 +27,20 @@ from ._lif import LIFCell
 __all__ = ["Fused", "SpikingDense"]
 
 
-def _segment(where: str, segment: Any) -> int | None:
-    if segment is None:
-        return None
-    if isinstance(segment, bool) or not isinstance(segment, int) or segment < 1:
-        raise ParameterError(f"{where}: segment must be a positive integer or None; received {segment!r}.")
-    return segment
+class _Loop:
+    """The fused loop's options, shared by ``SpikingDense`` and ``Fused``: checked, and in the config."""
+
+    segment: int | None
+    jit_compile: bool
+
+    def _set_loop(self, where: str, segment: Any, jit_compile: Any) -> None:
+        if segment is not None and (isinstance(segment, bool) or not isinstance(segment, int) or segment < 1):
+            raise ParameterError(f"{where}: segment must be a positive integer or None; received {segment!r}.")
+        self.segment = segment
+        self.jit_compile = check_bool(where, "jit_compile", jit_compile)
+
+    def _loop_config(self) -> dict[str, Any]:
+        return {"segment": self.segment, "jit_compile": self.jit_compile}
 
 
 def _sequences(where: str, inputs: Any, dtype: Any) -> tf.Tensor:
@@ -55,7 +63,7 @@ def _check_shape(where: str, shape: Any) -> None:
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
-class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
+class SpikingDense(_Loop, keras.layers.Layer):  # type: ignore[misc]
     """A dense synapse and spiking neurons over time in one fused loop: ``Dense(units)`` then the neuron's layer.
 
     Args:
@@ -123,8 +131,7 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.segment = _segment(label, segment)
-        self.jit_compile = check_bool(label, "jit_compile", jit_compile)
+        self._set_loop(label, segment, jit_compile)
 
     def build(self, input_shape: Any) -> None:
         _check_shape(f"{type(self).__name__} '{self.name}'", input_shape)
@@ -177,8 +184,7 @@ class SpikingDense(keras.layers.Layer):  # type: ignore[misc]
             bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
             kernel_constraint=keras.constraints.serialize(self.kernel_constraint),
             bias_constraint=keras.constraints.serialize(self.bias_constraint),
-            segment=self.segment,
-            jit_compile=self.jit_compile,
+            **self._loop_config(),
         )
         return config
 
@@ -204,7 +210,7 @@ def _run(
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
-class Fused(keras.layers.Layer):  # type: ignore[misc]
+class Fused(_Loop, keras.layers.Layer):  # type: ignore[misc]
     """A stack of ``SpikingDense`` layers run as one loop: at every step, every layer in turn.
 
     ``Fused([SpikingDense(256, LIFCell(0.9)), SpikingDense(10, LIFCell(0.9))])`` computes what the two layers one
@@ -233,8 +239,7 @@ class Fused(keras.layers.Layer):  # type: ignore[misc]
                 f"{[type(layer).__name__ for layer in given]}."
             )
         self.fused_layers: list[SpikingDense] = given
-        self.segment = _segment(label, segment)
-        self.jit_compile = check_bool(label, "jit_compile", jit_compile)
+        self._set_loop(label, segment, jit_compile)
 
     def build(self, input_shape: Any) -> None:
         _check_shape(f"{type(self).__name__} '{self.name}'", input_shape)
@@ -255,9 +260,7 @@ class Fused(keras.layers.Layer):  # type: ignore[misc]
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
         config.update(
-            layers=[keras.saving.serialize_keras_object(layer) for layer in self.fused_layers],
-            segment=self.segment,
-            jit_compile=self.jit_compile,
+            layers=[keras.saving.serialize_keras_object(layer) for layer in self.fused_layers], **self._loop_config()
         )
         return config
 
