@@ -297,7 +297,10 @@ def fused_dense(
         return [outputs, *lists.stack(carried[: len(lists.handles)], size)]
 
     def forward(*flat: tf.Tensor) -> Any:
-        outputs, *checkpoints = compiled(forward_loop, jit_compile)(*flat)
+        from tensorflow.python.eager import record
+
+        with record.stop_recording():  # nothing inside is differentiated
+            outputs, *checkpoints = compiled(forward_loop, jit_compile)(*flat)
 
         def grad(dy: tf.Tensor) -> Any:
             grads = compiled(backward, jit_compile)(*flat, *checkpoints, dy)
@@ -416,4 +419,20 @@ def fused_dense(
             grads += [next(p_iter) for _ in range(count)]
         return grads
 
+    _refuse_forward_mode(flat_inputs, where)
     return tf.custom_gradient(forward)(*flat_inputs)
+
+
+def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:
+    """Raise when a forward accumulator (``tf.autodiff.ForwardAccumulator``) watches an input: eagerly it would
+    silently give no JVP (in a graph the refusal comes from the backward pass, which forward mode transposes)."""
+    from tensorflow.python.eager import forwardprop_util
+
+    from .._errors import HigherOrderError
+
+    if tf.executing_eagerly() and forwardprop_util.pack_tangents([tf.convert_to_tensor(t) for t in tensors]).tangents:
+        raise HigherOrderError(
+            f"{where}: forward mode (tf.autodiff.ForwardAccumulator) was asked for; the fused loop has a backward "
+            f"pass only. Fix: use the unfused layers (keras.layers.Dense, then the neuron layer), which forward "
+            f"mode differentiates."
+        )

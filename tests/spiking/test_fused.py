@@ -202,7 +202,7 @@ def test_fused_network_matches_the_unfused_one(dtype: str, jit: bool) -> None:
         )
 
 
-@pytest.mark.parametrize("segment", [1, 3], ids=["every-step", "segments"])
+@pytest.mark.parametrize("segment", [1], ids=["every-step"])  # the default segments: test_fused_network...[float16-xla]
 def test_xla_and_every_segment_length_give_the_unfused_gradients(segment: int) -> None:
     fused, unfused = _pair("float64", segment)
     rng = np.random.default_rng(3)
@@ -282,6 +282,16 @@ def test_a_gradient_of_the_gradient_is_refused_at_trace_time() -> None:
 
     with pytest.raises(ste.HigherOrderError, match="SpikingDense.*Fix: use the unfused layers"):
         second_order.get_concrete_function()
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf.function"])
+def test_forward_mode_is_refused(mode: str) -> None:
+    layer = ste.spiking.SpikingDense(4, ste.spiking.LIFCell())
+    x = tf.random.stateless_uniform((2, STEPS, FEATURES), seed=(5, 6))
+    call = layer if mode == "eager" else tf.function(lambda z: layer(z))
+    with pytest.raises(ste.HigherOrderError, match="Fix: use the unfused layers"):
+        with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as accumulator:
+            accumulator.jvp(call(x))
 
 
 def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None:
