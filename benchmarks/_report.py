@@ -346,8 +346,9 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
     if not peers:
         return []
     lines = [
-        f"Training step against the peers (separate processes, {peers['threads']} threads each; memory: the step's "
-        f"allocator peak, TensorFlow's BFC allocator for ste, torch.profiler's CPU allocations for torch):",
+        f"Training step against the peers (separate processes, {peers['threads']} threads each; memory: the highest "
+        f"running sum of the bytes the step's ops requested, from TensorFlow's and torch's profilers; ste's dense and "
+        f"onb rows run ste.spiking.Fused, ste_unfused the Dense + LIF layers):",
         "",
         "| network | framework | ms per step | ste ÷ it | step peak, MiB | ste ÷ it |",
         "|---|---|---|---|---|---|",
@@ -358,7 +359,7 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
             f"| {workload} | ste | {_ms(ste_entry['median_s'])} | 1.00× | "
             f"{ste_entry['peak_bytes'] / 2**20:.1f} | 1.00× |"
         )
-        for name in ("snntorch", "spikingjelly"):
+        for name in ("ste_unfused", "snntorch", "spikingjelly"):
             if name in entry:
                 peer = entry[name]
                 memory = "–" if peer["ste_memory_ratio"] is None else f"{peer['ste_memory_ratio']:.2f}×"

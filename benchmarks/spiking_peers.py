@@ -11,19 +11,22 @@ Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surroga
 * ``onb``: the Open Neuromorphic benchmark: Linear 512→512 and LIF, batch 16, 500 steps; forward and backward of
   the summed output spikes (no optimizer).
 
-Each framework runs in its own process with the same thread count (``threads``); ste runs before and after the peers
-and its time is the mean of the two medians (with no peer it runs once). Step time: the median over ``rounds`` steps
-after ``warmup`` untimed ones. Peak memory of a step, the same way in both: the highest running sum of the bytes
-requested minus those freed during one step, from each profiler's raw allocation records: TensorFlow's
-(``host_tracer_level=2``, with ``TF_CPU_ALLOCATOR_USE_BFC=true`` set before TensorFlow is imported;
-benchmarks/_allocations.py) and ``torch.profiler``'s (``profile_memory=True``). The BFC allocator's own peak
-(``bfc_peak_bytes``) is recorded too; it counts whole chunks, which BFC hands out unsplit when they are less than
-twice the request, so it reads up to ~20% above the requests and varies from run to run. The growth of the resident
-set's high-water mark is recorded too, but after warm-up steps the allocators reuse pages already resident, so it is
-near 0 for every framework. ste's peak also varies with the order in which TensorFlow's two inter-op threads run the
-backward ops (whether Dense's weight gradient frees the spikes before the spike gradient is transposed): each ste
-run measures three steps, and the figure is the highest of the six (``requested_peak_range`` has each run's lowest
-and highest). The torch side is benchmarks/torch_snn.py."""
+ste's row of ``dense`` and ``onb`` is ``ste.spiking.Fused`` (``SpikingDense`` layers in one XLA-compiled loop with a
+checkpointed backward pass); ``ste_unfused`` is the same network of ``keras.layers.Dense`` and ``ste.spiking.LIF``
+layers (not run in smoke mode, where the fused loop also runs without XLA, to stay cheap). ``conv`` has no fused
+form. Each framework runs in its own process with the same thread count (``threads``); ste's variants run before
+and after the peers (in reverse order) and each time is the mean of the two medians (with no peer they run once).
+Step time: the median over ``rounds`` steps after ``warmup`` untimed ones. Peak memory of a step, the same way in
+both: the highest running sum of the bytes requested minus those freed during one step, from each profiler's raw
+allocation records: TensorFlow's (``host_tracer_level=2``, with ``TF_CPU_ALLOCATOR_USE_BFC=true`` set before
+TensorFlow is imported; benchmarks/_allocations.py) and ``torch.profiler``'s (``profile_memory=True``). The BFC
+allocator's own peak (``bfc_peak_bytes``) is recorded too; it counts whole chunks, which BFC hands out unsplit when
+they are less than twice the request, so it reads up to ~20% above the requests and varies from run to run. The
+growth of the resident set's high-water mark is recorded too, but after warm-up steps the allocators reuse pages
+already resident, so it is near 0 for every framework. ste's peak also varies with the order in which TensorFlow's
+two inter-op threads run the backward ops (whether Dense's weight gradient frees the spikes before the spike
+gradient is transposed): each ste run measures three steps, and the figure is the highest of the six
+(``requested_peak_range`` has each run's lowest and highest). The torch side is benchmarks/torch_snn.py."""
 
 from __future__ import annotations
 
@@ -48,6 +51,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "conv": {"steps": 25, "batch": 32, "channels": 1, "size": 16, "filters1": 8, "filters2": 16, "outputs": 10},
     "onb": {"steps": 500, "batch": 16, "inputs": 512, "hidden": 512, "outputs": 512},
 }
+#: The workloads whose ste row runs ste.spiking.Fused (SpikingDense layers in one loop).
+FUSED = ("dense", "onb")
 SMOKE_WORKLOADS: dict[str, dict[str, Any]] = {
     "dense": {"steps": 3, "batch": 4, "inputs": 8, "hidden": 16, "outputs": 4},
     "conv": {"steps": 3, "batch": 2, "channels": 1, "size": 6, "filters1": 2, "filters2": 2, "outputs": 4},
@@ -64,6 +69,11 @@ def _ste_model(workload: str, c: dict[str, Any]) -> Any:
     def lif() -> Any:
         return ste.spiking.LIF(beta=0.9)
 
+    if c.get("fused") and workload in ("dense", "onb"):  # ste.spiking.SpikingDense, in one loop (ste.spiking.Fused)
+        hidden = [c["hidden"], c["outputs"]] if workload == "dense" else [c["hidden"]]
+        layers = [ste.spiking.SpikingDense(units, ste.spiking.LIFCell(beta=0.9)) for units in hidden]
+        stack = ste.spiking.Fused(layers, segment=c.get("segment"), jit_compile=c.get("jit_compile", True))
+        return keras.Sequential([keras.Input((c["steps"], c["inputs"])), stack])
     if workload == "dense":
         return keras.Sequential(
             [
@@ -201,20 +211,28 @@ def run(
     out: dict[str, Any] = {"threads": threads, "rounds": rounds, "workloads": {}}
     for workload in workloads:
         config = {**table[workload], "workload": workload, "rounds": rounds, "warmup": warmup, "threads": threads}
-        before = _ste(config)
+        variants = {"ste": config}
+        if workload in FUSED:  # ste's row is the fused layers; the unfused network is measured too (not in smoke)
+            variants["ste"] = {**config, "fused": True, "jit_compile": not smoke}
+            if not smoke:
+                variants["ste_unfused"] = config
+        before = {name: _ste(variant) for name, variant in variants.items()}
         results = {name: _peer(venv, name, config) for name, venv in peers.items()}
-        after = _ste(config) if results else before  # ste brackets the peers; alone it runs once
-        ste_time = (before["median_s"] + after["median_s"]) / 2
-        ste_peak = max(before["requested_peak_bytes"], after["requested_peak_bytes"])  # requests, as torch's
-        entry: dict[str, Any] = {
-            "config": config,
-            "ste": {
-                **after,
-                "median_s": ste_time,
-                "peak_bytes": ste_peak,
-                "median_s_before_after": [before["median_s"], after["median_s"]],
-            },
-        }
+        # ste brackets the peers (in reverse order); alone it runs once
+        after = {name: _ste(variants[name]) for name in reversed(variants)} if results else before
+        entry: dict[str, Any] = {"config": config}
+        for name in variants:
+            entry[name] = {
+                **after[name],
+                "median_s": (before[name]["median_s"] + after[name]["median_s"]) / 2,
+                "peak_bytes": max(before[name]["requested_peak_bytes"], after[name]["requested_peak_bytes"]),
+                "median_s_before_after": [before[name]["median_s"], after[name]["median_s"]],
+            }
+        ste_time, ste_peak = entry["ste"]["median_s"], entry["ste"]["peak_bytes"]
+        if "ste_unfused" in entry:
+            unfused = entry["ste_unfused"]
+            unfused["ste_time_ratio"] = ste_time / unfused["median_s"]
+            unfused["ste_memory_ratio"] = ste_peak / unfused["peak_bytes"]
         for name, result in results.items():
             entry[name] = {
                 **result,

@@ -325,9 +325,12 @@ def higher_order_witness(x: tf.Tensor) -> tf.Tensor | None:
     return witness(x)
 
 
-def refuse_higher_order(tensor: tf.Tensor, witness: tf.Tensor | None, op: str, what: str) -> tf.Tensor:
+def refuse_higher_order(
+    tensor: tf.Tensor, witness: tf.Tensor | None, op: str, what: str, fix: str | None = None
+) -> tf.Tensor:
     """``tensor`` (rebuilt from bits in a backward pass), whose gradient raises :class:`ste.HigherOrderError`: a
-    tape that reaches it differentiates a packed backward pass (see above)."""
+    tape that reaches it differentiates a packed backward pass (see above). ``fix`` replaces the default fix (turn
+    bit masks off)."""
     if witness is None:
         return tensor
 
@@ -336,6 +339,11 @@ def refuse_higher_order(tensor: tf.Tensor, witness: tf.Tensor | None, op: str, w
         def grad(*_: Any) -> Any:
             from ._errors import HigherOrderError
 
+            if fix is not None:
+                raise HigherOrderError(
+                    f"{op}: a gradient of this op's gradient (second or higher order, or forward mode) was asked "
+                    f"for; its backward pass {what}, which a tape does not differentiate. {fix}"
+                )
             raise HigherOrderError(
                 f"{op}: a gradient of this op's gradient (second or higher order) was asked for; with bit masks on, "
                 f"its backward pass {what}, a constant to the tape, so that gradient would silently miss the path "

@@ -19,6 +19,7 @@ REQUIRED = {
     "kernel_size": 3,
     "precision": 1,
     "layer": lambda: keras.layers.Dense(2),
+    "layers": lambda: [ste.spiking.SpikingDense(2)],
     "num_heads": 2,
     "key_dim": 4,
     "equation": "ab,bc->ac",

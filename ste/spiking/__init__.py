@@ -8,6 +8,7 @@
 from ._alif import ALIF, ALIFCell
 from ._cell import SpikingCell
 from ._constraint import Interval
+from ._dense import Fused, SpikingDense
 from ._encoders import delta_encode, latency_encode, rate_encode
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
@@ -29,6 +30,7 @@ __all__ = [
     "LIF",
     "RLIF",
     "ALIFCell",
+    "Fused",
     "IFCell",
     "Interval",
     "LICell",
@@ -39,6 +41,7 @@ __all__ = [
     "RateCrossEntropy",
     "Readout",
     "SpikingCell",
+    "SpikingDense",
     "SpikingRNN",
     "Synaptic",
     "SynapticCell",

@@ -51,6 +51,7 @@ REQUIRED: dict[str, Any] = {
     "spikes": np.zeros((2, 3, 4), np.float32),
     "backup_dir": "never_written_by_the_switch_test",  # refused before any file is written
     "weight": np.zeros((2,), np.float32),
+    "layers": [ste.spiking.SpikingDense(2)],  # ste.spiking.Fused's stack
 }
 
 

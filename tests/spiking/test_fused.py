@@ -1,0 +1,331 @@
+"""``SpikingDense`` and ``Fused`` (the fused dense + neuron loop, spiking/_fused.py) against the numpy BPTT models of
+reference.py (every neuron case of test_gradients.py and test_neurons.py) and against the unfused network
+(``keras.layers.Dense`` then the neuron layer) in a graph, under XLA, in the four float dtypes, in a
+MirroredStrategy step and through .keras saving; gradients of gradients are refused."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+
+from . import reference
+from . import test_gradients as lif_table
+from . import test_neurons as neuron_table
+
+BATCH, STEPS, FEATURES = 3, 7, 4
+
+
+def _data(seed: int, units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.random((BATCH, STEPS, FEATURES))
+    kernel = rng.normal(0.3, 0.5, size=(FEATURES, units))
+    bias = rng.normal(0.0, 0.1, size=(units,))
+    return x, kernel, bias, rng.normal(size=(BATCH, STEPS, units))
+
+
+def _fused_gradients(layer: ste.spiking.SpikingDense, x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, g: Any):
+    """Outputs and the gradients of Σ g·out with respect to the input, kernel, bias and the neuron's parameters."""
+    if not layer.built:
+        layer.build((BATCH, STEPS, FEATURES))
+    layer.kernel.assign(kernel)
+    layer.bias.assign(bias)
+    xt = tf.constant(x)
+    names = list(layer.neuron._learned)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        out = layer(xt)
+        loss = tf.reduce_sum(out * g)
+    grads = tape.gradient(loss, [xt, layer.kernel, layer.bias, *layer.neuron._learned.values()])
+    return (
+        out.numpy(),
+        grads[0].numpy(),
+        grads[1].numpy(),
+        grads[2].numpy(),
+        dict(zip(names, (v.numpy() for v in grads[3:]))),
+    )
+
+
+def _through_dense(d_current: np.ndarray, x: np.ndarray, kernel: np.ndarray) -> tuple[np.ndarray, ...]:
+    """dL/dx, dL/dW, dL/db from dL/dI with I = x·W + b."""
+    return d_current @ kernel.T, np.einsum("bti,btu->iu", x, d_current), d_current.sum(axis=(0, 1))
+
+
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"),
+    lif_table.CASES,
+    ids=[f"{k}-{r}-{'detach' if d else 'attached'}" for k, r, d in lif_table.CASES],
+)
+def test_lif_if_alif_match_numpy_bptt(kind: str, reset: str, detach: bool) -> None:
+    _, _, _, rnn, neuron = lif_table._case(kind, reset, detach)  # the table's neuron and its numpy model
+    units = lif_table.UNITS
+    x, kernel, bias, g = _data(lif_table.CASES.index((kind, reset, detach)), units)
+    layer = ste.spiking.SpikingDense(units, rnn, dtype="float64", segment=3)
+    out, dx, dw, db, params = _fused_gradients(layer, x, kernel, bias, g)
+    current = x @ kernel + bias
+    expected = reference.forward(neuron, current)
+    assert 0 < expected["S"].mean() < 0.9, "the data should make some but not all neurons fire"
+    np.testing.assert_array_equal(out, expected["S"].transpose(1, 0, 2))
+    want = reference.backward(neuron, current, g, np.zeros((BATCH, units)))
+    tol = {"rtol": 1e-10, "atol": 1e-12}
+    for got, expected_grad in zip((dx, dw, db), _through_dense(want["current"], x, kernel)):
+        np.testing.assert_allclose(got, expected_grad, **tol)
+    np.testing.assert_allclose(params["threshold"], want["threshold"], **tol)
+    np.testing.assert_allclose(params["surrogate_alpha"], want["alpha"], **tol)
+    if kind != "IF":
+        np.testing.assert_allclose(params["beta"], want["beta"], **tol)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reset", "detach"),
+    neuron_table.CASES,
+    ids=[f"{k}-{r}-{'det' if d else 'att'}" for k, r, d in neuron_table.CASES],
+)
+def test_synaptic_recurrent_li_match_numpy_bptt(kind: str, reset: str, detach: bool) -> None:
+    seed = neuron_table.CASES.index((kind, reset, detach))
+    rnn, n = neuron_table._neuron(kind, reset, detach)
+    units = neuron_table.UNITS
+    x, kernel, bias, g = _data(100 + seed, units)
+    layer = ste.spiking.SpikingDense(units, rnn, dtype="float64", segment=2)
+    layer.build((BATCH, STEPS, FEATURES))
+    n.recurrent, n.bias = neuron_table._recurrent_weights(types.SimpleNamespace(cell=layer.neuron), seed)
+    out, dx, dw, db, params = _fused_gradients(layer, x, kernel, bias, g)
+    current = x @ kernel + bias
+    expected = reference.simulate(n, current)
+    if n.spiking:
+        assert 0.05 < expected["S"].mean() < 0.9, "the data should make some but not all neurons fire"
+        np.testing.assert_array_equal(out, expected["S"].transpose(1, 0, 2))
+    else:
+        np.testing.assert_allclose(out, expected["U"].transpose(1, 0, 2), rtol=1e-12, atol=1e-12)
+    want = reference.bptt(n, current, g, np.zeros((BATCH, units)))
+    tol = {"rtol": 1e-10, "atol": 1e-12}
+    for got, expected_grad in zip((dx, dw, db), _through_dense(want["current"], x, kernel)):
+        np.testing.assert_allclose(got, expected_grad, **tol)
+    np.testing.assert_allclose(params["beta"], want["beta"], **tol)
+    if n.alpha is not None:
+        np.testing.assert_allclose(params["alpha"], want["alpha"], **tol)
+    if n.spiking:
+        np.testing.assert_allclose(params["threshold"], want["threshold"], **tol)
+        np.testing.assert_allclose(params["surrogate_alpha"], want["surrogate"], **tol)
+    if n.recurrent is not None:
+        np.testing.assert_allclose(params["recurrent_kernel"], want["recurrent"], **tol)
+
+
+# -- against the unfused network, in graphs ------------------------------------------------------------------------
+
+HIDDEN, CLASSES = 8, 3
+
+
+def _cells(dtype: str) -> list[ste.spiking.SpikingCell]:
+    return [
+        ste.spiking.LIFCell(beta=1.0, learn_beta=True, learn_threshold=True, dtype=dtype),
+        ste.spiking.SynapticCell(alpha=0.5, beta=1.0, reset="zero", detach_reset=False, dtype=dtype),
+    ]
+
+
+def _pair(dtype: str, segment: int | None = None, jit_compile: bool = True) -> tuple[keras.Model, keras.Model]:
+    """The fused network and the unfused one (Dense, neuron layer, Dense, neuron layer) with the same weights.
+
+    β = 1, weights and biases multiples of 1/8 and 0/1 inputs: every current and membrane is exact in bfloat16, so
+    both networks spike alike in every dtype and only the order of the gradients' sums differs.
+    """
+    lif, synaptic = _cells(dtype)
+    inputs = keras.Input((STEPS, FEATURES), dtype=dtype)
+    fused = keras.Model(
+        inputs,
+        ste.spiking.Fused(
+            [
+                ste.spiking.SpikingDense(HIDDEN, lif, dtype=dtype),
+                ste.spiking.SpikingDense(CLASSES, synaptic, dtype=dtype),
+            ],
+            segment=segment,
+            jit_compile=jit_compile,
+            dtype=dtype,
+        )(inputs),
+    )
+    layers = [
+        keras.layers.Dense(HIDDEN, dtype=dtype),
+        ste.spiking.LIF(beta=1.0, learn_beta=True, learn_threshold=True, dtype=dtype),
+        keras.layers.Dense(CLASSES, dtype=dtype),
+        ste.spiking.Synaptic(alpha=0.5, beta=1.0, reset="zero", detach_reset=False, dtype=dtype),
+    ]
+    unfused = keras.Sequential([keras.Input((STEPS, FEATURES), dtype=dtype), *layers])
+    rng = np.random.default_rng(5)
+    for weight in unfused.weights:
+        if weight.shape.rank:
+            weight.assign(rng.integers(-4, 7, size=weight.shape) / 8)
+    by_role = {}
+    for weight in unfused.weights:
+        by_role.setdefault(weight.name, []).append(weight)
+    for weight in fused.weights:
+        weight.assign(by_role[weight.name].pop(0))
+    return fused, unfused
+
+
+def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool) -> Any:
+    @tf.function(jit_compile=jit)
+    def run() -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = model(x, training=True)
+            loss = tf.reduce_sum(tf.cast(out, tf.float32) * g)
+        return out, tape.gradient(loss, [x, *model.trainable_weights])
+
+    return run()
+
+
+DTYPES = [("float16", False), ("bfloat16", False), ("float32", False), ("float64", False), ("float16", True)]
+
+
+@pytest.mark.parametrize(("dtype", "jit"), DTYPES, ids=[f"{d}{'-xla' if j else ''}" for d, j in DTYPES])
+def test_fused_network_matches_the_unfused_one(dtype: str, jit: bool) -> None:
+    fused, unfused = _pair(dtype, jit_compile=jit)
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.random((BATCH, STEPS, FEATURES)) < 0.5, dtype)
+    g = tf.constant(rng.normal(size=(BATCH, STEPS, CLASSES)), tf.float32)
+    (out, grads), (want, wanted) = _step(fused, x, g, False), _step(unfused, x, g, False)
+    assert 0 < float(tf.reduce_mean(tf.cast(want, tf.float32))) < 1
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    rtol = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-5, "float64": 1e-12}[dtype]
+    assert len(grads) == len(wanted) == 1 + len(fused.trainable_weights)
+    for a, b in zip(grads, wanted):
+        scale = float(tf.reduce_max(tf.abs(tf.cast(b, tf.float64))))
+        assert scale > 0
+        np.testing.assert_allclose(
+            tf.cast(a, tf.float64).numpy(), tf.cast(b, tf.float64).numpy(), rtol=rtol, atol=rtol * scale
+        )
+
+
+@pytest.mark.parametrize("segment", [1], ids=["every-step"])  # the default segments: test_fused_network...[float16-xla]
+def test_xla_and_every_segment_length_give_the_unfused_gradients(segment: int) -> None:
+    fused, unfused = _pair("float64", segment)
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.random((BATCH, STEPS, FEATURES)) < 0.5, tf.float64)
+    g = tf.constant(rng.normal(size=(BATCH, STEPS, CLASSES)), tf.float32)
+    (out, grads), (want, wanted) = _step(fused, x, g, True), _step(unfused, x, g, False)
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    for a, b in zip(grads, wanted):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_mirrored_strategy_step_matches_one_device() -> None:
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by tests/conftest.py")
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    rng = np.random.default_rng(4)
+    x = (rng.random((16, STEPS, FEATURES)) < 0.5).astype("float32")
+    y = rng.integers(0, CLASSES, size=16).astype("int32")
+
+    def run(strategy: Any) -> list[np.ndarray]:
+        with strategy.scope():
+            fused, _ = _pair("float32", jit_compile=False)  # (XLA: test_xla_and_every_segment_length...)
+        loss_fn = ste.spiking.RateCrossEntropy(reduction="sum")
+
+        @tf.function
+        def train(x: tf.Tensor, y: tf.Tensor) -> None:
+            def step(x: tf.Tensor, y: tf.Tensor) -> None:
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(y, fused(x, training=True)) / 16
+                grads = tape.gradient(loss, fused.trainable_weights)
+                grads = tf.distribute.get_replica_context().all_reduce("sum", grads)
+                for weight, grad in zip(fused.trainable_weights, grads):
+                    weight.assign_sub(0.5 * grad)
+
+            strategy.run(step, (x, y))
+
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+        for batch in strategy.experimental_distribute_dataset(data):
+            train(*batch)
+        return [w.numpy() for w in fused.weights]
+
+    mirrored, single = run(strategy), run(tf.distribute.OneDeviceStrategy(devices[0]))
+    assert any(not np.array_equal(a, b) for a, b in zip(mirrored, _pair("float32")[0].get_weights()))
+    for a, b in zip(mirrored, single):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_keras_save_and_load(tmp_path) -> None:
+    fused, _ = _pair("float32")
+    x = (np.random.default_rng(6).random((BATCH, STEPS, FEATURES)) < 0.5).astype("float32")
+    path = tmp_path / "fused.keras"
+    fused.save(path)
+    loaded = keras.saving.load_model(path)  # safe_mode: everything is registered
+    np.testing.assert_array_equal(loaded(x).numpy(), fused(x).numpy())
+    layer = loaded.layers[-1]
+    assert isinstance(layer, ste.spiking.Fused)
+    assert [type(d.neuron) for d in layer.fused_layers] == [ste.spiking.LIFCell, ste.spiking.SynapticCell]
+    assert layer.fused_layers[1].neuron.get_config() == fused.layers[-1].fused_layers[1].neuron.get_config()
+    for a, b in zip(loaded.weights, fused.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_gradient_of_the_gradient_is_refused_at_trace_time() -> None:
+    layer = ste.spiking.SpikingDense(4, ste.spiking.LIFCell())
+    x = tf.random.stateless_uniform((2, STEPS, FEATURES), seed=(1, 2))
+    layer(x)
+
+    @tf.function
+    def second_order() -> tf.Tensor:
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                loss = tf.reduce_sum(layer(x))
+            grad = inner.gradient(loss, layer.kernel)
+            penalty = tf.reduce_sum(grad**2)
+        return outer.gradient(penalty, layer.kernel)
+
+    with pytest.raises(ste.HigherOrderError, match="SpikingDense.*Fix: use the unfused layers"):
+        second_order.get_concrete_function()
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf.function"])
+def test_forward_mode_is_refused(mode: str) -> None:
+    layer = ste.spiking.SpikingDense(4, ste.spiking.LIFCell())
+    x = tf.random.stateless_uniform((2, STEPS, FEATURES), seed=(5, 6))
+    call = layer if mode == "eager" else tf.function(lambda z: layer(z))
+    with pytest.raises(ste.HigherOrderError, match="Fix: use the unfused layers"):
+        with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as accumulator:
+            accumulator.jvp(call(x))
+
+
+def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None:
+    # The network's input data: its gradient is neither asked for nor computed (it would be [batch, time, features]).
+    layer = ste.spiking.SpikingDense(4, ste.spiking.LIFCell())
+    x = tf.random.stateless_uniform((2, STEPS, FEATURES), seed=(3, 4))
+    layer(x)
+
+    @tf.function
+    def grads() -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x) * tf.range(1.0, 5.0))
+        return tape.gradient(loss, layer.trainable_weights)
+
+    graph = grads.get_concrete_function().graph
+    backward = [
+        f for f in graph.as_graph_def().library.function if f.signature.name.startswith("__inference_backward_")
+    ]
+    assert backward and all(len(f.signature.output_arg) == 2 for f in backward)  # the kernel's and the bias's only
+    assert all(np.any(g.numpy() != 0) for g in grads())
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda: ste.spiking.SpikingDense(4, keras.layers.Dense(4)), ste.ParameterError),
+        (lambda: ste.spiking.SpikingDense(4, ste.spiking.LIFCell(units=3)), ste.ParameterError),
+        (lambda: ste.spiking.SpikingDense(0), ste.ParameterError),
+        (lambda: ste.spiking.SpikingDense(4, segment=0), ste.ParameterError),
+        (lambda: ste.spiking.Fused([keras.layers.Dense(4)]), ste.ParameterError),
+        (lambda: ste.spiking.SpikingDense(4)(tf.zeros((2, 3))), ste.CallError),
+    ],
+    ids=["neuron-not-a-cell", "units-mismatch", "units-0", "segment-0", "fused-not-spiking-dense", "no-time-axis"],
+)
+def test_errors(make: Any, error: type) -> None:
+    with pytest.raises(error):
+        make()
