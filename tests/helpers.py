@@ -47,6 +47,23 @@ def load_example(name: str) -> Any:
     return module
 
 
+def example_job(name: str, *args: str) -> Any:
+    """``python examples/<name>.py ARGS`` as a user runs it (a fresh process, in a directory of its own), as a
+    background job (tests/jobs.py): it trains beside the rest of the suite."""
+    import os
+    from pathlib import Path
+
+    from tests.jobs import BackgroundJob
+
+    root = Path(__file__).resolve().parents[1]
+
+    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+        env = {**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
+        return [str(root / "examples" / f"{name}.py"), *args], env, directory
+
+    return BackgroundJob(f"example-{name}", command, timeout=600)
+
+
 #: TensorFlow's errors for CPU kernels it lacks where oneDNN is off (a CPU without AVX-512, unless
 #: TF_ENABLE_ONEDNN_OPTS=1): a phrase of the message -> the kernel (issue 18).
 MISSING_CPU_KERNELS = {

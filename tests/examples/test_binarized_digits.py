@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
+from tests.helpers import example_job
+
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "binarized_digits.py"
 
 
 def test_readme_main_command_runs_the_binarized_example():
@@ -17,12 +17,15 @@ def test_readme_main_command_runs_the_binarized_example():
     assert command.rstrip().endswith("python examples/binarized_digits.py")
 
 
-def test_example_trains_both_networks_and_prints_the_summary(capsys):
-    spec = importlib.util.spec_from_file_location("binarized_digits", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = module.main(["--epochs", "3", "--verbose", "0"])
-    out = capsys.readouterr().out
-    assert result["binarized"] > 0.8 and result["float"] > 0.8  # 3 epochs; the full run reaches about 98 %
-    assert "test accuracy  binarized:" in out and "compression ratio" in out
-    assert "values [-1, 1]" in out
+EXAMPLE_RUN = example_job("binarized_digits", "--epochs", "3", "--verbose", "0")
+
+
+@EXAMPLE_RUN.needed
+def test_example_trains_both_networks_and_prints_the_summary():
+    done = EXAMPLE_RUN.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = re.search(r"test accuracy  binarized: ([\d.]+)%   float: ([\d.]+)%", done.stdout)
+    assert found, done.stdout
+    assert float(found[1]) > 80 and float(found[2]) > 80  # 3 epochs; the full run reaches about 98 %
+    assert "compression ratio" in done.stdout
+    assert "values [-1, 1]" in done.stdout
