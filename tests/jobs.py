@@ -157,7 +157,11 @@ class BackgroundJob:
 
     def needed(self, test: Test) -> Test:
         """Mark ``test`` as one that reads this job (``JOB.wait()``): the job starts when the test is collected."""
-        return pytest.mark.background_job(self)(test)  # type: ignore[no-any-return]
+        return self.background_mark()(test)  # type: ignore[no-any-return]
+
+    def background_mark(self) -> pytest.MarkDecorator:
+        """The mark itself, for one case of a parametrized test (``pytest.param(..., marks=JOB.background_mark())``)."""
+        return pytest.mark.background_job(self)
 
     def start(self) -> None:
         """Queue the job (once); the queue's thread runs it when the jobs queued before it are done."""

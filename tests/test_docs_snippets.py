@@ -9,6 +9,7 @@ give its reason. Blocks that include a file (``--8<--``) show the example script
 
 from __future__ import annotations
 
+import os
 import re
 import types
 from pathlib import Path
@@ -16,11 +17,10 @@ from pathlib import Path
 import pytest
 
 import ste
+from tests.jobs import BackgroundJob
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted(
-    [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT))
-)
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT)))
 BLOCK = re.compile(r"^(?:(?P<marker><!--[^\n]*-->)\n)?```python\n(?P<code>.*?)^```", re.S | re.M)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
@@ -46,11 +46,9 @@ def _name(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-@pytest.mark.parametrize("path", [p for p in PAGES if _blocks(p)], ids=_name)
-def test_page_code_runs(path, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # blocks that save files write here
-    if _name(path) in NEEDS:
-        pytest.importorskip(NEEDS[_name(path)][0], reason=NEEDS[_name(path)][1])
+def run_page(name: str) -> None:
+    """Run the page's blocks as a reader's session, in the current directory (the page's background job)."""
+    path = ROOT / name
     namespace: dict = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
     for number, (block, not_run) in enumerate(_blocks(path)):
         if not_run is not None or "--8<--" in block:
@@ -59,13 +57,36 @@ def test_page_code_runs(path, tmp_path, monkeypatch):
         # earlier keep theirs), so a block that uses a module it does not import fails.
         scope = {name: value for name, value in namespace.items() if not isinstance(value, types.ModuleType)}
         expected = RAISES.match(block.lstrip())
-        code = compile(block, f"{_name(path)}[block {number}]", "exec")
+        code = compile(block, f"{name}[block {number}]", "exec")
         if expected is None:
             exec(code, scope)
         else:
             with pytest.raises(getattr(ste, expected.group(1))):
                 exec(code, scope)
         namespace.update(scope)
+
+
+def _page_job(path: Path) -> BackgroundJob:
+    """The page's blocks in a fresh interpreter, as a reader runs them, in a directory of its own (blocks that save
+    files write there): a background job beside the rest of the suite."""
+
+    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
+        code = f"from tests.test_docs_snippets import run_page; run_page({_name(path)!r})"
+        return ["-c", code], env, directory
+
+    return BackgroundJob(f"docs-{path.stem}", command, timeout=600)
+
+
+PAGE_JOBS = {_name(path): _page_job(path) for path in PAGES if _blocks(path)}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=job.background_mark()) for name, job in PAGE_JOBS.items()])
+def test_page_code_runs(name):
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name][0], reason=NEEDS[name][1])
+    done = PAGE_JOBS[name].wait()
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_blocks_not_run_are_rare_and_say_why():
