@@ -3,11 +3,16 @@ what the Keras QAT model computes (LiteRT's reference kernels; ``tf.lite.Interpr
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
 
 import ste
+from tests.jobs import BackgroundJob
 
 from .helpers import data, ops, residual_net, run
 
@@ -91,17 +96,36 @@ def test_to_tflite_refuses_a_non_model():
         ste.to_tflite("model.keras")
 
 
+# MobileNetV2's export and conversion take ~30 s of one Python thread: a fresh process, a background job beside the
+# rest of the suite (tests/jobs.py), writes the flatbuffer and the Keras layer kinds; the test reads them.
+_MOBILENET = """
+import json, numpy as np, keras, ste
+model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), classes=10)
+q = ste.quantize_model(model, strict=True)
+x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
+q(x, training=True)  # one step of range statistics
+open("mobilenet_v2.tflite", "wb").write(ste.to_tflite(q))
+json.dump([type(layer).__name__ for layer in model.layers], open("layers.json", "w"))
+"""
+
+
+def _mobilenet(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return ["-c", _MOBILENET], env, directory
+
+
+MOBILENET = BackgroundJob("mobilenet-v2", _mobilenet, timeout=600)
+
+
+@MOBILENET.needed
 def test_mobilenet_v2_converts_end_to_end():
-    model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), classes=10)
-    q = ste.quantize_model(model, strict=True)
-    x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)
-    q(x, training=True)  # one step of range statistics
-    flatbuffer = ste.to_tflite(q)
-    found = ops(flatbuffer)
+    done = MOBILENET.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = ops((done.directory / "mobilenet_v2.tflite").read_bytes())
     names = [name for name, _, _ in found]
-    keras_kinds = [type(layer) for layer in model.layers]
-    assert names.count("CONV_2D") == keras_kinds.count(keras.layers.Conv2D) == 35
-    assert names.count("DEPTHWISE_CONV_2D") == keras_kinds.count(keras.layers.DepthwiseConv2D) == 17
+    keras_kinds = json.loads((done.directory / "layers.json").read_text())
+    assert names.count("CONV_2D") == keras_kinds.count("Conv2D") == 35
+    assert names.count("DEPTHWISE_CONV_2D") == keras_kinds.count("DepthwiseConv2D") == 17
     assert names.count("FULLY_CONNECTED") == 1
     for name, inputs, outputs in found:
         if name in INT8_KERNELS:
