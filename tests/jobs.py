@@ -16,6 +16,7 @@ Output goes to files, never a pipe that could fill up, and every process has a d
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import shutil
@@ -210,3 +211,22 @@ class BackgroundJob:
         self.jobs.kill_all()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def in_fresh_process(function: Callable[..., None], *args: Any, timeout: float = 600.0) -> BackgroundJob:
+    """A background job that calls ``function(directory, *args)`` in a fresh interpreter (``function`` a module-level
+    function of an importable test module; ``args`` JSON values): the test's body, run beside the suite, that fails
+    the test when it raises (its traceback is the job's stderr)."""
+    import inspect
+
+    root = Path(__file__).resolve().parents[1]
+    module = ".".join(Path(inspect.getfile(function)).resolve().relative_to(root).with_suffix("").parts)
+    name = function.__qualname__
+
+    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+        call = f"{name}(pathlib.Path({str(directory)!r}), *json.loads({json.dumps(args)!r}))"
+        code = f"import importlib, json, pathlib\nimportlib.import_module({module!r}).{call}\n"
+        env = {**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "3"}
+        return ["-c", code], env, directory
+
+    return BackgroundJob(f"{name.strip('_')}-{abs(hash(json.dumps(args))) % 10**6}", command, timeout)

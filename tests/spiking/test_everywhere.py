@@ -4,6 +4,7 @@ checked against numpy in test_gradients.py), or one device for the distributed r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.jobs import in_fresh_process
 
 STEPS, FEATURES, CLASSES = 8, 6, 3
 
@@ -147,20 +149,13 @@ def test_keras_save_and_load(tmp_path) -> None:
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-@pytest.mark.parametrize(
-    "neuron",
-    [  # every learned parameter (the spike op takes them as inputs); the default spike op, gradient through the reset
-        {"reset": "zero", "learn_beta": True, "learn_threshold": True, "learn_surrogate": True},
-        {"reset": "subtract", "detach_reset": False},
-    ],
-    ids=["learned", "default"],
-)
-def test_savedmodel_export_keeps_the_surrogate_gradient(tmp_path, neuron) -> None:
+def _exported_surrogate_gradient(directory: Path, neuron: dict[str, Any]) -> None:
+    """The export's gradient is the live model's (run in a fresh process: ``EXPORTS`` below)."""
     model = keras.Sequential(  # one spiking layer keeps the export short
         [keras.Input((STEPS, FEATURES)), keras.layers.Dense(CLASSES), ste.spiking.LIF(**neuron)]
     )
     x = tf.constant(_data(4)[0])
-    path = str(tmp_path / "exported")
+    path = str(directory / "exported")
     model.export(path, verbose=False)
     restored = tf.saved_model.load(path)
     with tf.GradientTape(persistent=True) as tape:
@@ -171,6 +166,23 @@ def test_savedmodel_export_keeps_the_surrogate_gradient(tmp_path, neuron) -> Non
     got, want = (tape.gradient(w, x) for w in weighted)
     assert np.any(want.numpy() != 0)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
+
+
+# every learned parameter (the spike op takes them as inputs); the default spike op, gradient through the reset. A
+# SavedModel export traces every custom gradient (~10 s): each runs in a fresh process beside the suite.
+EXPORTS = {
+    "learned": in_fresh_process(
+        _exported_surrogate_gradient,
+        {"reset": "zero", "learn_beta": True, "learn_threshold": True, "learn_surrogate": True},
+    ),
+    "default": in_fresh_process(_exported_surrogate_gradient, {"reset": "subtract", "detach_reset": False}),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(k, marks=job.background_mark()) for k, job in EXPORTS.items()])
+def test_savedmodel_export_keeps_the_surrogate_gradient(case: str) -> None:
+    done = EXPORTS[case].wait()
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_forward_mode_matches_reverse_mode() -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.jobs import in_fresh_process
 
 from . import reference
 from .test_everywhere import _data as _sequences
@@ -418,13 +420,13 @@ def test_encoders_refuse_what_would_be_silently_wrong_or_a_raw_error() -> None:
     assert seeded.shape == (2, 4, 3) and set(np.unique(seeded)) <= {0.0, 1.0}
 
 
-@pytest.mark.parametrize("kind", ["RSynaptic", "LI"])
-def test_savedmodel_export_keeps_the_gradient(tmp_path, kind: str) -> None:
+def _exported_gradient(directory: Path, kind: str) -> None:
+    """The export's gradient is the live model's (run in a fresh process: ``EXPORTS`` below)."""
     layer = ste.spiking.RSynaptic(learn_alpha=True, recurrent_bias=True) if kind == "RSynaptic" else ste.spiking.LI()
     x = tf.constant(_sequences(4)[0])
     model = keras.Sequential([keras.Input(x.shape[1:]), keras.layers.Dense(UNITS), layer])
-    model.export(str(tmp_path / "exported"), verbose=False)
-    restored = tf.saved_model.load(str(tmp_path / "exported"))
+    model.export(str(directory / "exported"), verbose=False)
+    restored = tf.saved_model.load(str(directory / "exported"))
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
         out, expected = restored.serve(x), model(x)
@@ -436,3 +438,13 @@ def test_savedmodel_export_keeps_the_gradient(tmp_path, kind: str) -> None:
     # 3 in 12 seeds miss atol=1e-7 by 1-2 ulp of the largest gradient, on main too), so atol scales with it
     scale = float(np.abs(want.numpy()).max())
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6 * scale)
+
+
+# a SavedModel export traces every custom gradient (~10 s for RSynaptic): each runs in a fresh process beside the suite
+EXPORTS = {kind: in_fresh_process(_exported_gradient, kind) for kind in ("RSynaptic", "LI")}
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=job.background_mark()) for k, job in EXPORTS.items()])
+def test_savedmodel_export_keeps_the_gradient(kind: str) -> None:
+    done = EXPORTS[kind].wait()
+    assert done.returncode == 0, done.stderr[-4000:]
