@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -123,6 +124,12 @@ class Finished:
     stderr: str
     directory: Path  # where it ran (files it wrote are there)
 
+    def numbers(self, pattern: str) -> list[float]:
+        """The groups of ``pattern``'s first match in stdout, as numbers (the test fails if nothing matches)."""
+        found = re.search(pattern, self.stdout)
+        assert found, f"{pattern!r} not in the output:\n{self.stdout[-3000:]}"
+        return [float(group) for group in found.groups()]
+
 
 #: ``command(directory) -> (python arguments, environment, working directory)``, called when the job is queued (in
 #: the main thread); it may write the files the process reads into ``directory`` (a temporary directory of its own).
@@ -205,6 +212,12 @@ class BackgroundJob:
         read = lambda path: path.read_text(errors="replace")  # noqa: E731
         returncode = self.jobs.procs[self.name].returncode
         return Finished(returncode, read(self.jobs.logs[self.name]), read(self.jobs.errors[self.name]), self.directory)
+
+    def succeeded(self) -> Finished:
+        """:meth:`wait`, and the test fails unless the process exited 0 (with the end of its stderr)."""
+        done = self.wait()
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
 
     def stop(self) -> None:
         self.stopped = True  # not started any more if still queued
