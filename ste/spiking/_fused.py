@@ -4,16 +4,19 @@ The unfused network (``Dense`` over every step at once, then a neuron layer's ti
 pass materializes the gradient of every layer boundary for the whole sequence, and Keras's ``Dense`` keeps its float
 input spikes. Here each step computes its currents ``I[t] = h[t]·W + b`` inside the loop, for every stage of a stack
 (the spikes of stage i are the input of stage i+1 at the same step), and runs each stage's own cell step
-(``SpikingCell.call``: its dynamics, reset and surrogate; nothing of a neuron is written again here).
+(``SpikingCell.call``: its dynamics, reset and surrogate; nothing of a neuron is written again here). The first
+stage's currents depend on the input only: they are one product per segment (``[batch·segment, features]·W``).
 
 What is kept for the backward pass: the cells' states at the start of every segment of ``segment`` steps (a spike
-state as bits, ``ste._bitmask.pack_bits``; the others as floats). The backward loop runs over the segments in
-reverse: it recomputes the segment's states from its checkpoint (the same ops as the forward pass, so the same
-values bit for bit), then steps back through it, taking each step's vector-Jacobian product with a ``GradientTape``
-over that step (the cell's own surrogate gradient), and accumulates the kernels' gradients per step
-(dW += h[t]ᵀ·dI[t]). The gradient of a stage's input spikes flows to the stage below within the step and is never
-held for the whole sequence. Memory: the checkpoints (about T/segment steps of states) and one segment's states
-(segment steps); ``segment=1`` keeps every step's states and recomputes nothing but the step itself.
+state as bits, ``ste._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
+runs over the segments in reverse: it recomputes the segment's first-stage currents and the states every step
+starts from (the same ops as the forward pass, so the same values bit for bit; the last step's outputs are not
+needed), then steps back through it, taking each step's vector-Jacobian product with a ``GradientTape`` over that
+step (the cell's own surrogate gradient) and the first stage's product by hand, and accumulates the kernels'
+gradients per step (dW += h[t]ᵀ·dI[t]). The gradient of a stage's input spikes flows to the stage below within the
+step and is never held for the whole sequence. Memory: the checkpoints (about T/segment steps of states), one
+segment's states and its first-stage currents (segment steps each); ``segment=1`` keeps every step's states and
+recomputes nothing but the step itself.
 
 Both loops are compiled with XLA by default (one kernel for the sequence instead of TensorFlow's cost per op and
 step). The outputs are written into one ``[batch, time, units]`` buffer in place (outside XLA with
@@ -67,23 +70,35 @@ def _input_watched(x: tf.Tensor) -> bool:
     return bool(record.should_record_backprop([x]))
 
 
-def _update(buffer: tf.Tensor, t: tf.Tensor, value: tf.Tensor) -> tf.Tensor:
-    """``buffer[:, t] = value`` in place (the op hands its input's buffer on when nothing else holds it)."""
+def _update(buffer: tf.Tensor, t: tf.Tensor, value: tf.Tensor, axis: int = 1) -> tf.Tensor:
+    """``buffer[:, t] = value`` (``axis=1``) or ``buffer[t] = value`` (``axis=0``) in place (the op hands its input's
+    buffer on when nothing else holds it)."""
     rank = buffer.shape.rank
-    if compiling_with_xla():
-        rows = tf.range(tf.shape(buffer)[0])  # XLA updates the buffer in place
+    if compiling_with_xla():  # XLA updates the buffer in place
+        if axis == 0:
+            return tf.tensor_scatter_nd_update(buffer, tf.reshape(t, [1, 1]), value[None])
+        rows = tf.range(tf.shape(buffer)[0])
         return tf.tensor_scatter_nd_update(buffer, tf.stack([rows, tf.fill(tf.shape(rows), t)], axis=1), value)
-    begin = tf.concat([[0], [t], tf.zeros([rank - 2], tf.int32)], axis=0)
-    end = tf.concat([[tf.shape(buffer)[0]], [t + 1], tf.shape(buffer)[2:]], axis=0)
+    if axis == 0:
+        begin = tf.concat([[t], tf.zeros([rank - 1], tf.int32)], axis=0)
+        end = tf.concat([[t + 1], tf.shape(buffer)[1:]], axis=0)
+        value = value[None]
+    else:
+        begin = tf.concat([[0], [t], tf.zeros([rank - 2], tf.int32)], axis=0)
+        end = tf.concat([[tf.shape(buffer)[0]], [t + 1], tf.shape(buffer)[2:]], axis=0)
+        value = value[:, None]
     out = tf.raw_ops.TensorStridedSliceUpdate(
-        input=buffer, begin=begin, end=end, strides=tf.ones([rank], tf.int32), value=value[:, None]
+        input=buffer, begin=begin, end=end, strides=tf.ones([rank], tf.int32), value=value
     )
     out.set_shape(buffer.shape)
     return out
 
 
-class _Lists:
-    """A stack of the states of every stage (TensorLists, popped in reverse); spike states as bits."""
+class _Kept:
+    """Buffers ``[size, ...]`` of every stage's states, one entry per index; spike states as bits.
+
+    Written in place at an index and read at one (a stack of TensorLists made XLA copy the whole list at every push:
+    one segment's states twice)."""
 
     def __init__(
         self,
@@ -92,71 +107,34 @@ class _Lists:
         batch: tf.Tensor,
         static_batch: int | None,
         dtype: Any,
-        size: int,
     ) -> None:
-        self.stages, self.widths, self.batch, self.dtype = stages, widths, batch, dtype
-        self.static_batch = static_batch
-        self.handles = []
-        for stage, width in zip(stages, widths):
-            for binary in stage.binary:
-                shape = tf.reshape((batch * width + 7) // 8, [1]) if binary else tf.stack([batch, width])
-                element_dtype = tf.uint8 if binary else dtype
-                self.handles.append(
-                    tf.raw_ops.EmptyTensorList(element_shape=shape, max_num_elements=size, element_dtype=element_dtype)
-                )
+        self.stages, self.batch, self.static_batch, self.dtype = stages, batch, static_batch, dtype
+        self.layout = [(binary, width) for stage, width in zip(stages, widths) for binary in stage.binary]
 
-    def push(self, handles: Sequence[tf.Tensor], states: Sequence[Sequence[tf.Tensor]]) -> list[tf.Tensor]:
-        out, flat = [], [(s, b) for stage, group in zip(self.stages, states) for s, b in zip(group, stage.binary)]
-        for handle, (state, binary) in zip(handles, flat):
-            out.append(
-                tf.raw_ops.TensorListPushBack(input_handle=handle, tensor=pack_bits(state > 0) if binary else state)
-            )
-        return out
-
-    def stack(self, handles: Sequence[tf.Tensor], size: int) -> list[tf.Tensor]:
-        """The lists as tensors ``[size, ...]`` (a function compiled by XLA returns no list)."""
-        out = []
-        for handle, (shape, element_dtype) in zip(handles, self.elements()):
-            out.append(
-                tf.raw_ops.TensorListStack(
-                    input_handle=handle, element_shape=shape, element_dtype=element_dtype, num_elements=size
-                )
-            )
-        return out
-
-    def unstack(self, tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
-        """Lists again from :meth:`stack`'s tensors (popped from the last)."""
+    def empty(self, size: Any) -> list[tf.Tensor]:
         return [
-            tf.raw_ops.TensorListFromTensor(tensor=tensor, element_shape=shape)
-            for tensor, (shape, _) in zip(tensors, self.elements())
+            tf.zeros(tf.stack([size, (self.batch * width + 7) // 8]), tf.uint8)
+            if binary
+            else tf.zeros(tf.stack([size, self.batch, width]), self.dtype)
+            for binary, width in self.layout
         ]
 
-    def elements(self) -> list[tuple[tf.Tensor, Any]]:
-        """The element shape and dtype of every list."""
-        out = []
-        for width, stage in zip(self.widths, self.stages):
-            for binary in stage.binary:
-                shape = tf.reshape((self.batch * width + 7) // 8, [1]) if binary else tf.stack([self.batch, width])
-                out.append((shape, tf.uint8 if binary else self.dtype))
-        return out
+    def write(self, buffers: Sequence[tf.Tensor], index: tf.Tensor, states: Sequence[Sequence[tf.Tensor]]) -> list[Any]:
+        flat = [s for group in states for s in group]
+        return [
+            _update(buffer, index, pack_bits(state > 0) if binary else state, axis=0)
+            for buffer, state, (binary, _) in zip(buffers, flat, self.layout)
+        ]
 
-    def pop(self, handles: Sequence[tf.Tensor]) -> tuple[list[tf.Tensor], list[list[tf.Tensor]]]:
-        out_handles, states, index = [], [], 0
-        for stage, width in zip(self.stages, self.widths):
-            group = []
-            for binary in stage.binary:
-                shape = tf.reshape((self.batch * width + 7) // 8, [1]) if binary else tf.stack([self.batch, width])
-                handle, value = tf.raw_ops.TensorListPopBack(
-                    input_handle=handles[index], element_shape=shape, element_dtype=tf.uint8 if binary else self.dtype
-                )
-                if binary:
-                    value = unpack_values(value, tf.stack([self.batch, width]), 0, 1, self.dtype)
-                value.set_shape([self.static_batch, width])
-                out_handles.append(handle)
-                group.append(value)
-                index += 1
-            states.append(group)
-        return out_handles, states
+    def read(self, buffers: Sequence[tf.Tensor], index: tf.Tensor) -> list[list[tf.Tensor]]:
+        flat = []
+        for buffer, (binary, width) in zip(buffers, self.layout):
+            value = tf.gather(buffer, index)
+            if binary:
+                value = unpack_values(value, tf.stack([self.batch, width]), 0, 1, self.dtype)
+            value.set_shape([self.static_batch, width])
+            flat.append(value)
+        return _nest(flat, self.stages)
 
 
 def _loop(cond: Any, body: Any, loop_vars: Sequence[Any], iterations: int) -> list[Any]:
@@ -211,12 +189,10 @@ def fused_dense(
         steps_t = tf.shape(x)[1]
         segment = segment or 8
         n_segments: Any = (steps_t + segment - 1) // segment
-        size = -1
     else:
         steps_t = tf.constant(steps)
         segment = min(segment or default_segment(steps), steps)
         n_segments = math.ceil(steps / segment)
-        size = n_segments
     widths = [int(k.shape[-1]) for k in kernels]
     witness = higher_order_witness(x)
     watched = _input_watched(x)
@@ -240,19 +216,32 @@ def fused_dense(
             index += count
         return ks, bs, ps
 
+    def first_currents(x: tf.Tensor, start: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None) -> tf.Tensor:
+        """The first stage's currents ``[batch, segment, units]`` for the segment from ``start``, in one product
+        (they depend on the input only). A last, shorter segment repeats its last step (those rows are not read)."""
+        times = tf.minimum(start + tf.range(segment), steps_t - 1)
+        inputs = tf.gather(x, times, axis=1)
+        current = tf.matmul(tf.reshape(inputs, [-1, inputs.shape[-1]]), kernel)
+        if bias is not None:
+            current = current + bias
+        return tf.reshape(current, tf.stack([tf.shape(x)[0], segment, widths[0]]))
+
     def step(
-        h: tf.Tensor,
+        first: tf.Tensor,
         states: Sequence[Sequence[tf.Tensor]],
         ks: Sequence[tf.Tensor],
         bs: Sequence[tf.Tensor | None],
         ps: Sequence[Sequence[tf.Tensor]],
     ) -> tuple[tf.Tensor, list[list[tf.Tensor]]]:
-        """One time step of every stage, through the cells' own ``call``."""
-        new_states = []
-        for stage, kernel, bias, values, group in zip(stages, ks, bs, ps, states):
-            current = tf.matmul(h, kernel)
-            if bias is not None:
-                current = current + bias
+        """One time step of every stage, through the cells' own ``call``; ``first`` is the first stage's current."""
+        new_states, h = [], None
+        for index, (stage, kernel, bias, values, group) in enumerate(zip(stages, ks, bs, ps, states)):
+            if index == 0:
+                current = first
+            else:
+                current = tf.matmul(h, kernel)
+                if bias is not None:
+                    current = current + bias
             stage.cell._read = dict(zip(stage.names, values))
             try:
                 h, new = stage.cell.call(current, list(group))
@@ -266,44 +255,49 @@ def fused_dense(
             [tf.zeros(tf.stack([batch, w]), dtype) for _ in stage.cell.state_names] for stage, w in zip(stages, widths)
         ]
 
-    def forward_loop(*flat: tf.Tensor) -> list[tf.Tensor]:
-        """The outputs and the stacked checkpoints."""
-        x, rest = flat[0], flat[1:]
-        ks, bs, ps = unflatten(rest)
+    def flat(states: Sequence[Sequence[tf.Tensor]]) -> list[tf.Tensor]:
+        return [s for group in states for s in group]
+
+    def forward_loop(*inputs: tf.Tensor) -> list[tf.Tensor]:
+        """The outputs and the checkpoints (every stage's states at the start of every segment)."""
+        x = inputs[0]
+        ks, bs, ps = unflatten(inputs[1:])
         batch = tf.shape(x)[0]
-        lists = _Lists(stages, widths, batch, x.shape[0], dtype, size)
+        kept = _Kept(stages, widths, batch, x.shape[0], dtype)
         outputs = tf.zeros(tf.stack([batch, steps_t, widths[-1]]), dtype)
-        states = initial(batch)
+        n_kept = len(kept.layout)
 
         def segment_body(index: tf.Tensor, outputs: tf.Tensor, *carried: tf.Tensor) -> Any:
-            flat_states = carried[len(lists.handles) :]
-            handles = lists.push(carried[: len(lists.handles)], _nest(flat_states, stages))
+            states = _nest(carried[n_kept:], stages)
+            checkpoints = kept.write(carried[:n_kept], index, states)
             start = index * segment
-            stop = tf.minimum(start + segment, steps_t)
+            currents = first_currents(x, start, ks[0], bs[0])
 
             def step_body(t: tf.Tensor, outputs: tf.Tensor, *flat_states: tf.Tensor) -> Any:
-                out, new = step(tf.gather(x, t, axis=1), _nest(flat_states, stages), ks, bs, ps)
-                return (t + 1, _update(outputs, t, out), *[s for g in new for s in g])
+                first = tf.gather(currents, t - start, axis=1)
+                out, new = step(first, _nest(flat_states, stages), ks, bs, ps)
+                return (t + 1, _update(outputs, t, out), *flat(new))
 
-            _, outputs, *ends = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *flat_states), segment)
-            return (index + 1, outputs, *handles, *ends)
+            stop = tf.minimum(start + segment, steps_t)
+            _, outputs, *ends = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *flat(states)), segment)
+            return (index + 1, outputs, *checkpoints, *ends)
 
         _, outputs, *carried = _loop(
             lambda index, *_: index < n_segments,
             segment_body,
-            (tf.constant(0), outputs, *lists.handles, *[s for g in states for s in g]),
-            size,
+            (tf.constant(0), outputs, *kept.empty(n_segments), *flat(initial(batch))),
+            n_segments if isinstance(n_segments, int) else -1,
         )
-        return [outputs, *lists.stack(carried[: len(lists.handles)], size)]
+        return [outputs, *carried[:n_kept]]
 
-    def forward(*flat: tf.Tensor) -> Any:
+    def forward(*inputs: tf.Tensor) -> Any:
         from tensorflow.python.eager import record
 
         with record.stop_recording():  # nothing inside is differentiated
-            outputs, *checkpoints = compiled(forward_loop, jit_compile)(*flat)
+            outputs, *checkpoints = compiled(forward_loop, jit_compile)(*inputs)
 
         def grad(dy: tf.Tensor) -> Any:
-            grads = compiled(backward, jit_compile)(*flat, *checkpoints, dy)
+            grads = compiled(backward, jit_compile)(*inputs, *checkpoints, dy)
             if not watched:
                 grads = [None, *grads]
             fix = (
@@ -317,19 +311,19 @@ def fused_dense(
 
         return outputs, grad
 
-    def backward(*flat: tf.Tensor) -> list[tf.Tensor]:
-        x, dy = flat[0], flat[-1]
-        ks, bs, ps = unflatten(flat[1 : len(flat_inputs)])
+    def backward(*inputs: tf.Tensor) -> list[tf.Tensor]:
+        """Segment by segment from the last: recompute its states from its checkpoint, then step back through it."""
+        x, dy = inputs[0], inputs[-1]
+        ks, bs, ps = unflatten(inputs[1 : len(flat_inputs)])
         batch = tf.shape(x)[0]
-        lists_ckpt = _Lists(stages, widths, batch, x.shape[0], dtype, size)
-        checkpoints = lists_ckpt.unstack(flat[len(flat_inputs) : -1])
-        lists = _Lists(stages, widths, batch, x.shape[0], dtype, segment)
-        d_states = [s for g in initial(batch) for s in g]
+        kept = _Kept(stages, widths, batch, x.shape[0], dtype)
+        checkpoints = list(inputs[len(flat_inputs) : -1])
+        d_states = flat(initial(batch))
         d_weights = [tf.zeros_like(k) for k in ks]
         d_biases = [tf.zeros_like(b) for b in bs if b is not None]
         d_params = [tf.zeros_like(p) for values in ps for p in values]
         d_x = [tf.zeros_like(x)] if watched else []
-        n_ckpt, n_state, n_w, n_b, n_p = len(checkpoints), len(d_states), len(d_weights), len(d_biases), len(d_params)
+        n_kept, n_state, n_w, n_b, n_p = len(kept.layout), len(d_states), len(d_weights), len(d_biases), len(d_params)
 
         def split(values: Sequence[Any], *sizes: int) -> list[list[Any]]:
             out, index = [], 0
@@ -339,40 +333,39 @@ def fused_dense(
             return out
 
         def segment_body(index: tf.Tensor, *carried: tf.Tensor) -> Any:
-            handles, d_states, d_weights, d_biases, d_params, d_x = split(
-                carried, n_ckpt, n_state, n_w, n_b, n_p, len(carried)
-            )
-            handles, states = lists_ckpt.pop(handles)
+            d_states, d_weights, d_biases, d_params, d_x = split(carried, n_state, n_w, n_b, n_p, len(carried))
             start = index * segment
             stop = tf.minimum(start + segment, steps_t)
+            currents = first_currents(x, start, ks[0], bs[0])
 
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                states = _nest(carried[len(lists.handles) :], stages)
-                handles = lists.push(carried[: len(lists.handles)], states)
-                _, new = step(tf.gather(x, t, axis=1), states, ks, bs, ps)
-                return (t + 1, *handles, *[s for g in new for s in g])
+                states = _nest(carried[n_kept:], stages)
+                buffers = kept.write(carried[:n_kept], t - start, states)
+                _, new = step(tf.gather(currents, t - start, axis=1), states, ks, bs, ps)
+                return (t + 1, *buffers, *flat(new))
 
+            # the states every step starts from; the last step's outputs are not needed
             _, *carried_inner = _loop(
-                lambda t, *_: t < stop, recompute, (start, *lists.handles, *[s for g in states for s in g]), segment
+                lambda t, *_: t < stop - 1,
+                recompute,
+                (start, *kept.empty(segment), *flat(kept.read(checkpoints, index))),
+                segment - 1,
             )
-            inner = carried_inner[: len(lists.handles)]
+            buffers = kept.write(carried_inner[:n_kept], stop - 1 - start, _nest(carried_inner[n_kept:], stages))
 
             def back(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                inner, d_states, d_weights, d_biases, d_params, d_x = split(
-                    carried, len(lists.handles), n_state, n_w, n_b, n_p, len(carried)
-                )
-                inner, before = lists.pop(inner)
-                h = tf.gather(x, t, axis=1)
-                local_k = [tf.identity(k) for k in ks]
-                local_b = [None if b is None else tf.identity(b) for b in bs]
+                d_states, d_weights, d_biases, d_params, d_x = split(carried, n_state, n_w, n_b, n_p, len(carried))
+                before = kept.read(buffers, t - start)
+                first = tf.gather(currents, t - start, axis=1)
+                local_k = [ks[0], *[tf.identity(k) for k in ks[1:]]]
+                local_b = [bs[0], *[None if b is None else tf.identity(b) for b in bs[1:]]]
                 local_p = [[tf.identity(p) for p in values] for values in ps]
-                flat_before = [s for g in before for s in g]
-                sources = [*flat_before, *local_k, *[b for b in local_b if b is not None]]
-                sources += [p for values in local_p for p in values] + ([h] if d_x else [])
+                sources = [*flat(before), first, *local_k[1:], *[b for b in local_b[1:] if b is not None]]
+                sources += [p for values in local_p for p in values]
                 with tf.GradientTape() as tape:
                     tape.watch(sources)
-                    out, new = step(h, before, local_k, local_b, local_p)
-                flat_new = [s for g in new for s in g]
+                    out, new = step(first, before, local_k, local_b, local_p)
+                flat_new = flat(new)
                 targets, seeds = list(flat_new), list(d_states)
                 dy_t = tf.gather(dy, t, axis=1)
                 for position, state in enumerate(flat_new):  # the output is one of the states (spikes, membrane)
@@ -385,31 +378,32 @@ def fused_dense(
                 grads = tape.gradient(
                     targets, sources, output_gradients=seeds, unconnected_gradients=tf.UnconnectedGradients.ZERO
                 )
-                g_states, g_k, g_b, g_p, g_x = split(grads, n_state, n_w, n_b, n_p, len(grads))
+                with_bias = int(bs[0] is not None)
+                g_states, (g_first,), g_k, g_b, g_p = split(grads, n_state, 1, n_w - 1, n_b - with_bias, n_p)
+                h = tf.gather(x, t, axis=1)  # the first stage's product, by hand: its currents were computed ahead
+                g_k = [tf.matmul(h, g_first, transpose_a=True), *g_k]
+                g_b = [tf.reduce_sum(g_first, axis=0)] * with_bias + g_b
                 d_weights = [a + g for a, g in zip(d_weights, g_k)]
                 d_biases = [a + g for a, g in zip(d_biases, g_b)]
                 d_params = [a + g for a, g in zip(d_params, g_p)]
-                d_x = [_update(d_x[0], t, g_x[0])] if d_x else []
-                return (t - 1, *inner, *g_states, *d_weights, *d_biases, *d_params, *d_x)
+                d_x = [_update(d_x[0], t, tf.matmul(g_first, ks[0], transpose_b=True))] if d_x else []
+                return (t - 1, *g_states, *d_weights, *d_biases, *d_params, *d_x)
 
             result = _loop(
                 lambda t, *_: t >= start,
                 back,
-                (stop - 1, *inner, *d_states, *d_weights, *d_biases, *d_params, *d_x),
+                (stop - 1, *d_states, *d_weights, *d_biases, *d_params, *d_x),
                 segment,
             )
-            _, _, d_states, d_weights, d_biases, d_params, d_x = split(
-                result, 1, len(lists.handles), n_state, n_w, n_b, n_p, len(d_x)
-            )
-            return (index - 1, *handles, *d_states, *d_weights, *d_biases, *d_params, *d_x)
+            return (index - 1, *result[1:])
 
         result = _loop(
             lambda index, *_: index >= 0,
             segment_body,
-            (n_segments - 1, *checkpoints, *d_states, *d_weights, *d_biases, *d_params, *d_x),
-            size,
+            (n_segments - 1, *d_states, *d_weights, *d_biases, *d_params, *d_x),
+            n_segments if isinstance(n_segments, int) else -1,
         )
-        _, _, _, d_weights, d_biases, d_params, d_x = split(result, 1, n_ckpt, n_state, n_w, n_b, n_p, len(d_x))
+        _, _, d_weights, d_biases, d_params, d_x = split(result, 1, n_state, n_w, n_b, n_p, len(d_x))
         grads: list[tf.Tensor] = list(d_x)
         b_iter, p_iter = iter(d_biases), iter(d_params)
         for stage, d_w, count in zip(stages, d_weights, counts):
