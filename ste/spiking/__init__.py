@@ -8,7 +8,8 @@
 from ._alif import ALIF, ALIFCell
 from ._cell import SpikingCell
 from ._constraint import Interval
-from ._dense import Fused, SpikingDense
+from ._conv import SpikingConv2D
+from ._dense import SpikingDense
 from ._encoders import delta_encode, latency_encode, rate_encode
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
@@ -20,6 +21,7 @@ from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
 from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
 from ._spike import heaviside
+from ._stack import Fused
 from ._synaptic import Synaptic, SynapticCell
 from ._time import TimeDistributed
 
@@ -41,6 +43,7 @@ __all__ = [
     "RateCrossEntropy",
     "Readout",
     "SpikingCell",
+    "SpikingConv2D",
     "SpikingDense",
     "SpikingRNN",
     "Synaptic",

@@ -38,15 +38,18 @@ import tensorflow as tf
 from .._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
 from .._xla import compiling_with_xla
 from ._cell import SpikingCell
+from ._synapse import Synapse
 
-__all__ = ["Stage", "default_segment", "fused_dense"]
+__all__ = ["Stage", "default_segment", "fused_stack"]
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One dense synapse and its neurons: the cell, whether there is a bias, the cell's learned parameter names."""
+    """One synapse and its neurons: the cell, the synapse, whether there is a bias, the cell's learned parameter
+    names."""
 
     cell: SpikingCell
+    synapse: Synapse
     use_bias: bool
     names: tuple[str, ...]
 
@@ -95,21 +98,14 @@ def _update(buffer: tf.Tensor, t: tf.Tensor, value: tf.Tensor, axis: int = 1) ->
 
 
 class _Kept:
-    """Buffers ``[size, ...]`` of every stage's states, one entry per index; spike states as bits.
+    """Buffers ``[size, batch, width]`` (one entry per index) of some ``[batch, width]`` tensors; the binary ones
+    (spike states) as bits.
 
     Written in place at an index and read at one (a stack of TensorLists made XLA copy the whole list at every push:
     one segment's states twice)."""
 
-    def __init__(
-        self,
-        stages: Sequence[Stage],
-        widths: Sequence[int],
-        batch: tf.Tensor,
-        static_batch: int | None,
-        dtype: Any,
-    ) -> None:
-        self.stages, self.batch, self.static_batch, self.dtype = stages, batch, static_batch, dtype
-        self.layout = [(binary, width) for stage, width in zip(stages, widths) for binary in stage.binary]
+    def __init__(self, layout: Sequence[tuple[bool, int]], batch: tf.Tensor, static_batch: int | None, dtype: Any):
+        self.layout, self.batch, self.static_batch, self.dtype = list(layout), batch, static_batch, dtype
 
     def empty(self, size: Any) -> list[tf.Tensor]:
         return [
@@ -119,22 +115,21 @@ class _Kept:
             for binary, width in self.layout
         ]
 
-    def write(self, buffers: Sequence[tf.Tensor], index: tf.Tensor, states: Sequence[Sequence[tf.Tensor]]) -> list[Any]:
-        flat = [s for group in states for s in group]
+    def write(self, buffers: Sequence[tf.Tensor], index: tf.Tensor, values: Sequence[tf.Tensor]) -> list[Any]:
         return [
-            _update(buffer, index, pack_bits(state > 0) if binary else state, axis=0)
-            for buffer, state, (binary, _) in zip(buffers, flat, self.layout)
+            _update(buffer, index, pack_bits(value > 0) if binary else value, axis=0)
+            for buffer, value, (binary, _) in zip(buffers, values, self.layout)
         ]
 
-    def read(self, buffers: Sequence[tf.Tensor], index: tf.Tensor) -> list[list[tf.Tensor]]:
-        flat = []
+    def read(self, buffers: Sequence[tf.Tensor], index: tf.Tensor) -> list[tf.Tensor]:
+        out = []
         for buffer, (binary, width) in zip(buffers, self.layout):
             value = tf.gather(buffer, index)
             if binary:
                 value = unpack_values(value, tf.stack([self.batch, width]), 0, 1, self.dtype)
             value.set_shape([self.static_batch, width])
-            flat.append(value)
-        return _nest(flat, self.stages)
+            out.append(value)
+        return out
 
 
 def _loop(cond: Any, body: Any, loop_vars: Sequence[Any], iterations: int) -> list[Any]:
@@ -168,21 +163,21 @@ def _nest(flat: Sequence[Any], stages: Sequence[Stage]) -> list[list[Any]]:
     return out
 
 
-def fused_dense(
+def fused_stack(
     x: tf.Tensor,
     stages: Sequence[Stage],
     kernels: Sequence[tf.Tensor],
     biases: Sequence[tf.Tensor | None],
     parameters: Sequence[Sequence[tf.Tensor]],
     segment: int | None = None,
-    where: str = "SpikingDense",
+    where: str = "Fused",
     jit_compile: bool = True,
 ) -> tf.Tensor:
-    """The last stage's outputs ``[batch, time, units]`` for input ``x`` ``[batch, time, features]``.
+    """The last stage's outputs ``[batch, time, units]`` for input ``x`` ``[batch, time, inputs]`` (frames flat).
 
-    ``kernels[i]`` is ``[in, units]``, ``biases[i]`` ``[units]`` or None, ``parameters[i]`` the values of
-    ``stages[i].names`` (the cell reads them through ``SpikingCell._read``); all in ``x``'s dtype.
-    ``jit_compile``: compile the forward and backward loops with XLA (in a graph).
+    ``kernels[i]`` is ``stages[i].synapse``'s kernel, ``biases[i]`` its ``[filters]`` bias or None,
+    ``parameters[i]`` the values of ``stages[i].names`` (the cell reads them through ``SpikingCell._read``); all in
+    ``x``'s dtype. ``jit_compile``: compile the forward and backward loops with XLA (in a graph).
     """
     steps = x.shape[1]
     if steps is None:
@@ -193,7 +188,8 @@ def fused_dense(
         steps_t = tf.constant(steps)
         segment = min(segment or default_segment(steps), steps)
         n_segments = math.ceil(steps / segment)
-    widths = [int(k.shape[-1]) for k in kernels]
+    iterations = n_segments if isinstance(n_segments, int) else -1
+    widths = [stage.synapse.units for stage in stages]
     witness = higher_order_witness(x)
     watched = _input_watched(x)
     dtype = x.dtype
@@ -201,6 +197,8 @@ def fused_dense(
     flat_inputs = [x]
     for kernel, bias, values in zip(kernels, biases, parameters):
         flat_inputs += [kernel, *([bias] if bias is not None else []), *values]
+    state_layout = [(binary, width) for stage, width in zip(stages, widths) for binary in stage.binary]
+    current_layout = [(False, width) for width in widths[1:]]  # the currents of every stage but the first
 
     def unflatten(flat: Sequence[tf.Tensor]) -> tuple[list[tf.Tensor], list[tf.Tensor | None], list[list[tf.Tensor]]]:
         ks, bs, ps, index = [], [], [], 0
@@ -216,15 +214,28 @@ def fused_dense(
             index += count
         return ks, bs, ps
 
+    def synapse(stage: Stage, h: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None) -> tf.Tensor:
+        current = stage.synapse.apply(h, kernel)
+        return current if bias is None else current + stage.synapse.bias(bias)
+
     def first_currents(x: tf.Tensor, start: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None) -> tf.Tensor:
         """The first stage's currents ``[batch, segment, units]`` for the segment from ``start``, in one product
         (they depend on the input only). A last, shorter segment repeats its last step (those rows are not read)."""
         times = tf.minimum(start + tf.range(segment), steps_t - 1)
         inputs = tf.gather(x, times, axis=1)
-        current = tf.matmul(tf.reshape(inputs, [-1, inputs.shape[-1]]), kernel)
-        if bias is not None:
-            current = current + bias
+        current = synapse(stages[0], tf.reshape(inputs, [-1, inputs.shape[-1]]), kernel, bias)
         return tf.reshape(current, tf.stack([tf.shape(x)[0], segment, widths[0]]))
+
+    def cell_step(
+        stage: Stage, current: tf.Tensor, group: Sequence[tf.Tensor], values: Sequence[tf.Tensor]
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """One step of a stage's neurons through the cell's own ``call``."""
+        stage.cell._read = dict(zip(stage.names, values))
+        try:
+            h, new = stage.cell.call(current, list(group))
+        finally:
+            stage.cell._read = None
+        return h, list(tf.nest.flatten(new))
 
     def step(
         first: tf.Tensor,
@@ -232,23 +243,17 @@ def fused_dense(
         ks: Sequence[tf.Tensor],
         bs: Sequence[tf.Tensor | None],
         ps: Sequence[Sequence[tf.Tensor]],
-    ) -> tuple[tf.Tensor, list[list[tf.Tensor]]]:
-        """One time step of every stage, through the cells' own ``call``; ``first`` is the first stage's current."""
-        new_states, h = [], None
+    ) -> tuple[tf.Tensor, list[list[tf.Tensor]], list[tf.Tensor]]:
+        """One time step of every stage; ``first`` is the first stage's current. The output, every stage's new
+        states, and the currents of every stage but the first."""
+        new_states, currents, h = [], [], first
         for index, (stage, kernel, bias, values, group) in enumerate(zip(stages, ks, bs, ps, states)):
-            if index == 0:
-                current = first
-            else:
-                current = tf.matmul(h, kernel)
-                if bias is not None:
-                    current = current + bias
-            stage.cell._read = dict(zip(stage.names, values))
-            try:
-                h, new = stage.cell.call(current, list(group))
-            finally:
-                stage.cell._read = None
-            new_states.append(list(tf.nest.flatten(new)))
-        return h, new_states
+            current = first if index == 0 else synapse(stage, h, kernel, bias)
+            if index:
+                currents.append(current)
+            h, new = cell_step(stage, current, group, values)
+            new_states.append(new)
+        return h, new_states, currents
 
     def initial(batch: tf.Tensor) -> list[list[tf.Tensor]]:
         return [
@@ -263,30 +268,29 @@ def fused_dense(
         x = inputs[0]
         ks, bs, ps = unflatten(inputs[1:])
         batch = tf.shape(x)[0]
-        kept = _Kept(stages, widths, batch, x.shape[0], dtype)
+        kept = _Kept(state_layout, batch, x.shape[0], dtype)
         outputs = tf.zeros(tf.stack([batch, steps_t, widths[-1]]), dtype)
-        n_kept = len(kept.layout)
+        n_kept = len(state_layout)
 
         def segment_body(index: tf.Tensor, outputs: tf.Tensor, *carried: tf.Tensor) -> Any:
-            states = _nest(carried[n_kept:], stages)
-            checkpoints = kept.write(carried[:n_kept], index, states)
+            checkpoints = kept.write(carried[:n_kept], index, carried[n_kept:])
             start = index * segment
             currents = first_currents(x, start, ks[0], bs[0])
 
             def step_body(t: tf.Tensor, outputs: tf.Tensor, *flat_states: tf.Tensor) -> Any:
                 first = tf.gather(currents, t - start, axis=1)
-                out, new = step(first, _nest(flat_states, stages), ks, bs, ps)
+                out, new, _ = step(first, _nest(flat_states, stages), ks, bs, ps)
                 return (t + 1, _update(outputs, t, out), *flat(new))
 
             stop = tf.minimum(start + segment, steps_t)
-            _, outputs, *ends = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *flat(states)), segment)
+            _, outputs, *ends = _loop(lambda t, *_: t < stop, step_body, (start, outputs, *carried[n_kept:]), segment)
             return (index + 1, outputs, *checkpoints, *ends)
 
         _, outputs, *carried = _loop(
             lambda index, *_: index < n_segments,
             segment_body,
             (tf.constant(0), outputs, *kept.empty(n_segments), *flat(initial(batch))),
-            n_segments if isinstance(n_segments, int) else -1,
+            iterations,
         )
         return [outputs, *carried[:n_kept]]
 
@@ -301,8 +305,8 @@ def fused_dense(
             if not watched:
                 grads = [None, *grads]
             fix = (
-                "Fix: use the unfused layers (keras.layers.Dense, then the neuron layer), whose gradients TensorFlow "
-                "differentiates again."
+                "Fix: use the unfused layers (keras.layers.Dense or ste.spiking.TimeDistributed(Conv2D), then the "
+                "neuron layer), whose gradients TensorFlow differentiates again."
             )
             return [
                 None if g is None else refuse_higher_order(g, witness, where, "is a loop of its own", fix=fix)
@@ -312,109 +316,113 @@ def fused_dense(
         return outputs, grad
 
     def backward(*inputs: tf.Tensor) -> list[tf.Tensor]:
-        """Segment by segment from the last: recompute its states from its checkpoint, then step back through it."""
+        """Segment by segment from the last: recompute its states and currents from its checkpoint, then step back
+        through it: each stage's cell under a tape of its own, its synapse's products by hand."""
         x, dy = inputs[0], inputs[-1]
         ks, bs, ps = unflatten(inputs[1 : len(flat_inputs)])
         batch = tf.shape(x)[0]
-        kept = _Kept(stages, widths, batch, x.shape[0], dtype)
+        kept = _Kept(state_layout, batch, x.shape[0], dtype)
+        kept_currents = _Kept(current_layout, batch, x.shape[0], dtype)
         checkpoints = list(inputs[len(flat_inputs) : -1])
-        d_states = flat(initial(batch))
-        d_weights = [tf.zeros_like(k) for k in ks]
-        d_biases = [tf.zeros_like(b) for b in bs if b is not None]
-        d_params = [tf.zeros_like(p) for values in ps for p in values]
-        d_x = [tf.zeros_like(x)] if watched else []
-        n_kept, n_state, n_w, n_b, n_p = len(kept.layout), len(d_states), len(d_weights), len(d_biases), len(d_params)
+        n_kept, n_currents, n_stages = len(state_layout), len(current_layout), len(stages)
+        sizes = [len(stage.cell.state_names) for stage in stages]
 
-        def split(values: Sequence[Any], *sizes: int) -> list[list[Any]]:
+        def split(values: Sequence[Any], *lengths: int) -> list[list[Any]]:
             out, index = [], 0
-            for count in sizes:
+            for count in lengths:
                 out.append(list(values[index : index + count]))
                 index += count
             return out
 
+        # carried: every state's gradient, every kernel's, every bias's (None: a zero never used), every parameter's
+        d_biases0 = [tf.zeros_like(b) if b is not None else tf.zeros([0], dtype) for b in bs]
+        zeros = [*flat(initial(batch)), *[tf.zeros_like(k) for k in ks], *d_biases0]
+        zeros += [tf.zeros_like(p) for values in ps for p in values]
+        zeros += [tf.zeros_like(x)] if watched else []
+        lengths = (sum(sizes), n_stages, n_stages, sum(counts), int(watched))
+
         def segment_body(index: tf.Tensor, *carried: tf.Tensor) -> Any:
-            d_states, d_weights, d_biases, d_params, d_x = split(carried, n_state, n_w, n_b, n_p, len(carried))
             start = index * segment
             stop = tf.minimum(start + segment, steps_t)
-            currents = first_currents(x, start, ks[0], bs[0])
+            first_all = first_currents(x, start, ks[0], bs[0])
 
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                states = _nest(carried[n_kept:], stages)
-                buffers = kept.write(carried[:n_kept], t - start, states)
-                _, new = step(tf.gather(currents, t - start, axis=1), states, ks, bs, ps)
-                return (t + 1, *buffers, *flat(new))
+                states, currents, flat_states = split(carried, n_kept, n_currents, len(carried))
+                states = kept.write(states, t - start, flat_states)
+                _, new, later = step(tf.gather(first_all, t - start, axis=1), _nest(flat_states, stages), ks, bs, ps)
+                currents = kept_currents.write(currents, t - start, later)
+                return (t + 1, *states, *currents, *flat(new))
 
-            # the states every step starts from; the last step's outputs are not needed
-            _, *carried_inner = _loop(
-                lambda t, *_: t < stop - 1,
+            # the states every step starts from and the currents of the stages after the first
+            _, *inner = _loop(
+                lambda t, *_: t < stop,
                 recompute,
-                (start, *kept.empty(segment), *flat(kept.read(checkpoints, index))),
-                segment - 1,
-            )
-            buffers = kept.write(carried_inner[:n_kept], stop - 1 - start, _nest(carried_inner[n_kept:], stages))
-
-            def back(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                d_states, d_weights, d_biases, d_params, d_x = split(carried, n_state, n_w, n_b, n_p, len(carried))
-                before = kept.read(buffers, t - start)
-                first = tf.gather(currents, t - start, axis=1)
-                local_k = [ks[0], *[tf.identity(k) for k in ks[1:]]]
-                local_b = [bs[0], *[None if b is None else tf.identity(b) for b in bs[1:]]]
-                local_p = [[tf.identity(p) for p in values] for values in ps]
-                sources = [*flat(before), first, *local_k[1:], *[b for b in local_b[1:] if b is not None]]
-                sources += [p for values in local_p for p in values]
-                with tf.GradientTape() as tape:
-                    tape.watch(sources)
-                    out, new = step(first, before, local_k, local_b, local_p)
-                flat_new = flat(new)
-                targets, seeds = list(flat_new), list(d_states)
-                dy_t = tf.gather(dy, t, axis=1)
-                for position, state in enumerate(flat_new):  # the output is one of the states (spikes, membrane)
-                    if state is out:
-                        seeds[position] = seeds[position] + dy_t
-                        break
-                else:
-                    targets.append(out)
-                    seeds.append(dy_t)
-                grads = tape.gradient(
-                    targets, sources, output_gradients=seeds, unconnected_gradients=tf.UnconnectedGradients.ZERO
-                )
-                with_bias = int(bs[0] is not None)
-                g_states, (g_first,), g_k, g_b, g_p = split(grads, n_state, 1, n_w - 1, n_b - with_bias, n_p)
-                h = tf.gather(x, t, axis=1)  # the first stage's product, by hand: its currents were computed ahead
-                g_k = [tf.matmul(h, g_first, transpose_a=True), *g_k]
-                g_b = [tf.reduce_sum(g_first, axis=0)] * with_bias + g_b
-                d_weights = [a + g for a, g in zip(d_weights, g_k)]
-                d_biases = [a + g for a, g in zip(d_biases, g_b)]
-                d_params = [a + g for a, g in zip(d_params, g_p)]
-                d_x = [_update(d_x[0], t, tf.matmul(g_first, ks[0], transpose_b=True))] if d_x else []
-                return (t - 1, *g_states, *d_weights, *d_biases, *d_params, *d_x)
-
-            result = _loop(
-                lambda t, *_: t >= start,
-                back,
-                (stop - 1, *d_states, *d_weights, *d_biases, *d_params, *d_x),
+                (start, *kept.empty(segment), *kept_currents.empty(segment), *kept.read(checkpoints, index)),
                 segment,
             )
+            state_buffers, current_buffers, _ = split(inner, n_kept, n_currents, len(inner))
+
+            def back(t: tf.Tensor, *carried: tf.Tensor) -> Any:
+                d_states, d_kernels, d_biases, d_params, d_x = split(carried, *lengths)
+                d_states, d_params = _nest(d_states, stages), _grouped(d_params, counts)
+                before = _nest(kept.read(state_buffers, t - start), stages)
+                currents = [tf.gather(first_all, t - start, axis=1), *kept_currents.read(current_buffers, t - start)]
+                tapes, outs, news = [], [], []
+                for stage, current, group, values in zip(stages, currents, before, ps):
+                    with tf.GradientTape() as tape:
+                        tape.watch([*group, current, *values])
+                        out, new = cell_step(stage, current, group, values)
+                    tapes.append(tape)
+                    outs.append(out)
+                    news.append(new)
+                d_out = tf.gather(dy, t, axis=1)
+                for i in reversed(range(n_stages)):
+                    targets, seeds = list(news[i]), list(d_states[i])
+                    for position, state in enumerate(news[i]):  # the output is one of the states (spikes, membrane)
+                        if state is outs[i]:
+                            seeds[position] = seeds[position] + d_out
+                            break
+                    else:
+                        targets.append(outs[i])
+                        seeds.append(d_out)
+                    grads = tapes[i].gradient(
+                        targets,
+                        [*before[i], currents[i], *ps[i]],
+                        output_gradients=seeds,
+                        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                    )
+                    d_states[i], d_current = grads[: sizes[i]], grads[sizes[i]]
+                    d_params[i] = [a + g for a, g in zip(d_params[i], grads[sizes[i] + 1 :])]
+                    h = outs[i - 1] if i else tf.gather(x, t, axis=1)
+                    d_kernels[i] = d_kernels[i] + stages[i].synapse.kernel_gradient(h, d_current)
+                    if bs[i] is not None:
+                        d_biases[i] = d_biases[i] + stages[i].synapse.bias_gradient(d_current)
+                    if i:
+                        d_out = stages[i].synapse.input_gradient(d_current, ks[i])
+                    elif d_x:
+                        d_x = [_update(d_x[0], t, stages[0].synapse.input_gradient(d_current, ks[0]))]
+                return (t - 1, *flat(d_states), *d_kernels, *d_biases, *flat(d_params), *d_x)
+
+            result = _loop(lambda t, *_: t >= start, back, (stop - 1, *carried), segment)
             return (index - 1, *result[1:])
 
-        result = _loop(
-            lambda index, *_: index >= 0,
-            segment_body,
-            (n_segments - 1, *d_states, *d_weights, *d_biases, *d_params, *d_x),
-            n_segments if isinstance(n_segments, int) else -1,
-        )
-        _, _, d_weights, d_biases, d_params, d_x = split(result, 1, n_state, n_w, n_b, n_p, len(d_x))
+        result = _loop(lambda index, *_: index >= 0, segment_body, (n_segments - 1, *zeros), iterations)
+        _, d_kernels, d_biases, d_params, d_x = split(result[1:], *lengths)
         grads: list[tf.Tensor] = list(d_x)
-        b_iter, p_iter = iter(d_biases), iter(d_params)
-        for stage, d_w, count in zip(stages, d_weights, counts):
-            grads.append(d_w)
-            if stage.use_bias:
-                grads.append(next(b_iter))
-            grads += [next(p_iter) for _ in range(count)]
+        for stage, d_kernel, d_bias, d_values in zip(stages, d_kernels, d_biases, _grouped(d_params, counts)):
+            grads += [d_kernel, *([d_bias] if stage.use_bias else []), *d_values]
         return grads
 
     _refuse_forward_mode(flat_inputs, where)
     return tf.custom_gradient(forward)(*flat_inputs)
+
+
+def _grouped(values: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
+    out, index = [], 0
+    for count in counts:
+        out.append(list(values[index : index + count]))
+        index += count
+    return out
 
 
 def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:

@@ -323,9 +323,104 @@ def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None
         (lambda: ste.spiking.SpikingDense(4, segment=0), ste.ParameterError),
         (lambda: ste.spiking.Fused([keras.layers.Dense(4)]), ste.ParameterError),
         (lambda: ste.spiking.SpikingDense(4)(tf.zeros((2, 3))), ste.CallError),
+        (lambda: ste.spiking.SpikingConv2D(2, 3, padding="full"), ste.ParameterError),
+        (lambda: ste.spiking.SpikingConv2D(2, (3, 0)), ste.ParameterError),
+        (lambda: ste.spiking.SpikingConv2D(2, 5)(tf.zeros((1, 2, 3, 3, 1))), ste.CallError),
+        (lambda: ste.spiking.SpikingConv2D(2, 3)(tf.zeros((1, 2, 5))), ste.CallError),
+        (
+            lambda: ste.spiking.Fused([ste.spiking.SpikingDense(4), ste.spiking.SpikingConv2D(2, 3)])(
+                tf.zeros((1, 2, 5))
+            ),
+            ste.CallError,
+        ),
     ],
-    ids=["neuron-not-a-cell", "units-mismatch", "units-0", "segment-0", "fused-not-spiking-dense", "no-time-axis"],
+    ids=[
+        "neuron-not-a-cell",
+        "units-mismatch",
+        "units-0",
+        "segment-0",
+        "fused-not-spiking-dense",
+        "no-time-axis",
+        "conv-padding",
+        "conv-kernel-size",
+        "conv-window-too-large",
+        "conv-no-frames",
+        "conv-after-dense",
+    ],
 )
 def test_errors(make: Any, error: type) -> None:
     with pytest.raises(error):
         make()
+
+
+FRAME = (6, 6, 2)
+
+
+def _conv_pair(dtype: str, jit_compile: bool = True) -> tuple[keras.Model, keras.Model]:
+    """A fused stack of two convolutions ("same"; stride 2, "valid", 3×2) and a dense readout, and the unfused
+    network (TimeDistributed(Conv2D) then the neuron layer, twice, then Flatten, Dense, the neuron layer), with the
+    same weights: multiples of 1/8 in [-2/8, 3/8] and β ∈ {1, 1/2}, so that every current and membrane is exact in
+    bfloat16 and both networks spike alike in every dtype."""
+    lif, synaptic = _cells(dtype)
+    inputs = keras.Input((STEPS, *FRAME), dtype=dtype)
+    stack = [
+        ste.spiking.SpikingConv2D(3, 3, lif, padding="same", dtype=dtype),
+        ste.spiking.SpikingConv2D(4, (3, 2), ste.spiking.LIFCell(beta=0.5, dtype=dtype), strides=2, dtype=dtype),
+        ste.spiking.SpikingDense(CLASSES, synaptic, dtype=dtype),
+    ]
+    fused = keras.Model(inputs, ste.spiking.Fused(stack, jit_compile=jit_compile, dtype=dtype)(inputs))
+    layers = [
+        ste.spiking.TimeDistributed(keras.layers.Conv2D(3, 3, padding="same", dtype=dtype)),
+        ste.spiking.LIF(beta=1.0, learn_beta=True, learn_threshold=True, dtype=dtype),
+        ste.spiking.TimeDistributed(keras.layers.Conv2D(4, (3, 2), strides=2, dtype=dtype)),
+        ste.spiking.LIF(beta=0.5, dtype=dtype),
+        ste.spiking.TimeDistributed(keras.layers.Flatten(dtype=dtype)),
+        keras.layers.Dense(CLASSES, dtype=dtype),
+        ste.spiking.Synaptic(alpha=0.5, beta=1.0, reset="zero", detach_reset=False, dtype=dtype),
+    ]
+    unfused = keras.Sequential([keras.Input((STEPS, *FRAME), dtype=dtype), *layers])
+    rng = np.random.default_rng(7)
+    for weight in unfused.weights:
+        if weight.shape.rank:
+            weight.assign(rng.integers(-2, 4, size=weight.shape) / 8)
+    by_role: dict[str, list[Any]] = {}
+    for weight in unfused.weights:
+        by_role.setdefault(weight.name, []).append(weight)
+    for weight in fused.weights:
+        source = by_role[weight.name].pop(0)
+        assert tuple(source.shape) == tuple(weight.shape)
+        weight.assign(source)
+    return fused, unfused
+
+
+CONV_DTYPES = [("float16", False), ("bfloat16", False), ("float32", True), ("float64", False)]
+
+
+@pytest.mark.parametrize(("dtype", "jit"), CONV_DTYPES, ids=[f"{d}{'-xla' if j else ''}" for d, j in CONV_DTYPES])
+def test_fused_convolutions_match_the_unfused_network(dtype: str, jit: bool) -> None:
+    fused, unfused = _conv_pair(dtype, jit_compile=jit)
+    rng = np.random.default_rng(8)
+    x = tf.constant(rng.random((BATCH, STEPS, *FRAME)) < 0.5, dtype)
+    g = tf.constant(rng.normal(size=(BATCH, STEPS, CLASSES)), tf.float32)
+    (out, grads), (want, wanted) = _step(fused, x, g, False), _step(unfused, x, g, False)
+    assert 0 < float(tf.reduce_mean(tf.cast(want, tf.float32))) < 1
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    rtol = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-5, "float64": 1e-12}[dtype]
+    assert len(grads) == len(wanted) == 1 + len(fused.trainable_weights)
+    for a, b in zip(grads, wanted):
+        scale = float(tf.reduce_max(tf.abs(tf.cast(b, tf.float64))))
+        assert scale > 0
+        np.testing.assert_allclose(
+            tf.cast(a, tf.float64).numpy(), tf.cast(b, tf.float64).numpy(), rtol=rtol, atol=rtol * scale
+        )
+
+
+def test_a_fused_convolution_saves_and_loads(tmp_path) -> None:
+    fused, _ = _conv_pair("float32")
+    x = (np.random.default_rng(9).random((BATCH, STEPS, *FRAME)) < 0.5).astype("float32")
+    path = tmp_path / "conv.keras"
+    fused.save(path)
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_array_equal(loaded(x).numpy(), fused(x).numpy())
+    conv = loaded.layers[-1].fused_layers[1]
+    assert (conv.filters, conv.kernel_size, conv.strides, conv.padding) == (4, (3, 2), (2, 2), "valid")

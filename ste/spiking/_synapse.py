@@ -1,0 +1,125 @@
+"""Synapses of a fused spiking stack: a stage's product from its flat input to its flat currents, and that product's
+vector-Jacobian products, written out (the fused backward pass takes them outside its tape, from currents it kept).
+
+Every stage of ``_fused`` sees its input and its currents as ``[n, width]`` (a feature map flattened in Keras's
+``Flatten`` order, channels fastest), so a dense synapse can follow a convolutional one, and the cells' states are
+``[batch, units]`` whatever the synapse.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+__all__ = ["Conv2DSynapse", "DenseSynapse", "Synapse"]
+
+
+class Synapse(abc.ABC):
+    """The product ``I = f(h; W) + b`` of one stage: ``h`` ``[n, inputs]`` -> ``I`` ``[n, units]``."""
+
+    inputs: int
+    units: int
+
+    @abc.abstractmethod
+    def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        """``f(h; W)``, ``[n, units]``."""
+
+    @abc.abstractmethod
+    def kernel_gradient(self, h: tf.Tensor, d_current: tf.Tensor) -> tf.Tensor:
+        """The kernel's gradient, summed over the ``n`` rows."""
+
+    @abc.abstractmethod
+    def input_gradient(self, d_current: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        """The input's gradient ``[n, inputs]``."""
+
+    @abc.abstractmethod
+    def bias(self, bias: tf.Tensor) -> tf.Tensor:
+        """The bias as it is added to ``[n, units]`` currents."""
+
+    @abc.abstractmethod
+    def bias_gradient(self, d_current: tf.Tensor) -> tf.Tensor:
+        """The bias's gradient, summed over the rows (and positions)."""
+
+
+class DenseSynapse(Synapse):
+    """``h·W`` with ``W`` ``[inputs, units]`` (``keras.layers.Dense``)."""
+
+    def __init__(self, inputs: int, units: int) -> None:
+        self.inputs, self.units = inputs, units
+
+    def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(h, kernel)
+
+    def kernel_gradient(self, h: tf.Tensor, d_current: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(h, d_current, transpose_a=True)
+
+    def input_gradient(self, d_current: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(d_current, kernel, transpose_b=True)
+
+    def bias(self, bias: tf.Tensor) -> tf.Tensor:
+        return bias
+
+    def bias_gradient(self, d_current: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(d_current, axis=0)
+
+
+def conv_output_size(size: int, kernel: int, stride: int, padding: str) -> int:
+    """A convolution's output length along one axis (TensorFlow's ``SAME``/``VALID`` rule)."""
+    return math.ceil(size / stride) if padding == "SAME" else (size - kernel) // stride + 1
+
+
+class Conv2DSynapse(Synapse):
+    """``conv2d(h, W)`` over ``[height, width, channels]`` frames, ``W`` ``[kh, kw, channels, filters]``
+    (``keras.layers.Conv2D`` with ``data_format="channels_last"`` and no dilation)."""
+
+    def __init__(
+        self, frame: Sequence[int], filters: int, kernel_size: Sequence[int], strides: Sequence[int], padding: str
+    ) -> None:
+        self.frame = tuple(int(d) for d in frame)
+        self.kernel_size, self.strides, self.padding = tuple(kernel_size), tuple(strides), padding.upper()
+        height, width, _ = self.frame
+        self.out_frame = (
+            conv_output_size(height, self.kernel_size[0], self.strides[0], self.padding),
+            conv_output_size(width, self.kernel_size[1], self.strides[1], self.padding),
+            filters,
+        )
+        self.inputs, self.units = math.prod(self.frame), math.prod(self.out_frame)
+
+    def _maps(self, flat: tf.Tensor, frame: tuple[int, ...]) -> tf.Tensor:
+        return tf.reshape(flat, [-1, *frame])
+
+    def _strides(self) -> list[int]:
+        return [1, *self.strides, 1]
+
+    def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        out = tf.nn.conv2d(self._maps(h, self.frame), kernel, self._strides(), self.padding)
+        return tf.reshape(out, [-1, self.units])
+
+    def kernel_gradient(self, h: tf.Tensor, d_current: tf.Tensor) -> tf.Tensor:
+        return tf.raw_ops.Conv2DBackpropFilter(
+            input=self._maps(h, self.frame),
+            filter_sizes=[*self.kernel_size, self.frame[-1], self.out_frame[-1]],
+            out_backprop=self._maps(d_current, self.out_frame),
+            strides=self._strides(),
+            padding=self.padding,
+        )
+
+    def input_gradient(self, d_current: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        maps = self._maps(d_current, self.out_frame)
+        out = tf.raw_ops.Conv2DBackpropInput(
+            input_sizes=tf.concat([tf.shape(maps)[:1], self.frame], axis=0),
+            filter=kernel,
+            out_backprop=maps,
+            strides=self._strides(),
+            padding=self.padding,
+        )
+        return tf.reshape(out, [-1, self.inputs])
+
+    def bias(self, bias: tf.Tensor) -> tf.Tensor:
+        return tf.tile(bias, [self.out_frame[0] * self.out_frame[1]])  # channels fastest, as the flat currents
+
+    def bias_gradient(self, d_current: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(tf.reshape(d_current, [-1, self.out_frame[-1]]), axis=0)
