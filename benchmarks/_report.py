@@ -347,8 +347,8 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         f"Training step against the peers (separate processes, {peers['threads']} threads each; memory: the highest "
-        f"running sum of the bytes the step's ops requested, from TensorFlow's and torch's profilers; ste's dense and "
-        f"onb rows run ste.spiking.Fused, ste_unfused the Dense + LIF layers):",
+        f"running sum of the bytes the step's ops requested, from TensorFlow's and torch's profilers; ste's rows run "
+        f"ste.spiking.Fused (SpikingConv2D, SpikingDense), ste_unfused the Keras Dense/Conv2D + LIF layers):",
         "",
         "| network | framework | ms per step | ste ÷ it | step peak, MiB | ste ÷ it |",
         "|---|---|---|---|---|---|",

@@ -5,16 +5,16 @@ Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surroga
 * ``dense``: Linear 64→256, LIF, Linear 256→10, LIF; 25 steps, batch 128; one BPTT step with Adam on the
   cross-entropy of the output spike counts.
 * ``conv``: Conv 3×3 (1→8 channels, same padding), LIF, Conv 3×3 (8→16), LIF, Linear 4096→10, LIF on 16×16 inputs;
-  25 steps, batch 32; the same loss and Adam. ste folds time into the batch for the convolutions (one convolution
-  over every step at once); snnTorch loops over the steps in Python (its usual form); SpikingJelly's multi-step
-  layers fold time too.
+  25 steps, batch 32; the same loss and Adam. ste's unfused network folds time into the batch for the convolutions
+  (one convolution over every step at once); snnTorch loops over the steps in Python (its usual form);
+  SpikingJelly's multi-step layers fold time too.
 * ``onb``: the Open Neuromorphic benchmark: Linear 512→512 and LIF, batch 16, 500 steps; forward and backward of
   the summed output spikes (no optimizer).
 
-ste's row of ``dense`` and ``onb`` is ``ste.spiking.Fused`` (``SpikingDense`` layers in one XLA-compiled loop with a
-checkpointed backward pass); ``ste_unfused`` is the same network of ``keras.layers.Dense`` and ``ste.spiking.LIF``
-layers (not run in smoke mode, where the fused loop also runs without XLA, to stay cheap). ``conv`` has no fused
-form. Each framework runs in its own process with the same thread count (``threads``); ste's variants run before
+ste's row of every workload is ``ste.spiking.Fused`` (``SpikingConv2D`` and ``SpikingDense`` layers in one XLA-compiled
+loop with a checkpointed backward pass); ``ste_unfused`` is the same network of Keras layers (``Dense``, ``Conv2D`` over
+the folded steps) and ``ste.spiking.LIF`` layers (not run in smoke mode, where the fused loop also runs without XLA, to
+stay cheap). Each framework runs in its own process with the same thread count (``threads``); ste's variants run before
 and after the peers (in reverse order) and each time is the mean of the two medians (with no peer they run once).
 Step time: the median over ``rounds`` steps after ``warmup`` untimed ones. Peak memory of a step, the same way in
 both: the highest running sum of the bytes requested minus those freed during one step, from each profiler's raw
@@ -51,8 +51,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "conv": {"steps": 25, "batch": 32, "channels": 1, "size": 16, "filters1": 8, "filters2": 16, "outputs": 10},
     "onb": {"steps": 500, "batch": 16, "inputs": 512, "hidden": 512, "outputs": 512},
 }
-#: The workloads whose ste row runs ste.spiking.Fused (SpikingDense layers in one loop).
-FUSED = ("dense", "onb")
+#: The workloads whose ste row runs ste.spiking.Fused (SpikingConv2D and SpikingDense layers in one loop).
+FUSED = ("dense", "conv", "onb")
 SMOKE_WORKLOADS: dict[str, dict[str, Any]] = {
     "dense": {"steps": 3, "batch": 4, "inputs": 8, "hidden": 16, "outputs": 4},
     "conv": {"steps": 3, "batch": 2, "channels": 1, "size": 6, "filters1": 2, "filters2": 2, "outputs": 4},
@@ -69,11 +69,20 @@ def _ste_model(workload: str, c: dict[str, Any]) -> Any:
     def lif() -> Any:
         return ste.spiking.LIF(beta=0.9)
 
-    if c.get("fused") and workload in ("dense", "onb"):  # ste.spiking.SpikingDense, in one loop (ste.spiking.Fused)
-        hidden = [c["hidden"], c["outputs"]] if workload == "dense" else [c["hidden"]]
-        layers = [ste.spiking.SpikingDense(units, ste.spiking.LIFCell(beta=0.9)) for units in hidden]
+    if c.get("fused"):  # ste.spiking.SpikingConv2D and SpikingDense, in one loop (ste.spiking.Fused)
+        if workload == "conv":
+            frame = (c["size"], c["size"], c["channels"])
+            layers = [
+                ste.spiking.SpikingConv2D(c["filters1"], 3, ste.spiking.LIFCell(beta=0.9), padding="same"),
+                ste.spiking.SpikingConv2D(c["filters2"], 3, ste.spiking.LIFCell(beta=0.9), padding="same"),
+                ste.spiking.SpikingDense(c["outputs"], ste.spiking.LIFCell(beta=0.9)),
+            ]
+        else:
+            frame = (c["inputs"],)
+            hidden = [c["hidden"], c["outputs"]] if workload == "dense" else [c["hidden"]]
+            layers = [ste.spiking.SpikingDense(units, ste.spiking.LIFCell(beta=0.9)) for units in hidden]
         stack = ste.spiking.Fused(layers, segment=c.get("segment"), jit_compile=c.get("jit_compile", True))
-        return keras.Sequential([keras.Input((c["steps"], c["inputs"])), stack])
+        return keras.Sequential([keras.Input((c["steps"], *frame)), stack])
     if workload == "dense":
         return keras.Sequential(
             [

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from .._xla import compiling_with_xla
+
 __all__ = ["Conv2DSynapse", "DenseSynapse", "Synapse"]
 
 
@@ -98,24 +100,54 @@ class Conv2DSynapse(Synapse):
         out = tf.nn.conv2d(self._maps(h, self.frame), kernel, self._strides(), self.padding)
         return tf.reshape(out, [-1, self.units])
 
+    def _padding(self) -> list[tuple[int, int]]:
+        """The zeros before and after each spatial axis (TensorFlow's rule for ``SAME``: the odd one after)."""
+        out = []
+        for size, kernel, stride, produced in zip(self.frame[:2], self.kernel_size, self.strides, self.out_frame[:2]):
+            total = max((produced - 1) * stride + kernel - size, 0) if self.padding == "SAME" else 0
+            out.append((total // 2, total - total // 2))
+        return out
+
     def kernel_gradient(self, h: tf.Tensor, d_current: tf.Tensor) -> tf.Tensor:
-        return tf.raw_ops.Conv2DBackpropFilter(
-            input=self._maps(h, self.frame),
-            filter_sizes=[*self.kernel_size, self.frame[-1], self.out_frame[-1]],
-            out_backprop=self._maps(d_current, self.out_frame),
-            strides=self._strides(),
-            padding=self.padding,
-        )
+        maps, d_maps = self._maps(h, self.frame), self._maps(d_current, self.out_frame)
+        if not compiling_with_xla():
+            return tf.raw_ops.Conv2DBackpropFilter(
+                input=maps,
+                filter_sizes=[*self.kernel_size, self.frame[-1], self.out_frame[-1]],
+                out_backprop=d_maps,
+                strides=self._strides(),
+                padding=self.padding,
+            )
+        # XLA:CPU lowers Conv2DBackpropFilter to a convolution it runs as a plain loop (23 ms for a 32×16×16×8
+        # batch, 3×3×8×16, against 0.85 ms in TensorFlow): one product per kernel position instead
+        (top, bottom), (left, right) = self._padding()
+        padded = tf.pad(maps, [[0, 0], [top, bottom], [left, right], [0, 0]])
+        (rows, cols, _), (sh, sw) = self.out_frame, self.strides
+        taps = []
+        for i in range(self.kernel_size[0]):
+            for j in range(self.kernel_size[1]):
+                window = padded[:, i : i + (rows - 1) * sh + 1 : sh, j : j + (cols - 1) * sw + 1 : sw, :]
+                taps.append(tf.tensordot(window, d_maps, axes=[[0, 1, 2], [0, 1, 2]]))
+        return tf.reshape(tf.stack(taps), [*self.kernel_size, self.frame[-1], self.out_frame[-1]])
 
     def input_gradient(self, d_current: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         maps = self._maps(d_current, self.out_frame)
-        out = tf.raw_ops.Conv2DBackpropInput(
-            input_sizes=tf.concat([tf.shape(maps)[:1], self.frame], axis=0),
-            filter=kernel,
-            out_backprop=maps,
-            strides=self._strides(),
-            padding=self.padding,
-        )
+        if compiling_with_xla() and self.strides == (1, 1):
+            # the correlation with the flipped, transposed kernel, as a forward convolution: XLA:CPU runs its own
+            # lowering of Conv2DBackpropInput 5x slower than a forward convolution of the same size
+            flipped = tf.transpose(tf.reverse(kernel, [0, 1]), [0, 1, 3, 2])
+            (top, bottom), (left, right) = self._padding()
+            kh, kw = self.kernel_size
+            padding = [[0, 0], [kh - 1 - top, kh - 1 - bottom], [kw - 1 - left, kw - 1 - right], [0, 0]]
+            out = tf.nn.conv2d(maps, flipped, 1, padding)
+        else:
+            out = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.concat([tf.shape(maps)[:1], self.frame], axis=0),
+                filter=kernel,
+                out_backprop=maps,
+                strides=self._strides(),
+                padding=self.padding,
+            )
         return tf.reshape(out, [-1, self.inputs])
 
     def bias(self, bias: tf.Tensor) -> tf.Tensor:

@@ -424,3 +424,33 @@ def test_a_fused_convolution_saves_and_loads(tmp_path) -> None:
     np.testing.assert_array_equal(loaded(x).numpy(), fused(x).numpy())
     conv = loaded.layers[-1].fused_layers[1]
     assert (conv.filters, conv.kernel_size, conv.strides, conv.padding) == (4, (3, 2), (2, 2), "valid")
+
+
+@pytest.mark.parametrize(
+    ("frame", "kernel_size", "strides", "padding"),
+    [((7, 7, 2), (3, 3), (1, 1), "same"), ((8, 8, 3), (2, 3), (1, 1), "same"), ((7, 6, 2), (3, 2), (2, 2), "valid")],
+    ids=["same-odd", "same-even-kernel", "valid-stride-2"],
+)
+def test_the_convolution_products_under_xla_are_autodiffs_of_conv2d(frame, kernel_size, strides, padding) -> None:
+    # Under XLA the kernel's gradient is a sum of per-position products and the input's a flipped convolution
+    # (XLA:CPU's own lowerings are 5-25x slower); both must be the derivatives of tf.nn.conv2d.
+    from ste.spiking._synapse import Conv2DSynapse
+
+    synapse = Conv2DSynapse(frame, 3, kernel_size, strides, padding)
+    rng = np.random.default_rng(10)
+    h = tf.constant(rng.random((4, synapse.inputs)))
+    kernel = tf.constant(rng.normal(size=(*kernel_size, frame[-1], 3)))
+    d = tf.constant(rng.normal(size=(4, synapse.units)))
+    with tf.GradientTape() as tape:
+        tape.watch([h, kernel])
+        out = tf.nn.conv2d(tf.reshape(h, [-1, *frame]), kernel, [1, *strides, 1], padding.upper())
+        loss = tf.reduce_sum(tf.reshape(out, [4, -1]) * d)
+    want_kernel, want_input = tape.gradient(loss, [kernel, h])
+
+    @tf.function(jit_compile=True)
+    def products(h: tf.Tensor, d: tf.Tensor, kernel: tf.Tensor) -> Any:
+        return synapse.kernel_gradient(h, d), synapse.input_gradient(d, kernel)
+
+    got_kernel, got_input = products(h, d, kernel)
+    np.testing.assert_allclose(got_kernel.numpy(), want_kernel.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_input.numpy(), want_input.numpy(), rtol=1e-12, atol=1e-12)
