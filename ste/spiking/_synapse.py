@@ -97,8 +97,25 @@ class Conv2DSynapse(Synapse):
         return [1, *self.strides, 1]
 
     def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-        out = tf.nn.conv2d(self._maps(h, self.frame), kernel, self._strides(), self.padding)
+        maps = self._maps(h, self.frame)
+        if compiling_with_xla() and self.frame[-1] == 1:
+            # XLA:CPU convolves a single input channel at ~2 GFLOP/s (11 ms for 800 16×16 frames, 3×3×1×8): the
+            # kernel's positions as broadcast multiply-adds instead, which XLA fuses into one loop (2.2 ms)
+            out = tf.add_n([window * kernel[i, j, 0] for (i, j), window in self._windows(maps)])
+        else:
+            out = tf.nn.conv2d(maps, kernel, self._strides(), self.padding)
         return tf.reshape(out, [-1, self.units])
+
+    def _windows(self, maps: tf.Tensor) -> list[tuple[tuple[int, int], tf.Tensor]]:
+        """For every kernel position (i, j), the input values it meets at every output position."""
+        (top, bottom), (left, right) = self._padding()
+        padded = tf.pad(maps, [[0, 0], [top, bottom], [left, right], [0, 0]])
+        (rows, cols, _), (sh, sw) = self.out_frame, self.strides
+        return [
+            ((i, j), padded[:, i : i + (rows - 1) * sh + 1 : sh, j : j + (cols - 1) * sw + 1 : sw, :])
+            for i in range(self.kernel_size[0])
+            for j in range(self.kernel_size[1])
+        ]
 
     def _padding(self) -> list[tuple[int, int]]:
         """The zeros before and after each spatial axis (TensorFlow's rule for ``SAME``: the odd one after)."""
@@ -120,14 +137,7 @@ class Conv2DSynapse(Synapse):
             )
         # XLA:CPU lowers Conv2DBackpropFilter to a convolution it runs as a plain loop (23 ms for a 32×16×16×8
         # batch, 3×3×8×16, against 0.85 ms in TensorFlow): one product per kernel position instead
-        (top, bottom), (left, right) = self._padding()
-        padded = tf.pad(maps, [[0, 0], [top, bottom], [left, right], [0, 0]])
-        (rows, cols, _), (sh, sw) = self.out_frame, self.strides
-        taps = []
-        for i in range(self.kernel_size[0]):
-            for j in range(self.kernel_size[1]):
-                window = padded[:, i : i + (rows - 1) * sh + 1 : sh, j : j + (cols - 1) * sw + 1 : sw, :]
-                taps.append(tf.tensordot(window, d_maps, axes=[[0, 1, 2], [0, 1, 2]]))
+        taps = [tf.tensordot(window, d_maps, axes=[[0, 1, 2], [0, 1, 2]]) for _, window in self._windows(maps)]
         return tf.reshape(tf.stack(taps), [*self.kernel_size, self.frame[-1], self.out_frame[-1]])
 
     def input_gradient(self, d_current: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:

@@ -428,12 +428,18 @@ def test_a_fused_convolution_saves_and_loads(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("frame", "kernel_size", "strides", "padding"),
-    [((7, 7, 2), (3, 3), (1, 1), "same"), ((8, 8, 3), (2, 3), (1, 1), "same"), ((7, 6, 2), (3, 2), (2, 2), "valid")],
-    ids=["same-odd", "same-even-kernel", "valid-stride-2"],
+    [
+        ((7, 7, 2), (3, 3), (1, 1), "same"),
+        ((6, 5, 1), (3, 3), (1, 2), "same"),
+        ((8, 8, 3), (2, 3), (1, 1), "same"),
+        ((7, 6, 2), (3, 2), (2, 2), "valid"),
+    ],
+    ids=["same-odd", "one-channel", "same-even-kernel", "valid-stride-2"],
 )
-def test_the_convolution_products_under_xla_are_autodiffs_of_conv2d(frame, kernel_size, strides, padding) -> None:
-    # Under XLA the kernel's gradient is a sum of per-position products and the input's a flipped convolution
-    # (XLA:CPU's own lowerings are 5-25x slower); both must be the derivatives of tf.nn.conv2d.
+def test_the_convolution_products_under_xla_are_conv2d_and_its_autodiff(frame, kernel_size, strides, padding) -> None:
+    # Under XLA the kernel's gradient is a sum of per-position products, the input's a flipped convolution and a
+    # single channel's convolution broadcast multiply-adds (XLA:CPU's own lowerings are 5-25x slower): they must be
+    # tf.nn.conv2d and its derivatives.
     from ste.spiking._synapse import Conv2DSynapse
 
     synapse = Conv2DSynapse(frame, 3, kernel_size, strides, padding)
@@ -449,8 +455,9 @@ def test_the_convolution_products_under_xla_are_autodiffs_of_conv2d(frame, kerne
 
     @tf.function(jit_compile=True)
     def products(h: tf.Tensor, d: tf.Tensor, kernel: tf.Tensor) -> Any:
-        return synapse.kernel_gradient(h, d), synapse.input_gradient(d, kernel)
+        return synapse.apply(h, kernel), synapse.kernel_gradient(h, d), synapse.input_gradient(d, kernel)
 
-    got_kernel, got_input = products(h, d, kernel)
+    got_out, got_kernel, got_input = products(h, d, kernel)
+    np.testing.assert_allclose(got_out.numpy(), tf.reshape(out, [4, -1]).numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_kernel.numpy(), want_kernel.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_input.numpy(), want_input.numpy(), rtol=1e-12, atol=1e-12)
