@@ -6,6 +6,7 @@ MirroredStrategy step and through .keras saving; gradients of gradients are refu
 from __future__ import annotations
 
 import types
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.jobs import in_fresh_process
 
 from . import reference
 from . import test_gradients as lif_table
@@ -461,3 +463,34 @@ def test_the_convolution_products_under_xla_are_conv2d_and_its_autodiff(frame, k
     np.testing.assert_allclose(got_out.numpy(), tf.reshape(out, [4, -1]).numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_kernel.numpy(), want_kernel.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_input.numpy(), want_input.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def _exported_stack(directory: Path) -> None:
+    """A SavedModel export of a fused conv-conv-dense stack gives the live model's outputs and input gradient (run
+    in a fresh process: ``EXPORT`` below)."""
+    fused, _ = _conv_pair("float32")
+    x = tf.constant(np.random.default_rng(11).random((BATCH, STEPS, *FRAME)) < 0.5, tf.float32)
+    fused.export(str(directory / "exported"), verbose=False)
+    restored = tf.saved_model.load(str(directory / "exported"))
+
+    @tf.function
+    def output_and_gradient(call: Any, x: tf.Tensor) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = call(x)
+            weighted = tf.reduce_sum(out * tf.range(1.0, CLASSES + 1))
+        return out, tape.gradient(weighted, x)
+
+    (out, got), (expected, want) = output_and_gradient(restored.serve, x), output_and_gradient(fused, x)
+    np.testing.assert_array_equal(out.numpy(), expected.numpy())
+    assert np.any(want.numpy() != 0)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+# a SavedModel export traces the custom gradient: it runs in a fresh process beside the suite
+EXPORT = in_fresh_process(_exported_stack)
+
+
+@EXPORT.needed
+def test_savedmodel_export_of_a_fused_stack_keeps_outputs_and_gradient() -> None:
+    EXPORT.succeeded()
