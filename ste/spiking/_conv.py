@@ -111,10 +111,11 @@ class SpikingConv2D(SynapseLayer):
         return synapse
 
     def _kernel_shape(self, synapse: Synapse) -> tuple[int, ...]:
-        return (*self.kernel_size, int(synapse.frame[-1]), self.filters)  # type: ignore[attr-defined]
+        return (*self.kernel_size, synapse.frame[-1], self.filters)
 
     def _output_frame(self) -> tuple[int, ...]:
-        return self.synapse.out_frame  # type: ignore[union-attr]
+        assert self.synapse is not None, "built"
+        return self.synapse.out_frame
 
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()

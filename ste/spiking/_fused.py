@@ -1,22 +1,24 @@
-"""``fused_dense``: dense synapses and spiking neurons over time in one loop, under one custom gradient.
+"""``fused_stack``: synapses (dense, convolutional) and spiking neurons over time in one loop, under one custom
+gradient.
 
-The unfused network (``Dense`` over every step at once, then a neuron layer's time loop) is fast, but its backward
-pass materializes the gradient of every layer boundary for the whole sequence, and Keras's ``Dense`` keeps its float
-input spikes. Here each step computes its currents ``I[t] = h[t]·W + b`` inside the loop, for every stage of a stack
-(the spikes of stage i are the input of stage i+1 at the same step), and runs each stage's own cell step
-(``SpikingCell.call``: its dynamics, reset and surrogate; nothing of a neuron is written again here). The first
-stage's currents depend on the input only: they are one product per segment (``[batch·segment, features]·W``).
+The unfused network (``Dense`` or a folded ``Conv2D`` over every step at once, then a neuron layer's time loop) is
+fast, but its backward pass materializes the gradient of every layer boundary for the whole sequence, and Keras's
+layers keep their float input spikes. Here each step computes its currents ``I[t] = f(h[t]; W) + b`` inside the
+loop, for every stage of a stack (the spikes of stage i are the input of stage i+1 at the same step; ``f`` is the
+stage's ``Synapse``, on flat frames), and runs each stage's own cell step (``SpikingCell.call``: its dynamics, reset
+and surrogate; nothing of a neuron is written again here). The first stage's currents depend on the input only:
+they are one product per segment (``[batch·segment, inputs]``).
 
 What is kept for the backward pass: the cells' states at the start of every segment of ``segment`` steps (a spike
 state as bits, ``ste._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
-runs over the segments in reverse: it recomputes the segment's first-stage currents and the states every step
-starts from (the same ops as the forward pass, so the same values bit for bit; the last step's outputs are not
-needed), then steps back through it, taking each step's vector-Jacobian product with a ``GradientTape`` over that
-step (the cell's own surrogate gradient) and the first stage's product by hand, and accumulates the kernels'
-gradients per step (dW += h[t]ᵀ·dI[t]). The gradient of a stage's input spikes flows to the stage below within the
-step and is never held for the whole sequence. Memory: the checkpoints (about T/segment steps of states), one
-segment's states and its first-stage currents (segment steps each); ``segment=1`` keeps every step's states and
-recomputes nothing but the step itself.
+runs over the segments in reverse: it recomputes the segment's first-stage currents, the states every step starts
+from and the later stages' currents (the same ops as the forward pass, so the same values bit for bit), then steps
+back through it: each stage's cell under a ``GradientTape`` of its own (the cell's own surrogate gradient), each
+synapse's vector-Jacobian products written out (``Synapse.kernel_gradient``, ``input_gradient``: never the
+synapse's forward product again), the kernels' gradients summed per step (dW += h[t]ᵀ·dI[t] for a dense one). The
+gradient of a stage's input spikes flows to the stage below within the step and is never held for the whole
+sequence. Memory: the checkpoints (about T/segment steps of states), one segment's states and currents (segment
+steps each); ``segment=1`` keeps every step's states.
 
 Both loops are compiled with XLA by default (one kernel for the sequence instead of TensorFlow's cost per op and
 step). The outputs are written into one ``[batch, time, units]`` buffer in place (outside XLA with

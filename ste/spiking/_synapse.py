@@ -20,10 +20,13 @@ __all__ = ["Conv2DSynapse", "DenseSynapse", "Synapse"]
 
 
 class Synapse(abc.ABC):
-    """The product ``I = f(h; W) + b`` of one stage: ``h`` ``[n, inputs]`` -> ``I`` ``[n, units]``."""
+    """The product ``I = f(h; W) + b`` of one stage: ``h`` ``[n, inputs]`` -> ``I`` ``[n, units]``, the flat forms of
+    ``[n, *frame]`` and ``[n, *out_frame]``."""
 
     inputs: int
     units: int
+    frame: tuple[int, ...]
+    out_frame: tuple[int, ...]
 
     @abc.abstractmethod
     def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
@@ -51,6 +54,7 @@ class DenseSynapse(Synapse):
 
     def __init__(self, inputs: int, units: int) -> None:
         self.inputs, self.units = inputs, units
+        self.frame, self.out_frame = (inputs,), (units,)
 
     def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         return tf.matmul(h, kernel)
