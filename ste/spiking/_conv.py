@@ -113,10 +113,6 @@ class SpikingConv2D(SynapseLayer):
     def _kernel_shape(self, synapse: Synapse) -> tuple[int, ...]:
         return (*self.kernel_size, synapse.frame[-1], self.filters)
 
-    def _output_frame(self) -> tuple[int, ...]:
-        assert self.synapse is not None, "built"
-        return self.synapse.out_frame
-
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
         config.update(

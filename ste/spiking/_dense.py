@@ -102,9 +102,6 @@ class SpikingDense(SynapseLayer):
     def _kernel_shape(self, synapse: Synapse) -> tuple[int, ...]:
         return (synapse.inputs, self.units)
 
-    def _output_frame(self) -> tuple[int, ...]:
-        return (self.units,)
-
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
         config.update(units=self.units, **self._weights_config())

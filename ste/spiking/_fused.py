@@ -156,13 +156,18 @@ def compiled(function: Any, jit_compile: bool) -> Any:
     return tf.function(function, autograph=False, jit_compile=True)
 
 
-def _nest(flat: Sequence[Any], stages: Sequence[Stage]) -> list[list[Any]]:
+def _grouped(values: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
+    """``values`` cut into consecutive groups of ``counts[i]`` values."""
     out, index = [], 0
-    for stage in stages:
-        count = len(stage.cell.state_names)
-        out.append(list(flat[index : index + count]))
+    for count in counts:
+        out.append(list(values[index : index + count]))
         index += count
     return out
+
+
+def _nest(flat: Sequence[Any], stages: Sequence[Stage]) -> list[list[Any]]:
+    """A flat list of every stage's states as one group per stage."""
+    return _grouped(flat, [len(stage.cell.state_names) for stage in stages])
 
 
 def fused_stack(
@@ -329,13 +334,6 @@ def fused_stack(
         n_kept, n_currents, n_stages = len(state_layout), len(current_layout), len(stages)
         sizes = [len(stage.cell.state_names) for stage in stages]
 
-        def split(values: Sequence[Any], *lengths: int) -> list[list[Any]]:
-            out, index = [], 0
-            for count in lengths:
-                out.append(list(values[index : index + count]))
-                index += count
-            return out
-
         # carried: every state's gradient, every kernel's, every bias's (None: a zero never used), every parameter's
         d_biases0 = [tf.zeros_like(b) if b is not None else tf.zeros([0], dtype) for b in bs]
         zeros = [*flat(initial(batch)), *[tf.zeros_like(k) for k in ks], *d_biases0]
@@ -349,7 +347,7 @@ def fused_stack(
             first_all = first_currents(x, start, ks[0], bs[0])
 
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                states, currents, flat_states = split(carried, n_kept, n_currents, len(carried))
+                states, currents, flat_states = _grouped(carried, [n_kept, n_currents, len(carried)])
                 states = kept.write(states, t - start, flat_states)
                 _, new, later = step(tf.gather(first_all, t - start, axis=1), _nest(flat_states, stages), ks, bs, ps)
                 currents = kept_currents.write(currents, t - start, later)
@@ -362,10 +360,10 @@ def fused_stack(
                 (start, *kept.empty(segment), *kept_currents.empty(segment), *kept.read(checkpoints, index)),
                 segment,
             )
-            state_buffers, current_buffers, _ = split(inner, n_kept, n_currents, len(inner))
+            state_buffers, current_buffers, _ = _grouped(inner, [n_kept, n_currents, len(inner)])
 
             def back(t: tf.Tensor, *carried: tf.Tensor) -> Any:
-                d_states, d_kernels, d_biases, d_params, d_x = split(carried, *lengths)
+                d_states, d_kernels, d_biases, d_params, d_x = _grouped(carried, lengths)
                 d_states, d_params = _nest(d_states, stages), _grouped(d_params, counts)
                 before = _nest(kept.read(state_buffers, t - start), stages)
                 currents = [tf.gather(first_all, t - start, axis=1), *kept_currents.read(current_buffers, t - start)]
@@ -409,7 +407,7 @@ def fused_stack(
             return (index - 1, *result[1:])
 
         result = _loop(lambda index, *_: index >= 0, segment_body, (n_segments - 1, *zeros), iterations)
-        _, d_kernels, d_biases, d_params, d_x = split(result[1:], *lengths)
+        _, d_kernels, d_biases, d_params, d_x = _grouped(result[1:], lengths)
         grads: list[tf.Tensor] = list(d_x)
         for stage, d_kernel, d_bias, d_values in zip(stages, d_kernels, d_biases, _grouped(d_params, counts)):
             grads += [d_kernel, *([d_bias] if stage.use_bias else []), *d_values]
@@ -417,14 +415,6 @@ def fused_stack(
 
     _refuse_forward_mode(flat_inputs, where)
     return tf.custom_gradient(forward)(*flat_inputs)
-
-
-def _grouped(values: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
-    out, index = [], 0
-    for count in counts:
-        out.append(list(values[index : index + count]))
-        index += count
-    return out
 
 
 def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:
@@ -437,6 +427,6 @@ def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:
     if tf.executing_eagerly() and forwardprop_util.pack_tangents([tf.convert_to_tensor(t) for t in tensors]).tangents:
         raise HigherOrderError(
             f"{where}: forward mode (tf.autodiff.ForwardAccumulator) was asked for; the fused loop has a backward "
-            f"pass only. Fix: use the unfused layers (keras.layers.Dense, then the neuron layer), which forward "
-            f"mode differentiates."
+            f"pass only. Fix: use the unfused layers (keras.layers.Dense or ste.spiking.TimeDistributed(Conv2D), then "
+            f"the neuron layer), which forward mode differentiates."
         )

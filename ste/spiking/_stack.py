@@ -103,16 +103,14 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
     def _kernel_shape(self, synapse: Synapse) -> tuple[int, ...]:
         """The kernel's shape (that of the Keras layer this layer's synapse is)."""
 
-    @abc.abstractmethod
     def _output_frame(self) -> tuple[int, ...]:
-        """One step's output shape (after ``build``)."""
+        """One step's output shape (after ``build``): the synapse's."""
+        assert self.synapse is not None, "built"
+        return self.synapse.out_frame
 
     def _stacked_shape(self, shape: tuple[Any, ...]) -> tuple[Any, ...]:
         """The input shape this layer is built for in a ``Fused`` stack, after a layer with outputs ``shape``."""
         return shape
-
-    def _bias_size(self) -> int:
-        return int(self._output_frame()[-1])
 
     def build(self, input_shape: Any) -> None:
         where = f"{type(self).__name__} '{self.name}'"
@@ -142,7 +140,7 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
         if self.use_bias:
             self.bias = self.add_weight(
                 name="bias",
-                shape=(self._bias_size(),),
+                shape=(self.synapse.out_frame[-1],),
                 initializer=self.bias_initializer,
                 regularizer=self.bias_regularizer,
                 constraint=self.bias_constraint,
