@@ -35,6 +35,13 @@ _CPU_KERNEL_TESTS = ("layers", "benchmarks/test_smoke.py", "test_serialization.p
 _TESTS = Path(__file__).resolve().parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.jobs import OUTCOMES, Outcomes
+
+    if os.environ.get(OUTCOMES):  # a pytest subprocess of tests/jobs.py's offload: its outcomes, for the proxies
+        config.pluginmanager.register(Outcomes(os.environ[OUTCOMES]), "ste-outcomes")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = Path(str(item.fspath)).resolve()
@@ -45,13 +52,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the background job of every collected test marked ``@JOB.needed`` (tests/jobs.py), and run those tests
     last, so that the jobs run beside the rest of the suite."""
+    from tests.jobs import offload
+
     if session.config.option.collectonly:
         return
+    session.items[:] = offload(session.items)
     readers = [item for item in session.items if item.get_closest_marker("background_job")]
     for item in readers:
         for marker in item.iter_markers("background_job"):
             marker.args[0].start()
     session.items[:] = [item for item in session.items if item not in readers] + readers
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How long each background job ran, and when: the queue runs one at a time, so its total bounds the suite's."""
+    from tests.jobs import STARTED
+
+    if STARTED:
+        terminalreporter.section("background jobs (seconds after the first was queued)")
+        for job in STARTED:
+            terminalreporter.write_line(job.timing())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -162,6 +162,7 @@ class BackgroundJob:
         self.done = threading.Event()
         self.timed_out = self.stopped = False
         self.error = ""
+        self.queued = self.began = self.ended = 0.0  # time.monotonic() when queued, started, finished
 
     def needed(self, test: Test) -> Test:
         """Mark ``test`` as one that reads this job (``JOB.wait()``): the job starts when the test is collected."""
@@ -177,6 +178,7 @@ class BackgroundJob:
             return
         self.directory = Path(tempfile.mkdtemp(prefix=f"ste-{self.name}-"))
         self.launch = self.command(self.directory)
+        self.queued = time.monotonic()
         STARTED.append(self)
         if not _RUNNER:
             _RUNNER.append(threading.Thread(target=_run_queue, name="background-jobs", daemon=True))
@@ -188,6 +190,7 @@ class BackgroundJob:
         assert self.launch is not None and self.directory is not None
         try:
             if not self.stopped:
+                self.began = time.monotonic()
                 args, env, cwd = self.launch
                 self.jobs.start(self.name, args, env, cwd, self.timeout, logs=self.directory)
                 try:
@@ -195,6 +198,7 @@ class BackgroundJob:
                 except subprocess.TimeoutExpired:
                     self.timed_out = True
                     self.jobs.kill(self.name)
+                self.ended = time.monotonic()
         finally:
             self.done.set()
 
@@ -219,11 +223,109 @@ class BackgroundJob:
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
+    def timing(self) -> str:
+        """When the job started and ended, in seconds after the first job was queued (for the terminal summary)."""
+        if not self.ended:
+            return f"{self.name}: did not {'finish' if self.began else 'start'}"
+        began, ended = (moment - min(job.queued for job in STARTED) for moment in (self.began, self.ended))
+        return f"{self.name}: {ended - began:.0f} s, from {began:.0f} to {ended:.0f} s"
+
     def stop(self) -> None:
         self.stopped = True  # not started any more if still queued
         self.jobs.kill_all()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+#: The heaviest modules without background jobs of their own (~185 s of the suite's thread on 2 cores): their tests run
+#: in one pytest subprocess in the queue, beside the rest, whenever the session has other tests too (issue 18).
+OFFLOADED = (
+    "tests/reliability/test_distributed.py",
+    "tests/reliability/test_properties.py",
+    "tests/reliability/test_vectorized.py",
+)
+IN_ONE_PROCESS = "STE_TESTS_IN_ONE_PROCESS"  # set (to anything): nothing is offloaded (the subprocess sets it)
+OUTCOMES = (
+    "STE_TESTS_OUTCOMES"  # where a session writes each test's reports as JSON (the subprocess's, for its proxies)
+)
+
+
+class Offloaded(pytest.Item):
+    """A test that a pytest subprocess ran: reports that run's outcome (failure text, skip or xfail reason) under the
+    test's own id."""
+
+    def __init__(self, *, job: BackgroundJob, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+
+    def runtest(self) -> None:
+        done = self.job.wait()
+        outcomes = done.directory / "outcomes.json"
+        if not outcomes.exists():
+            pytest.fail(
+                f"the pytest subprocess wrote no outcomes (exit code {done.returncode}):\n{done.stderr[-3000:]}"
+            )
+        reports = json.loads(outcomes.read_text()).get(self.nodeid)
+        if not reports:
+            pytest.fail(f"the pytest subprocess did not run this test:\n{done.stdout[-3000:]}")
+        for report in reports:
+            if report["outcome"] == "failed":
+                pytest.fail(f"(in a pytest subprocess, {report['when']})\n{report['text']}", pytrace=False)
+        for report in reports:
+            if report["outcome"] == "skipped":
+                if report["xfail"] is not None:
+                    pytest.xfail(report["xfail"])
+                pytest.skip(report["text"].removeprefix("Skipped: "))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+def offload(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with those of the :data:`OFFLOADED` modules replaced by :class:`Offloaded` proxies of one queued
+    pytest subprocess that runs them (unless ``STE_TESTS_IN_ONE_PROCESS`` is set, or every item is offloaded)."""
+    root = Path(__file__).resolve().parents[1]
+    moved = [item for item in items if Path(str(item.fspath)).resolve() in {root / name for name in OFFLOADED}]
+    if os.environ.get(IN_ONE_PROCESS) or not moved or len(moved) == len(items):
+        return items
+
+    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+        (directory / "tests.txt").write_text("".join(f"{item.nodeid}\n" for item in moved))
+        env = {**os.environ, IN_ONE_PROCESS: "1", OUTCOMES: str(directory / "outcomes.json")}
+        return ["-m", "pytest", "-p", "no:cacheprovider", f"@{directory / 'tests.txt'}"], env, root
+
+    job = BackgroundJob("pytest-offloaded", command, timeout=900.0)
+    proxies = {}
+    for item in moved:
+        proxy = Offloaded.from_parent(item.parent, name=item.name, job=job)
+        proxy.own_markers = list(item.own_markers)
+        proxy.add_marker(job.background_mark())  # queued with the other jobs, and run after the other tests
+        proxies[item] = proxy
+    return [proxies.get(item, item) for item in items]
+
+
+class Outcomes:
+    """Every test's reports, by test id, written as JSON to ``path`` when the session ends (a plugin: the
+    subprocess that :func:`offload` starts registers it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.reports: dict[str, list[dict[str, Any]]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.outcome == "passed" and report.when != "call":
+            return
+        text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+        entry = {
+            "when": report.when,
+            "outcome": report.outcome,
+            "text": text,
+            "xfail": getattr(report, "wasxfail", None),
+        }
+        self.reports.setdefault(report.nodeid, []).append(entry)
+
+    def pytest_sessionfinish(self) -> None:
+        self.path.write_text(json.dumps(self.reports))
 
 
 def in_fresh_process(function: Callable[..., None], *args: Any, timeout: float = 600.0) -> BackgroundJob:
