@@ -50,8 +50,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the background job of every collected test marked ``@JOB.needed`` (tests/jobs.py), and run those tests
-    last, so that the jobs run beside the rest of the suite."""
+    """Replace the offloaded modules' tests by proxies of one pytest subprocess (tests/jobs.py's ``offload``), start
+    the background job of every collected test marked ``@JOB.needed`` (those proxies too), and run those tests last,
+    so that the jobs run beside the rest of the suite."""
     from tests.jobs import offload
 
     if session.config.option.collectonly:

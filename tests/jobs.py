@@ -10,12 +10,15 @@ almost for free beside the in-process tests; run in a test, it would add its who
   mypy and ruff, the command line in a fresh process). ``@JOB.needed`` marks a test; tests/conftest.py queues every
   marked test's job once the session's tests are collected and moves those tests to the end. The queued jobs run
   one at a time, on one core.
+* :func:`offload`: the tests of the :data:`OFFLOADED` modules, run by one pytest subprocess in that queue, and
+  reported in the session by :class:`Offloaded` proxies under their own ids.
 
 Output goes to files, never a pipe that could fill up, and every process has a deadline counted from its start.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -245,9 +248,8 @@ OFFLOADED = (
     "tests/reliability/test_vectorized.py",
 )
 IN_ONE_PROCESS = "STE_TESTS_IN_ONE_PROCESS"  # set (to anything): nothing is offloaded (the subprocess sets it)
-OUTCOMES = (
-    "STE_TESTS_OUTCOMES"  # where a session writes each test's reports as JSON (the subprocess's, for its proxies)
-)
+# where a session writes its tests' reports as JSON (set for the subprocess, whose reports the proxies read)
+OUTCOMES = "STE_TESTS_OUTCOMES"
 
 
 class Offloaded(pytest.Item):
@@ -260,12 +262,12 @@ class Offloaded(pytest.Item):
 
     def runtest(self) -> None:
         done = self.job.wait()
-        outcomes = done.directory / "outcomes.json"
-        if not outcomes.exists():
+        outcomes = _read_outcomes(done.directory / "outcomes.json")
+        if outcomes is None:
             pytest.fail(
                 f"the pytest subprocess wrote no outcomes (exit code {done.returncode}):\n{done.stderr[-3000:]}"
             )
-        reports = json.loads(outcomes.read_text()).get(self.nodeid)
+        reports = outcomes.get(self.nodeid)
         if not reports:
             pytest.fail(f"the pytest subprocess did not run this test:\n{done.stdout[-3000:]}")
         for report in reports:
@@ -279,6 +281,12 @@ class Offloaded(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.name
+
+
+@functools.cache
+def _read_outcomes(path: Path) -> dict[str, list[dict[str, Any]]] | None:
+    """The finished subprocess's reports by test id (read once for all its proxies), or None if it wrote none."""
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def offload(items: list[pytest.Item]) -> list[pytest.Item]:
