@@ -22,10 +22,10 @@ from ._describe import callable_name
 from ._errors import CallError, MissingBackwardError, RuleError
 from ._inputs import to_input_tensor
 from ._rules import LikeRule, Rule, make_rule
-from ._serialization import op_config, op_from_config, op_reduce
+from ._serialization import op_config, op_parts_from_config, op_reduce
 from .registry import Surrogate
 
-__all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward", "rule_of"]
+__all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward", "rebuild_op", "rule_of"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -215,11 +215,11 @@ class STEFunction(Generic[P, R]):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> STEFunction[..., Any]:
         """Rebuild an op from :meth:`get_config`'s output."""
-        op: STEFunction[..., Any] = op_from_config(config)
+        op: STEFunction[..., Any] = rebuild_op(*op_parts_from_config(config))
         return op
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return op_reduce(self)
+        return rebuild_op, op_reduce(self)
 
     def __copy__(self) -> STEFunction[P, R]:
         return self
@@ -346,6 +346,16 @@ def backward_like(g: Callable[..., Any], /) -> Callable[[Callable[P, R]], STEFun
         return STEFunction(fn, made)
 
     return decorate
+
+
+def rebuild_op(
+    fn: Callable[..., Any], kind: str, rule: Any, params: Mapping[str, Any], jvp: Callable[..., Any] | None = None
+) -> STEFunction[..., Any]:
+    """The op ``forward(fn)`` with the rule of ``kind`` (``"surrogate"``, ``"like"`` or ``"function"``): what a
+    pickle and a Keras config hold (``ste._serialization.op_reduce``, ``op_parts_from_config``) made an op again."""
+    if kind == "like":
+        return forward(fn).backward_like(rule)
+    return forward(fn).backward(rule, jvp=jvp, **params)
 
 
 def rule_of(op: STEFunction[..., Any]) -> Rule:

@@ -39,7 +39,11 @@ from ._errors import SerializationError, STEError
 from ._rules import RuleParts
 from .registry import Surrogate
 
-__all__ = ["install_save_check", "op_config", "op_from_config", "op_reduce", "rebuild_op"]
+__all__ = ["OpParts", "install_save_check", "op_config", "op_parts_from_config", "op_reduce"]
+
+#: An op's parts: its forward function, the rule's kind (``"surrogate"``, ``"like"``, ``"function"``), the rule, the
+#: hyperparameters bound to a function rule, the declared JVP (or None).
+OpParts = tuple[Any, str, Any, Mapping[str, Any], Any]
 
 #: Namespaces whose public functions are saved by their path, in order of preference.
 _PUBLIC_NAMESPACES = ("tf.math", "tf.nn", "keras.activations", "keras.ops", "tf")
@@ -248,17 +252,9 @@ def op_config(op: Any) -> dict[str, Any]:
     return {"forward": function_config(op.forward_fn, "forward function", op), "rule": rule_config}
 
 
-def rebuild_op(fn: Any, kind: str, rule: Any, params: Mapping[str, Any], jvp: Any = None) -> Any:
-    """The op ``forward(fn)`` with the rule of ``kind`` (the inverse of :func:`op_reduce`)."""
-    from ._dsl import forward
-
-    if kind == "like":
-        return forward(fn).backward_like(rule)
-    return forward(fn).backward(rule, jvp=jvp, **params)
-
-
-def op_from_config(config: Any) -> Any:
-    """``STEFunction.from_config``."""
+def op_parts_from_config(config: Any) -> OpParts:
+    """``STEFunction.from_config``'s parts: ``(forward_fn, kind, rule, params, jvp)``, which ``ste._dsl.rebuild_op``
+    makes an op of."""
     rule_config = config.get("rule") if isinstance(config, Mapping) else None
     if not isinstance(rule_config, Mapping) or "forward" not in config:
         raise SerializationError(
@@ -267,14 +263,14 @@ def op_from_config(config: Any) -> Any:
         )
     fn = function_from_config(config["forward"], "forward function")
     if "surrogate" in rule_config:
-        return rebuild_op(fn, "surrogate", Surrogate.from_config(rule_config["surrogate"]), {})
+        return (fn, "surrogate", Surrogate.from_config(rule_config["surrogate"]), {}, None)
     if "like" in rule_config:
-        return rebuild_op(fn, "like", function_from_config(rule_config["like"], "function g"), {})
+        return (fn, "like", function_from_config(rule_config["like"], "function g"), {}, None)
     if "function" in rule_config:
         params = keras.saving.deserialize_keras_object(rule_config.get("params") or {})
         declared = rule_config.get("jvp")
         jvp = None if declared is None else function_from_config(declared, "declared jvp")
-        return rebuild_op(fn, "function", function_from_config(rule_config["function"], "backward rule"), params, jvp)
+        return (fn, "function", function_from_config(rule_config["function"], "backward rule"), params, jvp)
     raise SerializationError(
         f"an ste op config's rule must hold 'surrogate', 'like' or 'function'; received {rule_config!r}."
     )
@@ -302,8 +298,9 @@ def _check_picklable(obj: Any, role: str, op: Any) -> None:
         )
 
 
-def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
-    """``STEFunction.__reduce__``: rebuilt from its forward function, rule and bound hyperparameters."""
+def op_reduce(op: Any) -> OpParts:
+    """``STEFunction.__reduce__``'s arguments (``ste._dsl.rebuild_op`` rebuilds the op from them): its forward
+    function, rule, bound hyperparameters and declared JVP, each checked to pickle."""
     kind, rule, params = _rule_parts(op)
     _check_picklable(op.forward_fn, "forward function", op)
     if kind != "surrogate":  # a Surrogate pickles itself (by class or registry name)
@@ -311,10 +308,9 @@ def op_reduce(op: Any) -> tuple[Any, tuple[Any, ...]]:
     if params:
         _check_picklable(params, "bound hyperparameters", op)
     jvp = _declared_jvp(op)
-    if jvp is None:
-        return rebuild_op, (op.forward_fn, kind, rule, params)
-    _check_picklable(jvp, "declared jvp", op)
-    return rebuild_op, (op.forward_fn, kind, rule, params, jvp)
+    if jvp is not None:
+        _check_picklable(jvp, "declared jvp", op)
+    return (op.forward_fn, kind, rule, params, jvp)
 
 
 # -- saving: fail before the file is opened ----------------------------------------------------------------------

@@ -12,18 +12,14 @@ from typing import Any, TypeVar, Union, overload
 import tensorflow as tf
 
 from .._arguments import check_bool
-from .._errors import ParameterError, RegistrationError, SpecError, UnknownSurrogateError
-from .._names import NameTable, build
+from .._errors import ParameterError, RegistrationError, SpecError
+from .._names import build
 from ._spec import parse_spec
 from ._surrogate import Surrogate
+from ._table import TABLE as _TABLE
 
 __all__ = ["SurrogateLike", "get", "lookup", "names", "register", "registered_class", "unregister"]
 
-_TABLE: NameTable[type[Surrogate]] = NameTable(
-    "surrogate",
-    UnknownSurrogateError,
-    " A name registered in your own code is known once the module that registers it is imported.",
-)
 
 T = TypeVar("T")
 

@@ -32,6 +32,7 @@ from typing_extensions import dataclass_transform
 
 from .._errors import ParameterError, RegistrationError, SpecError
 from ._numerics import smallest_normal
+from ._table import TABLE
 
 __all__ = ["Surrogate"]
 
@@ -62,9 +63,7 @@ def _importable(cls: type) -> bool:
 def _restore(reference: type[Surrogate] | str, params: dict[str, Any]) -> Surrogate:
     """Unpickle: rebuild from a class or a registry name and the parameters."""
     if isinstance(reference, str):
-        from ._registry import lookup
-
-        reference = lookup(reference)
+        reference = TABLE.lookup(reference)
     return reference(**params)
 
 
@@ -444,9 +443,7 @@ class Surrogate:
         Raises :class:`ste.RegistrationError` when the class is not the one registered under its name (an
         unregistered subclass, or a name since replaced): such a config could not rebuild this surrogate.
         """
-        from ._registry import registered_class
-
-        registered = registered_class(self.name) if self.name else None
+        registered = TABLE.get(self.name) if self.name else None
         if registered is not type(self):
             why = (
                 ""
@@ -482,9 +479,7 @@ class Surrogate:
                 f"a surrogate config must be a mapping {{'name': str, 'params': dict}}; received {config!r}."
             )
         if cls is Surrogate or cls.name != config.get("name", cls.name):
-            from ._registry import lookup
-
-            target = lookup(str(config.get("name")))
+            target = TABLE.lookup(str(config.get("name")))
         else:
             target = cls
         return target(**dict(config["params"]))
