@@ -336,7 +336,7 @@ def fused_stack(
 
         # carried: every state's gradient, every kernel's, every bias's (None: a zero never used), every parameter's
         d_biases0 = [tf.zeros_like(b) if b is not None else tf.zeros([0], dtype) for b in bs]
-        zeros = [*flat(initial(batch)), *[tf.zeros_like(k) for k in ks], *d_biases0]
+        zeros = [*flat(initial(batch)), *[stage.synapse.gradient_sum(k) for stage, k in zip(stages, ks)], *d_biases0]
         zeros += [tf.zeros_like(p) for values in ps for p in values]
         zeros += [tf.zeros_like(x)] if watched else []
         lengths = (sum(sizes), n_stages, n_stages, sum(counts), int(watched))
@@ -410,7 +410,7 @@ def fused_stack(
         _, d_kernels, d_biases, d_params, d_x = _grouped(result[1:], lengths)
         grads: list[tf.Tensor] = list(d_x)
         for stage, d_kernel, d_bias, d_values in zip(stages, d_kernels, d_biases, _grouped(d_params, counts)):
-            grads += [d_kernel, *([d_bias] if stage.use_bias else []), *d_values]
+            grads += [stage.synapse.kernel_from_sum(d_kernel), *([d_bias] if stage.use_bias else []), *d_values]
         return grads
 
     _refuse_forward_mode(flat_inputs, where)

@@ -459,10 +459,39 @@ def test_the_convolution_products_under_xla_are_conv2d_and_its_autodiff(frame, k
 
     @tf.function(jit_compile=True)
     def products(h: tf.Tensor, d: tf.Tensor, kernel: tf.Tensor) -> Any:
-        return synapse.apply(h, kernel), synapse.kernel_gradient(h, d), synapse.input_gradient(d, kernel)
+        summed = synapse.gradient_sum(kernel) + synapse.kernel_gradient(h, d)
+        return synapse.apply(h, kernel), synapse.kernel_from_sum(summed), synapse.input_gradient(d, kernel)
 
     got_out, got_kernel, got_input = products(h, d, kernel)
     np.testing.assert_allclose(got_out.numpy(), tf.reshape(out, [4, -1]).numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_kernel.numpy(), want_kernel.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_input.numpy(), want_input.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("inputs", "units"), [(7, 3), (3, 7), (5, 5)], ids=["fewer-units", "more-units", "square"])
+def test_the_dense_products_summed_over_steps_are_matmul_and_its_autodiff(inputs, units) -> None:
+    # with fewer units than inputs the kernel's gradient is summed transposed (a faster product under XLA:CPU)
+    from ste.spiking._synapse import DenseSynapse
+
+    synapse = DenseSynapse(inputs, units)
+    rng = np.random.default_rng(12)
+    hs = tf.constant(rng.random((3, 4, inputs)))  # 3 steps of 4 rows
+    kernel = tf.constant(rng.normal(size=(inputs, units)))
+    ds = tf.constant(rng.normal(size=(3, 4, units)))
+    with tf.GradientTape() as tape:
+        tape.watch([hs, kernel])
+        loss = tf.reduce_sum(tf.einsum("tni,iu->tnu", hs, kernel) * ds)
+    want_kernel, want_input = tape.gradient(loss, [kernel, hs])
+
+    @tf.function(jit_compile=True)
+    def products(hs: tf.Tensor, ds: tf.Tensor, kernel: tf.Tensor) -> Any:
+        summed = synapse.gradient_sum(kernel)
+        for t in range(3):
+            summed = summed + synapse.kernel_gradient(hs[t], ds[t])
+        inputs_grad = tf.stack([synapse.input_gradient(ds[t], kernel) for t in range(3)])
+        return synapse.kernel_from_sum(summed), inputs_grad
+
+    got_kernel, got_input = products(hs, ds, kernel)
     np.testing.assert_allclose(got_kernel.numpy(), want_kernel.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_input.numpy(), want_input.numpy(), rtol=1e-12, atol=1e-12)
 
