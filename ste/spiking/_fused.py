@@ -12,13 +12,13 @@ they are one product per segment (``[batch·segment, inputs]``).
 What is kept for the backward pass: the cells' states at the start of every segment of ``segment`` steps (a spike
 state as bits, ``ste._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
 runs over the segments in reverse: it recomputes the segment's first-stage currents, the states every step starts
-from and the later stages' currents (the same ops as the forward pass, so the same values bit for bit), then steps
-back through it: each stage's cell under a ``GradientTape`` of its own (the cell's own surrogate gradient), each
-synapse's vector-Jacobian products written out (``Synapse.kernel_gradient``, ``input_gradient``: never the
-synapse's forward product again), the kernels' gradients summed per step (dW += h[t]ᵀ·dI[t] for a dense one). The
-gradient of a stage's input spikes flows to the stage below within the step and is never held for the whole
-sequence. Memory: the checkpoints (about T/segment steps of states), one segment's states and currents (segment
-steps each); ``segment=1`` keeps every step's states.
+from (spikes as one byte each) and the later stages' currents (the same ops as the forward pass, so the same values
+bit for bit), then steps back through it: each stage's cell under a ``GradientTape`` of its own (the cell's own
+surrogate gradient), each synapse's vector-Jacobian products written out (``Synapse.kernel_gradient``,
+``input_gradient``: never the synapse's forward product again), the kernels' gradients summed per step (dW +=
+h[t]ᵀ·dI[t] for a dense one). The gradient of a stage's input spikes flows to the stage below within the step and
+is never held for the whole sequence. Memory: the checkpoints (about T/segment steps of states), one segment's
+states and currents (segment steps each); ``segment=1`` keeps every step's states.
 
 Both loops are compiled with XLA by default (one kernel for the sequence instead of TensorFlow's cost per op and
 step). The outputs are written into one ``[batch, time, units]`` buffer in place (outside XLA with
@@ -101,34 +101,48 @@ def _update(buffer: tf.Tensor, t: tf.Tensor, value: tf.Tensor, axis: int = 1) ->
 
 class _Kept:
     """Buffers ``[size, batch, width]`` (one entry per index) of some ``[batch, width]`` tensors; the binary ones
-    (spike states) as bits.
+    (spike states) as bits, or as one byte each with ``bits=False``.
 
     Written in place at an index and read at one (a stack of TensorLists made XLA copy the whole list at every push:
     one segment's states twice)."""
 
-    def __init__(self, layout: Sequence[tuple[bool, int]], batch: tf.Tensor, static_batch: int | None, dtype: Any):
+    def __init__(
+        self,
+        layout: Sequence[tuple[bool, int]],
+        batch: tf.Tensor,
+        static_batch: int | None,
+        dtype: Any,
+        bits: bool = True,
+    ) -> None:
         self.layout, self.batch, self.static_batch, self.dtype = list(layout), batch, static_batch, dtype
+        self.bits = bits
 
     def empty(self, size: Any) -> list[tf.Tensor]:
-        return [
-            tf.zeros(tf.stack([size, (self.batch * width + 7) // 8]), tf.uint8)
-            if binary
-            else tf.zeros(tf.stack([size, self.batch, width]), self.dtype)
-            for binary, width in self.layout
-        ]
+        out = []
+        for binary, width in self.layout:
+            if binary and self.bits:
+                out.append(tf.zeros(tf.stack([size, (self.batch * width + 7) // 8]), tf.uint8))
+            else:
+                out.append(tf.zeros(tf.stack([size, self.batch, width]), tf.uint8 if binary else self.dtype))
+        return out
 
     def write(self, buffers: Sequence[tf.Tensor], index: tf.Tensor, values: Sequence[tf.Tensor]) -> list[Any]:
         return [
-            _update(buffer, index, pack_bits(value > 0) if binary else value, axis=0)
+            _update(buffer, index, self._stored(value) if binary else value, axis=0)
             for buffer, value, (binary, _) in zip(buffers, values, self.layout)
         ]
+
+    def _stored(self, spikes: tf.Tensor) -> tf.Tensor:
+        return pack_bits(spikes > 0) if self.bits else tf.cast(spikes > 0, tf.uint8)
 
     def read(self, buffers: Sequence[tf.Tensor], index: tf.Tensor) -> list[tf.Tensor]:
         out = []
         for buffer, (binary, width) in zip(buffers, self.layout):
             value = tf.gather(buffer, index)
-            if binary:
+            if binary and self.bits:
                 value = unpack_values(value, tf.stack([self.batch, width]), 0, 1, self.dtype)
+            elif binary:
+                value = tf.cast(value, self.dtype)
             value.set_shape([self.static_batch, width])
             out.append(value)
         return out
@@ -329,6 +343,10 @@ def fused_stack(
         ks, bs, ps = unflatten(inputs[1 : len(flat_inputs)])
         batch = tf.shape(x)[0]
         kept = _Kept(state_layout, batch, x.shape[0], dtype)
+        # one segment's states, written and read back at every step: spikes as bytes, a cast XLA fuses into the
+        # cells' backward (as bits, packing and unpacking them at every step made the dense benchmark's training
+        # step 1.39x slower, the conv one's 1.10x; the bytes add 7/8 of a byte per spike of one segment)
+        segment_states = _Kept(state_layout, batch, x.shape[0], dtype, bits=False)
         kept_currents = _Kept(current_layout, batch, x.shape[0], dtype)
         checkpoints = list(inputs[len(flat_inputs) : -1])
         n_kept, n_currents, n_stages = len(state_layout), len(current_layout), len(stages)
@@ -348,7 +366,7 @@ def fused_stack(
 
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
                 states, currents, flat_states = _grouped(carried, [n_kept, n_currents, len(carried)])
-                states = kept.write(states, t - start, flat_states)
+                states = segment_states.write(states, t - start, flat_states)
                 _, new, later = step(tf.gather(first_all, t - start, axis=1), _nest(flat_states, stages), ks, bs, ps)
                 currents = kept_currents.write(currents, t - start, later)
                 return (t + 1, *states, *currents, *flat(new))
@@ -357,7 +375,7 @@ def fused_stack(
             _, *inner = _loop(
                 lambda t, *_: t < stop,
                 recompute,
-                (start, *kept.empty(segment), *kept_currents.empty(segment), *kept.read(checkpoints, index)),
+                (start, *segment_states.empty(segment), *kept_currents.empty(segment), *kept.read(checkpoints, index)),
                 segment,
             )
             state_buffers, current_buffers, _ = _grouped(inner, [n_kept, n_currents, len(inner)])
@@ -365,7 +383,7 @@ def fused_stack(
             def back(t: tf.Tensor, *carried: tf.Tensor) -> Any:
                 d_states, d_kernels, d_biases, d_params, d_x = _grouped(carried, lengths)
                 d_states, d_params = _nest(d_states, stages), _grouped(d_params, counts)
-                before = _nest(kept.read(state_buffers, t - start), stages)
+                before = _nest(segment_states.read(state_buffers, t - start), stages)
                 currents = [tf.gather(first_all, t - start, axis=1), *kept_currents.read(current_buffers, t - start)]
                 tapes, outs, news = [], [], []
                 for stage, current, group, values in zip(stages, currents, before, ps):
