@@ -22,7 +22,7 @@ from ._describe import callable_name
 from ._errors import CallError, MissingBackwardError, RuleError
 from ._inputs import to_input_tensor
 from ._rules import LikeRule, Rule, make_rule
-from ._serialization import op_config, op_parts_from_config, op_reduce
+from ._serialization import op_config, op_parts, op_parts_from_config
 from .registry import Surrogate
 
 __all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward", "rebuild_op", "rule_of"]
@@ -219,7 +219,7 @@ class STEFunction(Generic[P, R]):
         return op
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return rebuild_op, op_reduce(self)
+        return rebuild_op, op_parts(self)
 
     def __copy__(self) -> STEFunction[P, R]:
         return self
@@ -352,7 +352,7 @@ def rebuild_op(
     fn: Callable[..., Any], kind: str, rule: Any, params: Mapping[str, Any], jvp: Callable[..., Any] | None = None
 ) -> STEFunction[..., Any]:
     """The op ``forward(fn)`` with the rule of ``kind`` (``"surrogate"``, ``"like"`` or ``"function"``): what a
-    pickle and a Keras config hold (``ste._serialization.op_reduce``, ``op_parts_from_config``) made an op again."""
+    pickle and a Keras config hold (``ste._serialization.op_parts``, ``op_parts_from_config``) made an op again."""
     if kind == "like":
         return forward(fn).backward_like(rule)
     return forward(fn).backward(rule, jvp=jvp, **params)

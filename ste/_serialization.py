@@ -39,7 +39,7 @@ from ._errors import SerializationError, STEError
 from ._rules import RuleParts
 from .registry import Surrogate
 
-__all__ = ["OpParts", "install_save_check", "op_config", "op_parts_from_config", "op_reduce"]
+__all__ = ["OpParts", "install_save_check", "op_config", "op_parts", "op_parts_from_config"]
 
 #: An op's parts: its forward function, the rule's kind (``"surrogate"``, ``"like"``, ``"function"``), the rule, the
 #: hyperparameters bound to a function rule, the declared JVP (or None).
@@ -298,7 +298,7 @@ def _check_picklable(obj: Any, role: str, op: Any) -> None:
         )
 
 
-def op_reduce(op: Any) -> OpParts:
+def op_parts(op: Any) -> OpParts:
     """``STEFunction.__reduce__``'s arguments (``ste._dsl.rebuild_op`` rebuilds the op from them): its forward
     function, rule, bound hyperparameters and declared JVP, each checked to pickle."""
     kind, rule, params = _rule_parts(op)

@@ -293,7 +293,8 @@ def offload(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` with those of the :data:`OFFLOADED` modules replaced by :class:`Offloaded` proxies of one queued
     pytest subprocess that runs them (unless ``STE_TESTS_IN_ONE_PROCESS`` is set, or every item is offloaded)."""
     root = Path(__file__).resolve().parents[1]
-    moved = [item for item in items if Path(str(item.fspath)).resolve() in {root / name for name in OFFLOADED}]
+    paths = {root / name for name in OFFLOADED}
+    moved = [item for item in items if Path(str(item.fspath)).resolve() in paths]
     if os.environ.get(IN_ONE_PROCESS) or not moved or len(moved) == len(items):
         return items
 

@@ -71,40 +71,15 @@ def _imports(package: Path) -> dict[str, set[str]]:
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    out: list[list[str]] = []
-    for root in edges:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        out.append(sorted(component))
-            elif child not in index:
-                index[child] = low[child] = len(index)
-                stack.append(child)
-                work.append((child, iter(sorted(edges[child]))))
-            elif child in stack:
-                low[node] = min(low[node], index[child])
-    return out
+    """An import cycle's modules (sorted) in a list, or an empty list when there is none (graphlib's topological
+    sort names one cycle)."""
+    import graphlib
+
+    try:
+        graphlib.TopologicalSorter(edges).prepare()
+    except graphlib.CycleError as error:
+        return [sorted(set(error.args[1]))]
+    return []
 
 
 def test_the_cycle_finder_finds_a_lazy_cycle_and_ignores_typing_only_imports(tmp_path):

@@ -83,7 +83,7 @@ class DenseSynapse(Synapse):
         return tf.matmul(h, d_current, transpose_a=True)
 
     def gradient_sum(self, kernel: tf.Tensor) -> tf.Tensor:
-        return tf.zeros([self.units, self.inputs] if self._transposed else [self.inputs, self.units], kernel.dtype)
+        return tf.zeros([self.units, self.inputs], kernel.dtype) if self._transposed else super().gradient_sum(kernel)
 
     def kernel_from_sum(self, total: tf.Tensor) -> tf.Tensor:
         return tf.transpose(total) if self._transposed else total
