@@ -11,7 +11,7 @@ sign inputs and kernels; :class:`TernaryScheme`, ``"ternary"``: BitNet b1.58). S
 """
 
 from ._api import quantize_annotate_layer, quantize_apply, quantize_model, quantize_scope, schemes, to_tflite
-from ._fake_quant import fake_quant, fake_quant_op, nudged_range
+from ._fake_quant import fake_quant, fake_quant_op, nudged_range, symmetric_fake_quant, weight_fake_quant_op
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, LowBitScheme, TernaryScheme
@@ -45,5 +45,7 @@ __all__ = [
     "quantize_model",
     "quantize_scope",
     "schemes",
+    "symmetric_fake_quant",
     "to_tflite",
+    "weight_fake_quant_op",
 ]

@@ -1,106 +1,124 @@
-"""Fake quantization as ``ste`` ops: TensorFlow's ``FakeQuantWithMinMaxVars(PerChannel)`` with its own gradient.
+"""Fake quantization as ``ste`` ops: TensorFlow's ``FakeQuantWithMinMaxVars(PerChannel)`` with its gradient.
 
 The forward of a float32 input is ``tf.quantization.fake_quant_with_min_max_vars`` (``_per_channel`` for a vector
-range): the op the TFLite converter reads ranges from to emit int8 kernels. TensorFlow's registered gradient of that
-op (``FakeQuantWithMinMaxVarsGradient``) is already the clipped straight-through estimator: dy·1[min' <= x <= max']
-for the input, with min' and max' the nudged range, and the sums of dy below min' and above max' for the range. The
-rule reuses that gradient op, so ste's op computes exactly what TensorFlow's does, with ste's checks (gradient
-shapes and dtypes, forward mode, ``tf.vectorized_map``).
-
-TensorFlow's kernels take float32 only. Other floating dtypes (float16 and bfloat16 under mixed precision, float64)
-use the same formula written with ordinary ops in the input's dtype (the range is nudged in float32, then cast), so
+range): the op the TFLite converter reads ranges from to emit int8 kernels. Other floating dtypes (float16 and
+bfloat16 under mixed precision, float64) use the same formula written with ordinary ops in the input's dtype, so
 activations are never cast back to float32. The nudging is TensorFlow's: scale = (max − min)/(q_max − q_min), zero
-point round(q_min − min/scale) clipped to [q_min, q_max], min' = (q_min − zero point)·scale, max' = (q_max − zero
-point)·scale, then q = floor((clip(x, min', max') − min')/scale + 1/2)·scale + min'. q_min is 1 with
-``narrow_range`` (the symmetric int8 range [−127, 127]), else 0; q_max = 2^bits − 1.
+point round(q_min − min/scale) (half away from zero) clipped to [q_min, q_max], min' = (q_min − zero point)·scale,
+max' = (q_max − zero point)·scale, then q = floor((clip(x, min', max') − min')/scale + 1/2)·scale + min'. q_min is 1
+with ``narrow_range`` (the symmetric int8 range [−127, 127]), else 0; q_max = 2^bits − 1. The range is nudged in
+float32 (TensorFlow's kernels' precision) for float16, bfloat16 and float32 inputs, in float64 for float64 ones, so
+that the clamp and the gradient's mask compare the input with the same bounds in its own dtype. A range of exactly
+[0, 0] gives 0 and passes the whole gradient to x, as TensorFlow's kernels do.
+
+:data:`fake_quant_op`'s gradient is TensorFlow's registered one (``FakeQuantWithMinMaxVarsGradient``), the clipped
+straight-through estimator: dy·1[min' <= x <= max'] for x, and the sums of dy below min' and above max' for the
+range. It is written with ordinary ops in every dtype (for float32 it equals TensorFlow's gradient op bit for bit),
+so it is itself differentiable: gradients of gradients are exact in every dtype (TensorFlow's gradient op has no
+gradient, which made them None in float32).
+
+:data:`weight_fake_quant_op` quantizes a weight on its own symmetric range ±max|w| (per tensor or per channel).
+Every weight lies inside that range, so its gradient is dy (the ``identity`` rule). The clipped estimator would
+differ only where the nudged bound, rounded to the dtype, falls one unit in the last place below max|w| (about one
+range in 400 in float32), and it would drop the largest weight's gradient there.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import tensorflow as tf
 
 from .._dsl import forward
 from .._xla import compiling_with_xla
 
-__all__ = ["fake_quant", "fake_quant_op", "nudged_range"]
+__all__ = ["fake_quant", "fake_quant_op", "nudged_range", "symmetric_fake_quant", "weight_fake_quant_op"]
 
 
-def nudged_range(low: tf.Tensor, high: tf.Tensor, *, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
-    """(min', max', scale) in float32, as TensorFlow nudges a range so that 0 is exactly representable."""
+def nudged_range(
+    low: tf.Tensor, high: tf.Tensor, *, bits: int, narrow_range: bool, dtype: tf.DType = tf.float32
+) -> tuple[tf.Tensor, ...]:
+    """(min', max', scale) in ``dtype`` (float32 as TensorFlow's kernels, or float64), as TensorFlow nudges a range
+    so that 0 is exactly representable."""
     q_min = 1.0 if narrow_range else 0.0
     q_max = float(2**bits - 1)
-    lo = tf.cast(low, tf.float32)
-    hi = tf.cast(high, tf.float32)
+    lo = tf.cast(low, dtype)
+    hi = tf.cast(high, dtype)
     scale = (hi - lo) / (q_max - q_min)
     scale = tf.where(scale > 0, scale, tf.ones_like(scale))  # TensorFlow's kernels require min < max
     zero_from_min = q_min - lo / scale
-    # std::round (half away from zero), as TensorFlow's Nudge
-    zero = tf.clip_by_value(tf.sign(zero_from_min) * tf.floor(tf.abs(zero_from_min) + 0.5), q_min, q_max)
+    # std::round (half away from zero), as TensorFlow's Nudge: floor(|v|), plus 1 where the fraction (exact) is ≥ 1/2
+    magnitude = tf.abs(zero_from_min)
+    whole = tf.floor(magnitude)
+    rounded = tf.sign(zero_from_min) * (whole + tf.cast(magnitude - whole >= 0.5, dtype))
+    zero = tf.clip_by_value(rounded, q_min, q_max)
     return (q_min - zero) * scale, (q_max - zero) * scale, scale
 
 
+def _nudged(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
+    """(min', max', scale, empty) in ``x``'s dtype, nudged in float64 for float64 ``x`` and in float32 otherwise;
+    ``empty`` (in the nudging dtype) marks a [0, 0] range."""
+    wide = tf.float64 if x.dtype == tf.float64 else tf.float32
+    n_min, n_max, scale = (
+        tf.cast(t, x.dtype) for t in nudged_range(low, high, bits=bits, narrow_range=narrow_range, dtype=wide)
+    )
+    empty = tf.logical_and(tf.equal(tf.cast(low, wide), 0), tf.equal(tf.cast(high, wide), 0))
+    return n_min, n_max, scale, empty
+
+
 def _formula(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tf.Tensor:
-    n_min, n_max, scale = (tf.cast(t, x.dtype) for t in nudged_range(low, high, bits=bits, narrow_range=narrow_range))
+    n_min, n_max, scale, empty = _nudged(x, low, high, bits, narrow_range)
+    n_max = tf.where(empty, n_min, n_max)  # a [0, 0] range clamps to 0: TensorFlow's kernels output 0
     clamped = tf.clip_by_value(x, n_min, n_max)
     return tf.floor((clamped - n_min) / scale + tf.constant(0.5, x.dtype)) * scale + n_min
-
-
-def _uses_kernel(x: tf.Tensor, per_channel: bool) -> bool:
-    # XLA lowers the per-tensor op and its gradient; the per-channel one is written out there
-    return x.dtype == tf.float32 and not (per_channel and compiling_with_xla())
 
 
 def fake_quant(
     x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, *, bits: int = 8, narrow_range: bool = False
 ) -> tf.Tensor:
     """x fake-quantized on the nudged range [low, high] (per tensor for scalar bounds, per last axis for vectors)."""
-    per_channel = low.shape.rank == 1
-    if not _uses_kernel(x, per_channel):
+    # Under XLA the formula, TensorFlow's kernel's arithmetic: XLA's lowering of the per-tensor op multiplies by the
+    # reciprocal of the scale and gives NaN for a [0, 0] range (an all-zero kernel); it has no per-channel one.
+    if x.dtype != tf.float32 or compiling_with_xla():
         return _formula(x, low, high, bits, narrow_range)
     lo, hi = tf.cast(low, tf.float32), tf.cast(high, tf.float32)
-    if per_channel:
+    if low.shape.rank == 1:
         return tf.quantization.fake_quant_with_min_max_vars_per_channel(
             x, lo, hi, num_bits=bits, narrow_range=narrow_range
         )
     return tf.quantization.fake_quant_with_min_max_vars(x, lo, hi, num_bits=bits, narrow_range=narrow_range)
 
 
+def _outside(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
+    """(x < min', x > max'): where the forward clamps x (nowhere for a [0, 0] range)."""
+    n_min, n_max, _, empty = _nudged(x, low, high, bits, narrow_range)
+    infinity = tf.constant(float("inf"), x.dtype)
+    # scalar (or per-channel) selects: the element-wise comparisons stay two
+    return x < tf.where(empty, -infinity, n_min), x > tf.where(empty, infinity, n_max)
+
+
 def _range_gradient(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     axes = list(range(values.shape.rank - 1)) if like.shape.rank == 1 else None
-    return tf.cast(tf.reduce_sum(tf.cast(values, tf.float32), axis=axes), like.dtype)
+    wide = tf.float64 if values.dtype == tf.float64 else tf.float32
+    return tf.cast(tf.reduce_sum(tf.cast(values, wide), axis=axes), like.dtype)
 
 
 def fake_quant_vjp(
     dy: tf.Tensor, x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, *, bits: int = 8, narrow_range: bool = False
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """TensorFlow's gradient of fake quantization (the clipped straight-through estimator): dy·1[min' <= x <= max']
-    for x, Σ dy·1[x < min'] for min and Σ dy·1[x > max'] for max (per channel for vector bounds)."""
-    per_channel = low.shape.rank == 1
-    if _uses_kernel(x, per_channel):
-        lo, hi = tf.cast(low, tf.float32), tf.cast(high, tf.float32)
-        gradient = (
-            tf.raw_ops.FakeQuantWithMinMaxVarsPerChannelGradient
-            if per_channel
-            else tf.raw_ops.FakeQuantWithMinMaxVarsGradient
-        )
-        dx, dlow, dhigh = gradient(gradients=dy, inputs=x, min=lo, max=hi, num_bits=bits, narrow_range=narrow_range)
-        return dx, tf.cast(dlow, low.dtype), tf.cast(dhigh, high.dtype)
-    n_min, n_max, _ = (tf.cast(t, x.dtype) for t in nudged_range(low, high, bits=bits, narrow_range=narrow_range))
-    below, above = x < n_min, x > n_max
+    for x, Σ dy·1[x < min'] for min and Σ dy·1[x > max'] for max (per channel for vector bounds), written with
+    differentiable ops (linear in dy)."""
+    below, above = _outside(x, low, high, bits, narrow_range)
     zero = tf.zeros_like(dy)
-    dx = tf.where(below | above, zero, dy)
+    dx = tf.where(tf.logical_or(below, above), zero, dy)
     return dx, _range_gradient(tf.where(below, dy, zero), low), _range_gradient(tf.where(above, dy, zero), high)
 
 
 def fake_quant_jvp(
-    tangents: tuple[tf.Tensor, ...], x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, **params: Any
+    tangents: tuple[tf.Tensor, ...], x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, *, bits: int, narrow_range: bool
 ) -> tf.Tensor:
     """The same derivative in forward mode: t_x inside the nudged range, t_min below it, t_max above it."""
     tx, tlow, thigh = tangents
-    n_min, n_max, _ = (tf.cast(t, x.dtype) for t in nudged_range(low, high, **params))
-    below, above = x < n_min, x > n_max
+    below, above = _outside(x, low, high, bits, narrow_range)
     inside = tf.where(below | above, tf.zeros_like(x), tf.cast(tx, x.dtype))
     return (
         inside
@@ -110,3 +128,19 @@ def fake_quant_jvp(
 
 
 fake_quant_op = forward(fake_quant).backward(fake_quant_vjp, jvp=fake_quant_jvp)
+
+
+def symmetric_fake_quant(w: tf.Tensor, *, bits: int = 8, channel_axes: int = 0, narrow_range: bool = True) -> tf.Tensor:
+    """``w`` fake-quantized on ±max|w|: over the whole tensor (``channel_axes=0``), per index of the last axis
+    (``1``) or per pair of the last two axes (``2``, a depthwise kernel ``(h, w, in, multiplier)``)."""
+    if channel_axes == 0:
+        m = tf.reduce_max(tf.abs(w))
+        return fake_quant(w, -m, m, bits=bits, narrow_range=narrow_range)
+    shape = tf.shape(w)
+    flat = w if channel_axes == 1 else tf.reshape(w, tf.concat([shape[:-2], [-1]], 0))
+    m = tf.reduce_max(tf.abs(flat), axis=list(range(flat.shape.rank - 1)))
+    quantized = fake_quant(flat, -m, m, bits=bits, narrow_range=narrow_range)
+    return quantized if channel_axes == 1 else tf.reshape(quantized, shape)
+
+
+weight_fake_quant_op = forward(symmetric_fake_quant).backward("identity")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import decimal
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import ste
-from ste.qat import fake_quant_op
+from ste.qat import fake_quant_op, nudged_range
 
 FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 
@@ -144,3 +146,197 @@ def test_activation_quantizer_gradient_is_tfmots_straight_through_on_the_moved_r
 def test_invalid_parameters_raise_ste_errors(kwargs):
     with pytest.raises(ste.ParameterError):
         ste.qat.ActivationFakeQuant(**kwargs)
+
+
+# -- the nudged range in the input's dtype, the largest weight's gradient, gradients of gradients ---------------
+
+
+def tensorflow_nudge(low, high, bits, narrow_range, dtype):
+    """TensorFlow's ``Nudge`` (fake_quant_ops_functor.h) transcribed with numpy scalars of ``dtype``; the zero point's
+    std::round (half away from zero) done exactly with ``decimal``."""
+    q_min, q_max = dtype(1 if narrow_range else 0), dtype(2**bits - 1)
+    low, high = dtype(low), dtype(high)
+    scale = (high - low) / (q_max - q_min)
+    zero_from_min = q_min - low / scale
+    rounded = float(decimal.Decimal(float(zero_from_min)).quantize(decimal.Decimal(1), decimal.ROUND_HALF_UP))
+    zero = dtype(min(max(rounded, float(q_min)), float(q_max)))
+    return (q_min - zero) * scale, (q_max - zero) * scale, scale
+
+
+def around(*bounds):
+    """Each bound and its two neighbours in its dtype."""
+    return [b + d for b in bounds for d in (np.nextafter(b, -np.inf) - b, 0 * b, np.nextafter(b, np.inf) - b)]
+
+
+# [−2, 2] and [−6, 6] (TFMOT's initial activation range) put the zero point at a tie, 127.5
+RANGES = [
+    (-2.0, 2.0, 8, False),
+    (-6.0, 6.0, 8, False),
+    (-1.7, 2.9, 8, False),
+    (-0.3, 5.1, 4, True),
+    (-3.1, 3.1, 8, True),
+]
+
+
+@pytest.mark.parametrize("low, high, bits, narrow_range", RANGES)
+def test_float64_nudges_in_float64_and_clamps_where_its_mask_ends(low, high, bits, narrow_range):
+    """float64 values and gradients against TensorFlow's nudging transcribed in float64: an input at a nudged bound
+    is inside (gradient 1), one unit in the last place beyond it is clamped (gradient 0) and passes dy to the
+    range."""
+    n_min, n_max, scale = tensorflow_nudge(low, high, bits, narrow_range, np.float64)
+    x = np.array([*around(n_min, n_max, np.float64(low), np.float64(high)), -9.0, 0.0, 0.37, 9.0])
+    expected = np.floor((np.clip(x, n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
+    inside = (x >= n_min) & (x <= n_max)
+    dy = np.random.default_rng(0).uniform(0.5, 1.5, x.shape)
+    xt, lo, hi = tf.constant(x), tf.constant(low, tf.float64), tf.constant(high, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch([xt, lo, hi])
+        y = fake_quant_op(xt, lo, hi, bits=bits, narrow_range=narrow_range)
+    dx, dlow, dhigh = tape.gradient(y, [xt, lo, hi], output_gradients=tf.constant(dy))
+    np.testing.assert_allclose(y.numpy(), expected, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(dx.numpy(), np.where(inside, dy, 0.0))
+    np.testing.assert_allclose([float(dlow), float(dhigh)], [dy[x < n_min].sum(), dy[x > n_max].sum()], rtol=1e-15)
+    assert inside[1] and inside[4] and not inside[0] and not inside[5]
+
+
+def largest_weights_clamped_by_their_own_nudge(dtype, count=3):
+    """Values m for which TensorFlow's nudging of [−m, m] (narrow, 8 bits) in ``dtype`` gives bounds strictly inside
+    [−m, m], so that a weight at ±m is clamped by the op (the case that lost its gradient)."""
+    found = []
+    for m in np.linspace(0.01, 4.0, 200_001, dtype=dtype):
+        n_min, n_max, _ = tensorflow_nudge(-m, m, 8, True, dtype)
+        if n_max < m and n_min > -m:
+            found.append(float(m))
+            if len(found) == count:
+                return found
+    raise AssertionError("no such value")
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("channel_axes", [0, 1, 2], ids=["per-tensor", "per-channel", "depthwise"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_every_weight_gets_its_gradient_in_every_dtype_and_path(dtype, channel_axes, jit):
+    """Every weight lies inside its range ±max|w|, the largest ones too: the weight quantizer's gradient is dy,
+    also where the nudged bounds, rounded in float32 or float64, fall inside ±max|w|."""
+    extremes = largest_weights_clamped_by_their_own_nudge(np.float32) + largest_weights_clamped_by_their_own_nudge(
+        np.float64
+    )
+    rng = np.random.default_rng(1)
+    # per channel: 3 output channels, or 2 x 3 for a depthwise kernel; every other weight is smaller than these
+    w = rng.uniform(-0.9, 0.9, size=(3, 3, 2, 3)) * min(extremes)
+    w_flat = w.reshape(9, 6) if channel_axes == 2 else w.reshape(18, 3) if channel_axes == 1 else w.reshape(54, 1)
+    for column in range(w_flat.shape[1]):  # each channel's largest |w| is one of the values above, at ±
+        m = extremes[column % len(extremes)]
+        w_flat[column % w_flat.shape[0], column] = m if column % 2 else -m
+    w = w_flat.reshape(3, 3, 2, 3)
+    dy = tf.constant(rng.uniform(0.5, 1.5, w.shape), dtype)
+    quantizer = ste.qat.WeightFakeQuant(channel_axes=channel_axes)
+
+    @tf.function(jit_compile=jit)
+    def gradient(w):
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            y = quantizer(w)
+        return y, tape.gradient(y, w, output_gradients=dy)
+
+    y, g = gradient(tf.constant(w, dtype))
+    np.testing.assert_array_equal(g.numpy(), dy.numpy())
+    assert g.dtype == dtype and y.dtype == dtype
+
+
+def test_an_all_zero_weight_quantizes_to_zero_under_xla():
+    """A [0, 0] range (an all-zero kernel, or a channel whose folded γ is 0) gives 0, as TensorFlow's kernel does;
+    XLA's lowering of the per-tensor op gave NaN."""
+
+    @tf.function(jit_compile=True)
+    def run(w):
+        with tf.GradientTape() as tape:
+            tape.watch(w)
+            y = ste.qat.WeightFakeQuant(channel_axes=0)(w)
+            z = fake_quant_op(w + 1.0, tf.constant(0.0), tf.constant(0.0))
+        return y, z, tape.gradient([y, z], w)
+
+    y, z, g = run(tf.zeros((4, 3)))
+    np.testing.assert_array_equal(y.numpy(), np.zeros((4, 3)))
+    np.testing.assert_array_equal(z.numpy(), np.zeros((4, 3)))
+    np.testing.assert_array_equal(g.numpy(), np.full((4, 3), 2.0))
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_float32_gradient_equals_tensorflows_gradient_op_at_the_bounds(per_channel):
+    """The float32 gradient, written with ordinary ops, equals TensorFlow's FakeQuantWithMinMaxVars(PerChannel)Gradient
+    bit for bit on random ranges (a [0, 0] one among them) at the nudged bounds, at the given ones, one unit in the
+    last place on either side, and elsewhere."""
+    rng = np.random.default_rng(2)
+    for trial in range(40):
+        bits, narrow_range = int(rng.integers(2, 9)), bool(trial % 2)
+        low = -rng.uniform(0, 8, 3) * (rng.uniform(size=3) < 0.8)
+        high = rng.uniform(0, 8, 3)
+        if trial % 5 == 0:
+            low, high = -high, high
+        if trial % 10 == 0:
+            low[0] = high[0] = 0.0
+        low, high = low.astype(np.float32), high.astype(np.float32)
+        if not per_channel:
+            low, high = low[:1], high[:1]
+        columns = []
+        for lo, hi in zip(low, high):
+            n_min, n_max, _ = nudged_range(tf.constant(lo), tf.constant(hi), bits=bits, narrow_range=narrow_range)
+            points = around(np.float32(n_min), np.float32(n_max), lo, hi)
+            columns.append(np.concatenate([points, rng.uniform(-10, 10, 20)]).astype(np.float32))
+        x = tf.constant(np.stack(columns, axis=-1))
+        dy = tf.constant(rng.normal(size=x.shape).astype(np.float32))
+        lo_t, hi_t = (
+            (tf.constant(low), tf.constant(high)) if per_channel else (tf.constant(low[0]), tf.constant(high[0]))
+        )
+        with tf.GradientTape() as tape:
+            tape.watch([x, lo_t, hi_t])
+            y = fake_quant_op(x, lo_t, hi_t, bits=bits, narrow_range=narrow_range)
+        ours = tape.gradient(y, [x, lo_t, hi_t], output_gradients=dy)
+        op = (
+            tf.raw_ops.FakeQuantWithMinMaxVarsPerChannelGradient
+            if per_channel
+            else tf.raw_ops.FakeQuantWithMinMaxVarsGradient
+        )
+        theirs = op(gradients=dy, inputs=x, min=lo_t, max=hi_t, num_bits=bits, narrow_range=narrow_range)
+        np.testing.assert_array_equal(ours[0].numpy(), theirs[0].numpy())
+        for a, b in zip(ours[1:], theirs[1:]):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gradient_of_the_gradient_is_exact_in_every_dtype(dtype):
+    """d/dv ‖∂/∂x Σ v·q(x)‖² = 2·v·1[x inside] for the activation, per-channel and weight fake quantization, in every
+    dtype (float32 once gave None: TensorFlow's gradient op has no gradient)."""
+    rng = np.random.default_rng(3)
+    x64 = rng.uniform(-4, 4, size=(50, 3))
+    v64 = rng.uniform(0.5, 1.5, size=(50, 3))
+    low, high = np.array([-1.5, -2.0, -0.5]), np.array([2.5, 1.0, 3.0])
+    x, v = tf.constant(x64, dtype), tf.constant(v64, dtype)
+    cases = {
+        "per-tensor": (lambda t: fake_quant_op(t, tf.constant(low[0]), tf.constant(high[0])), (low[0], high[0])),
+        "per-channel": (lambda t: fake_quant_op(t, tf.constant(low), tf.constant(high)), (low, high)),
+        "weight": (ste.qat.WeightFakeQuant(channel_axes=1), None),
+    }
+    for name, (quantize, bounds) in cases.items():
+        with tf.GradientTape() as outer:
+            outer.watch(v)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                loss = tf.reduce_sum(v * quantize(x))
+            penalty = tf.reduce_sum(tf.square(inner.gradient(loss, x)))
+        got = outer.gradient(penalty, v)
+        assert got is not None, name
+        xs = np.asarray(tf.cast(x, tf.float64))
+        if bounds is None:
+            inside = np.ones_like(xs, bool)
+        else:
+            wide = np.float64 if dtype == tf.float64 else np.float32
+            lo, hi = np.broadcast_to(bounds[0], 3), np.broadcast_to(bounds[1], 3)
+            n = [tensorflow_nudge(a, b, 8, False, wide) for a, b in zip(lo, hi)]
+            n_min = np.array([np.asarray(tf.cast(tf.constant(t[0]), dtype).numpy(), np.float64) for t in n])
+            n_max = np.array([np.asarray(tf.cast(tf.constant(t[1]), dtype).numpy(), np.float64) for t in n])
+            inside = (xs >= n_min) & (xs <= n_max)
+        vs = np.asarray(tf.cast(v, tf.float64))
+        tolerance = 1e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-6
+        np.testing.assert_allclose(np.asarray(tf.cast(got, tf.float64)), 2 * vs * inside, rtol=tolerance, err_msg=name)
