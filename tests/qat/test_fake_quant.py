@@ -340,3 +340,31 @@ def test_gradient_of_the_gradient_is_exact_in_every_dtype(dtype):
         vs = np.asarray(tf.cast(v, tf.float64))
         tolerance = 1e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-6
         np.testing.assert_allclose(np.asarray(tf.cast(got, tf.float64)), 2 * vs * inside, rtol=tolerance, err_msg=name)
+
+
+def test_a_gradient_penalty_through_a_quantized_model_is_the_same_in_float32_and_float64():
+    """``ste.quantize_model`` of Dense → ReLU → Dense: the kernels' gradient of ‖∂L/∂x‖² in float32 (TensorFlow's
+    fake-quant kernels forward) equals float64's (the formula), where it was None."""
+    import keras
+
+    rng = np.random.default_rng(4)
+    weights = [rng.normal(size=(5, 8)), rng.normal(size=8) * 0.1, rng.normal(size=(8, 3)), rng.normal(size=3) * 0.1]
+    x64 = rng.normal(size=(16, 5))
+    results = []
+    for dtype in ("float32", "float64"):
+        inputs = keras.Input((5,), dtype=dtype)
+        hidden = keras.layers.Dense(8, activation="relu", dtype=dtype)(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(hidden))
+        model.set_weights([w.astype(dtype) for w in weights])
+        qat = ste.quantize_model(model)
+        x = tf.constant(x64, dtype)
+        kernels = [layer.kernel for layer in qat.layers if isinstance(layer, ste.layers.QuantDense)]
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                loss = tf.reduce_sum(tf.square(qat(x, training=False)))
+            penalty = tf.reduce_sum(tf.square(inner.gradient(loss, x)))
+        results.append(outer.gradient(penalty, kernels))
+    for a, b in zip(*results):
+        assert a is not None and b is not None
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6 * np.abs(b.numpy()).max())
