@@ -13,9 +13,10 @@ that the clamp and the gradient's mask compare the input with the same bounds in
 
 :data:`fake_quant_op`'s gradient is TensorFlow's registered one (``FakeQuantWithMinMaxVarsGradient``), the clipped
 straight-through estimator: dy·1[min' <= x <= max'] for x, and the sums of dy below min' and above max' for the
-range. It is written with ordinary ops in every dtype (for float32 it equals TensorFlow's gradient op bit for bit),
-so it is itself differentiable: gradients of gradients are exact in every dtype (TensorFlow's gradient op has no
-gradient, which made them None in float32).
+range. For TensorFlow's float32 kernel it is that gradient op (so the mask is the kernel's own, whatever grappler
+does to a transcription of its arithmetic), with the gradient of its linear map in dy, which TensorFlow does not
+register; the other dtypes write it with ordinary ops. Gradients of gradients are therefore exact in every dtype
+(they were None in float32).
 
 :data:`weight_fake_quant_op` quantizes a weight on its own symmetric range ±max|w| (per tensor or per channel).
 Every weight lies inside that range, so its gradient is dy (the ``identity`` rule). The clipped estimator would
@@ -24,6 +25,8 @@ range in 400 in float32), and it would drop the largest weight's gradient there.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import tensorflow as tf
 
@@ -42,7 +45,9 @@ def nudged_range(
     q_max = float(2**bits - 1)
     lo = tf.cast(low, dtype)
     hi = tf.cast(high, dtype)
-    scale = (hi - lo) / (q_max - q_min)
+    # DivNoNan: grappler rewrites a division by a constant as a product with its reciprocal, whose rounding can move
+    # the zero point of a range whose zero point is a tie (127.5 for [−2, 2]) away from TensorFlow's kernel's
+    scale = tf.math.divide_no_nan(hi - lo, tf.constant(q_max - q_min, dtype))
     scale = tf.where(scale > 0, scale, tf.ones_like(scale))  # TensorFlow's kernels require min < max
     zero_from_min = q_min - lo / scale
     # std::round (half away from zero), as TensorFlow's Nudge: floor(|v|), plus 1 where the fraction (exact) is ≥ 1/2
@@ -71,13 +76,17 @@ def _formula(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_ra
     return tf.floor((clamped - n_min) / scale + tf.constant(0.5, x.dtype)) * scale + n_min
 
 
+def _uses_kernel(x: tf.Tensor) -> bool:
+    """Whether TensorFlow's float32 kernels compute x's fake quantization and its mask. Not under XLA: its lowering
+    of the per-tensor op gives NaN for a [0, 0] range (an all-zero kernel), and it has no per-channel one."""
+    return x.dtype == tf.float32 and not compiling_with_xla()
+
+
 def fake_quant(
     x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, *, bits: int = 8, narrow_range: bool = False
 ) -> tf.Tensor:
     """x fake-quantized on the nudged range [low, high] (per tensor for scalar bounds, per last axis for vectors)."""
-    # Under XLA the formula, TensorFlow's kernel's arithmetic: XLA's lowering of the per-tensor op multiplies by the
-    # reciprocal of the scale and gives NaN for a [0, 0] range (an all-zero kernel); it has no per-channel one.
-    if x.dtype != tf.float32 or compiling_with_xla():
+    if not _uses_kernel(x):
         return _formula(x, low, high, bits, narrow_range)
     lo, hi = tf.cast(low, tf.float32), tf.cast(high, tf.float32)
     if low.shape.rank == 1:
@@ -87,8 +96,25 @@ def fake_quant(
     return tf.quantization.fake_quant_with_min_max_vars(x, lo, hi, num_bits=bits, narrow_range=narrow_range)
 
 
+def _kernel_gradient(
+    dy: tf.Tensor, x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool
+) -> tuple[tf.Tensor, ...]:
+    """TensorFlow's gradient op of the float32 kernel: (dy·1[inside], Σ dy below, Σ dy above) in float32."""
+    gradient = (
+        tf.raw_ops.FakeQuantWithMinMaxVarsPerChannelGradient
+        if low.shape.rank == 1
+        else tf.raw_ops.FakeQuantWithMinMaxVarsGradient
+    )
+    lo, hi = tf.cast(low, tf.float32), tf.cast(high, tf.float32)
+    return tuple(gradient(gradients=dy, inputs=x, min=lo, max=hi, num_bits=bits, narrow_range=narrow_range))
+
+
 def _outside(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
-    """(x < min', x > max'): where the forward clamps x (nowhere for a [0, 0] range)."""
+    """(x < min', x > max'): where the forward clamps x (nowhere for a [0, 0] range). For TensorFlow's kernel, read
+    from its own gradient op (the nudged range always holds 0, so an element outside it is below it if negative)."""
+    if _uses_kernel(x):
+        outside = tf.equal(_kernel_gradient(tf.ones_like(x), x, low, high, bits, narrow_range)[0], 0)
+        return tf.logical_and(outside, x < 0), tf.logical_and(outside, x > 0)
     n_min, n_max, _, empty = _nudged(x, low, high, bits, narrow_range)
     infinity = tf.constant(float("inf"), x.dtype)
     # scalar (or per-channel) selects: the element-wise comparisons stay two
@@ -101,12 +127,42 @@ def _range_gradient(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.reduce_sum(tf.cast(values, wide), axis=axes), like.dtype)
 
 
+def _differentiable_kernel_gradient(
+    dy: tf.Tensor, x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``_kernel_gradient`` of dy with the gradient of its linear map: for cotangents (u, u_min, u_max) of its three
+    outputs, u·1[inside] + u_min·1[below] + u_max·1[above] (x and the range get none: the masks are piecewise
+    constant)."""
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def linear(dy: tf.Tensor) -> Any:
+        dx, dlow, dhigh = _kernel_gradient(dy, x, low, high, bits, narrow_range)
+
+        def transpose(u: tf.Tensor, u_low: tf.Tensor | None, u_high: tf.Tensor | None) -> tf.Tensor:
+            result = _kernel_gradient(u, x, low, high, bits, narrow_range)[0]
+            if u_low is not None or u_high is not None:
+                below, above = _outside(x, low, high, bits, narrow_range)
+                zero = tf.zeros_like(x)
+                for mask, u_bound in ((below, u_low), (above, u_high)):
+                    if u_bound is not None:
+                        result += tf.where(mask, tf.cast(u_bound, x.dtype) + zero, zero)
+            return result
+
+        return (dx, tf.cast(dlow, low.dtype), tf.cast(dhigh, high.dtype)), transpose
+
+    dx, dlow, dhigh = linear(dy)
+    return dx, dlow, dhigh
+
+
 def fake_quant_vjp(
     dy: tf.Tensor, x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, *, bits: int = 8, narrow_range: bool = False
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """TensorFlow's gradient of fake quantization (the clipped straight-through estimator): dy·1[min' <= x <= max']
-    for x, Σ dy·1[x < min'] for min and Σ dy·1[x > max'] for max (per channel for vector bounds), written with
-    differentiable ops (linear in dy)."""
+    for x, Σ dy·1[x < min'] for min and Σ dy·1[x > max'] for max (per channel for vector bounds). Linear in dy, and
+    differentiable: TensorFlow's gradient op (one fused kernel, for its float32 kernel) gets the gradient of that
+    linear map, which its own registration lacks; the other dtypes write it with ordinary ops."""
+    if _uses_kernel(x):
+        return _differentiable_kernel_gradient(dy, x, low, high, bits, narrow_range)
     below, above = _outside(x, low, high, bits, narrow_range)
     zero = tf.zeros_like(dy)
     dx = tf.where(tf.logical_or(below, above), zero, dy)
@@ -116,7 +172,8 @@ def fake_quant_vjp(
 def fake_quant_jvp(
     tangents: tuple[tf.Tensor, ...], x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, *, bits: int, narrow_range: bool
 ) -> tf.Tensor:
-    """The same derivative in forward mode: t_x inside the nudged range, t_min below it, t_max above it."""
+    """The same derivative in forward mode: t_x inside the nudged range, t_min below it, t_max above it (the masks
+    of the backward's, TensorFlow's own for its kernel)."""
     tx, tlow, thigh = tangents
     below, above = _outside(x, low, high, bits, narrow_range)
     inside = tf.where(below | above, tf.zeros_like(x), tf.cast(tx, x.dtype))

@@ -178,21 +178,26 @@ RANGES = [
 ]
 
 
+@pytest.mark.parametrize("run", ["eager", "graph"])
 @pytest.mark.parametrize("low, high, bits, narrow_range", RANGES)
-def test_float64_nudges_in_float64_and_clamps_where_its_mask_ends(low, high, bits, narrow_range):
+def test_float64_nudges_in_float64_and_clamps_where_its_mask_ends(low, high, bits, narrow_range, run):
     """float64 values and gradients against TensorFlow's nudging transcribed in float64: an input at a nudged bound
     is inside (gradient 1), one unit in the last place beyond it is clamped (gradient 0) and passes dy to the
-    range."""
+    range. Also in a graph, where grappler once turned the division by 255 into a product with its reciprocal."""
     n_min, n_max, scale = tensorflow_nudge(low, high, bits, narrow_range, np.float64)
     x = np.array([*around(n_min, n_max, np.float64(low), np.float64(high)), -9.0, 0.0, 0.37, 9.0])
     expected = np.floor((np.clip(x, n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
     inside = (x >= n_min) & (x <= n_max)
     dy = np.random.default_rng(0).uniform(0.5, 1.5, x.shape)
-    xt, lo, hi = tf.constant(x), tf.constant(low, tf.float64), tf.constant(high, tf.float64)
-    with tf.GradientTape() as tape:
-        tape.watch([xt, lo, hi])
-        y = fake_quant_op(xt, lo, hi, bits=bits, narrow_range=narrow_range)
-    dx, dlow, dhigh = tape.gradient(y, [xt, lo, hi], output_gradients=tf.constant(dy))
+
+    def gradient(xt, lo, hi):  # type: ignore[no-untyped-def]
+        with tf.GradientTape() as tape:
+            tape.watch([xt, lo, hi])
+            y = fake_quant_op(xt, lo, hi, bits=bits, narrow_range=narrow_range)
+        return y, tape.gradient(y, [xt, lo, hi], output_gradients=tf.constant(dy))
+
+    run_it = gradient if run == "eager" else tf.function(gradient)
+    y, (dx, dlow, dhigh) = run_it(tf.constant(x), tf.constant(low, tf.float64), tf.constant(high, tf.float64))
     np.testing.assert_allclose(y.numpy(), expected, rtol=0, atol=1e-15)
     np.testing.assert_array_equal(dx.numpy(), np.where(inside, dy, 0.0))
     np.testing.assert_allclose([float(dlow), float(dhigh)], [dy[x < n_min].sum(), dy[x > n_max].sum()], rtol=1e-15)
@@ -262,13 +267,14 @@ def test_an_all_zero_weight_quantizes_to_zero_under_xla():
     np.testing.assert_array_equal(g.numpy(), np.full((4, 3), 2.0))
 
 
+@pytest.mark.parametrize("run", ["eager", "graph"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
-def test_float32_gradient_equals_tensorflows_gradient_op_at_the_bounds(per_channel):
-    """The float32 gradient, written with ordinary ops, equals TensorFlow's FakeQuantWithMinMaxVars(PerChannel)Gradient
-    bit for bit on random ranges (a [0, 0] one among them) at the nudged bounds, at the given ones, one unit in the
-    last place on either side, and elsewhere."""
+def test_float32_gradient_equals_tensorflows_gradient_op_at_the_bounds(per_channel, run):
+    """The float32 gradient equals TensorFlow's FakeQuantWithMinMaxVars(PerChannel)Gradient bit for bit on random
+    ranges (a [0, 0] one, and [−6, 6], [−2, 2], [−1, 1] whose zero point is a tie, among them) at the nudged bounds,
+    at the given ones, one unit in the last place on either side, and elsewhere; eagerly and in a graph."""
     rng = np.random.default_rng(2)
-    for trial in range(40):
+    for trial in range(24):
         bits, narrow_range = int(rng.integers(2, 9)), bool(trial % 2)
         low = -rng.uniform(0, 8, 3) * (rng.uniform(size=3) < 0.8)
         high = rng.uniform(0, 8, 3)
@@ -276,6 +282,8 @@ def test_float32_gradient_equals_tensorflows_gradient_op_at_the_bounds(per_chann
             low, high = -high, high
         if trial % 10 == 0:
             low[0] = high[0] = 0.0
+        if trial % 4 == 0:
+            low, high, bits, narrow_range = -np.array([6.0, 2.0, 1.0]), np.array([6.0, 2.0, 1.0]), 8, False
         low, high = low.astype(np.float32), high.astype(np.float32)
         if not per_channel:
             low, high = low[:1], high[:1]
@@ -289,10 +297,14 @@ def test_float32_gradient_equals_tensorflows_gradient_op_at_the_bounds(per_chann
         lo_t, hi_t = (
             (tf.constant(low), tf.constant(high)) if per_channel else (tf.constant(low[0]), tf.constant(high[0]))
         )
-        with tf.GradientTape() as tape:
-            tape.watch([x, lo_t, hi_t])
-            y = fake_quant_op(x, lo_t, hi_t, bits=bits, narrow_range=narrow_range)
-        ours = tape.gradient(y, [x, lo_t, hi_t], output_gradients=dy)
+
+        def gradient(x, lo_t, hi_t, dy, bits=bits, narrow_range=narrow_range):  # type: ignore[no-untyped-def]
+            with tf.GradientTape() as tape:
+                tape.watch([x, lo_t, hi_t])
+                y = fake_quant_op(x, lo_t, hi_t, bits=bits, narrow_range=narrow_range)
+            return tape.gradient(y, [x, lo_t, hi_t], output_gradients=dy)
+
+        ours = (gradient if run == "eager" else tf.function(gradient))(x, lo_t, hi_t, dy)
         op = (
             tf.raw_ops.FakeQuantWithMinMaxVarsPerChannelGradient
             if per_channel
@@ -304,42 +316,63 @@ def test_float32_gradient_equals_tensorflows_gradient_op_at_the_bounds(per_chann
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-def test_gradient_of_the_gradient_is_exact_in_every_dtype(dtype):
-    """d/dv ‖∂/∂x Σ v·q(x)‖² = 2·v·1[x inside] for the activation, per-channel and weight fake quantization, in every
-    dtype (float32 once gave None: TensorFlow's gradient op has no gradient)."""
+@pytest.mark.parametrize("run", ["eager", "graph"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=[d.name for d in FLOATS])
+def test_gradient_of_the_gradient_is_exact_in_every_dtype(dtype, run):
+    """With L = Σ v·q(x) and the penalty P = ‖∂L/∂x‖² + ‖∂L/∂min‖² + ‖∂L/∂max‖²: dP/dv = 2·v·1[inside] +
+    2·(Σ v·1[below])·1[below] + 2·(Σ v·1[above])·1[above] (sums per channel for a per-channel range), for the
+    per-tensor, per-channel and weight fake quantization (whose range has no gradient), in every dtype. float32 gave
+    None: TensorFlow's gradient op has no gradient."""
     rng = np.random.default_rng(3)
     x64 = rng.uniform(-4, 4, size=(50, 3))
     v64 = rng.uniform(0.5, 1.5, size=(50, 3))
     low, high = np.array([-1.5, -2.0, -0.5]), np.array([2.5, 1.0, 3.0])
     x, v = tf.constant(x64, dtype), tf.constant(v64, dtype)
+    weight = ste.qat.WeightFakeQuant(channel_axes=1)
     cases = {
-        "per-tensor": (lambda t: fake_quant_op(t, tf.constant(low[0]), tf.constant(high[0])), (low[0], high[0])),
-        "per-channel": (lambda t: fake_quant_op(t, tf.constant(low), tf.constant(high)), (low, high)),
-        "weight": (ste.qat.WeightFakeQuant(channel_axes=1), None),
+        "per-tensor": (tf.constant(low[0]), tf.constant(high[0])),
+        "per-channel": (tf.constant(low), tf.constant(high)),
+        "weight": None,
     }
-    for name, (quantize, bounds) in cases.items():
-        with tf.GradientTape() as outer:
-            outer.watch(v)
-            with tf.GradientTape() as inner:
-                inner.watch(x)
-                loss = tf.reduce_sum(v * quantize(x))
-            penalty = tf.reduce_sum(tf.square(inner.gradient(loss, x)))
-        got = outer.gradient(penalty, v)
+    xs, vs = np.asarray(tf.cast(x, tf.float64)), np.asarray(tf.cast(v, tf.float64))
+    for name, bounds in cases.items():
+
+        def penalty_gradient(x, v, bounds):  # type: ignore[no-untyped-def]
+            with tf.GradientTape() as outer:
+                outer.watch(v)
+                with tf.GradientTape() as inner:
+                    inner.watch(x)
+                    if bounds is None:
+                        loss = tf.reduce_sum(v * weight(x))
+                    else:
+                        inner.watch(bounds)
+                        loss = tf.reduce_sum(v * fake_quant_op(x, *bounds))
+                gradients = inner.gradient(loss, [x, *(bounds or ())])
+                penalty = sum(tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in gradients)
+            return outer.gradient(penalty, v)
+
+        got = (penalty_gradient if run == "eager" else tf.function(penalty_gradient))(x, v, bounds)
         assert got is not None, name
-        xs = np.asarray(tf.cast(x, tf.float64))
-        if bounds is None:
-            inside = np.ones_like(xs, bool)
-        else:
+        expected = 2 * vs
+        if bounds is not None:
             wide = np.float64 if dtype == tf.float64 else np.float32
-            lo, hi = np.broadcast_to(bounds[0], 3), np.broadcast_to(bounds[1], 3)
-            n = [tensorflow_nudge(a, b, 8, False, wide) for a, b in zip(lo, hi)]
-            n_min = np.array([np.asarray(tf.cast(tf.constant(t[0]), dtype).numpy(), np.float64) for t in n])
-            n_max = np.array([np.asarray(tf.cast(tf.constant(t[1]), dtype).numpy(), np.float64) for t in n])
-            inside = (xs >= n_min) & (xs <= n_max)
-        vs = np.asarray(tf.cast(v, tf.float64))
-        tolerance = 1e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-6
-        np.testing.assert_allclose(np.asarray(tf.cast(got, tf.float64)), 2 * vs * inside, rtol=tolerance, err_msg=name)
+            lo, hi = (
+                np.broadcast_to(low if name == "per-channel" else low[0], 3),
+                np.broadcast_to(high if name == "per-channel" else high[0], 3),
+            )
+            nudged = [tensorflow_nudge(a, b, 8, False, wide) for a, b in zip(lo, hi)]
+            as_x = lambda t: np.asarray(tf.cast(tf.constant(t), dtype).numpy(), np.float64)  # noqa: E731
+            below = xs < np.array([as_x(t[0]) for t in nudged])
+            above = xs > np.array([as_x(t[1]) for t in nudged])
+            axis = 0 if name == "per-channel" else None
+            expected = (
+                2 * vs * ~(below | above)
+                + 2 * (vs * below).sum(axis=axis) * below
+                + 2 * (vs * above).sum(axis=axis) * above
+            )
+            assert below.any() and above.any()
+        tolerance = 2e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-6
+        np.testing.assert_allclose(np.asarray(tf.cast(got, tf.float64)), expected, rtol=tolerance, err_msg=name)
 
 
 def test_a_gradient_penalty_through_a_quantized_model_is_the_same_in_float32_and_float64():
@@ -368,3 +401,24 @@ def test_a_gradient_penalty_through_a_quantized_model_is_the_same_in_float32_and
     for a, b in zip(*results):
         assert a is not None and b is not None
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6 * np.abs(b.numpy()).max())
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=[d.name for d in FLOATS])
+def test_a_tied_zero_point_is_tensorflows_in_a_graph_in_every_dtype(dtype):
+    """TFMOT's initial activation range [−6, 6] puts the zero point at 127.5 exactly, which TensorFlow's kernel
+    rounds to 128: the nudged range is [−6.0235, 5.9765], so −6 is inside and 6 is clamped, in every dtype inside a
+    tf.function too (grappler turned the formula's division by 255 into a product with its reciprocal, 127.499985,
+    zero point 127: the other way round)."""
+    x = tf.constant([-6.0, 6.0])
+    theirs = tf.raw_ops.FakeQuantWithMinMaxVarsGradient(gradients=tf.ones(2), inputs=x, min=-6.0, max=6.0)[0]
+    np.testing.assert_array_equal(theirs.numpy(), [1.0, 0.0])
+
+    @tf.function
+    def gradient(x, low, high):  # type: ignore[no-untyped-def]
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fake_quant_op(x, low, high)  # the range is an input, as a variable's value is
+        return tape.gradient(y, x)
+
+    got = gradient(tf.cast(x, dtype), tf.constant(-6.0), tf.constant(6.0))
+    np.testing.assert_array_equal(np.asarray(tf.cast(got, tf.float32)), [1.0, 0.0])
