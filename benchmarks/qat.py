@@ -19,9 +19,9 @@ same for the float network (a copy, fitted one untimed epoch before the QAT mode
 epochs after it: what each Keras costs without quantization), the QAT model's test accuracy, the int8 TFLite
 model's test accuracy (``tf.lite.Interpreter`` on both sides) and file size.
 
-With ``baseline`` (the path of another ste source tree, e.g. ``git worktree add /tmp/base main``), a third side,
-``baseline``, runs the same steps with that tree's ste in this venv: the ratio of this tree's QAT step to it
-measures a change, side by side, in alternating epochs.
+With ``baseline`` (the path of another ste source tree, e.g. ``git worktree add ../ste-main main``; a relative path
+is read from the repository root), a third side, ``baseline``, runs the same steps with that tree's ste in this
+venv: the ratio of this tree's QAT step to it measures a change, side by side, in alternating epochs.
 
 As a script, in either venv (this module imports only the standard library at the top)::
 
