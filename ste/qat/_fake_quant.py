@@ -138,8 +138,8 @@ def _differentiable_kernel_gradient(
     def linear(dy: tf.Tensor) -> Any:
         dx, dlow, dhigh = _kernel_gradient(dy, x, low, high, bits, narrow_range)
 
-        def transpose(u: tf.Tensor, u_low: tf.Tensor | None, u_high: tf.Tensor | None) -> tf.Tensor:
-            result = _kernel_gradient(u, x, low, high, bits, narrow_range)[0]
+        def transpose(u: tf.Tensor | None, u_low: tf.Tensor | None, u_high: tf.Tensor | None) -> tf.Tensor:
+            result = tf.zeros_like(x) if u is None else _kernel_gradient(u, x, low, high, bits, narrow_range)[0]
             if u_low is not None or u_high is not None:
                 below, above = _outside(x, low, high, bits, narrow_range)
                 zero = tf.zeros_like(x)
