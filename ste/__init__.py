@@ -27,6 +27,7 @@ from ._bitmask import bit_masks, set_bit_masks
 from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
+    BackupError,
     CallError,
     ConversionError,
     GradientCountError,
@@ -62,6 +63,7 @@ _install_save_check()
 _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
 
 __all__ = [
+    "BackupError",
     "CallError",
     "ConversionError",
     "Forward",
