@@ -170,8 +170,9 @@ def _pair(dtype: str, segment: int | None = None, jit_compile: bool = True) -> t
     return fused, unfused
 
 
-def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool) -> Any:
-    @tf.function(jit_compile=jit)
+def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool, eager: bool = False) -> Any:
+    """The outputs and the gradients of Σ g·out with respect to x and the weights, in a tf.function (or eagerly)."""
+
     def run() -> Any:
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -179,7 +180,7 @@ def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool) -> Any:
             loss = tf.reduce_sum(tf.cast(out, tf.float32) * g)
         return out, tape.gradient(loss, [x, *model.trainable_weights])
 
-    return run()
+    return run() if eager else tf.function(run, jit_compile=jit)()
 
 
 DTYPES = [("float16", False), ("bfloat16", False), ("float32", False), ("float64", False), ("float16", True)]
@@ -386,14 +387,7 @@ def _behind_masking(layers: list[keras.layers.Layer], dtype: str) -> keras.Model
 
 
 def _output_and_gradients(model: keras.Model, x: tf.Tensor, g: tf.Tensor, mode: str) -> tuple[Any, list[Any]]:
-    def run() -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            out = model(x, training=True)
-            loss = tf.reduce_sum(tf.cast(out, tf.float32) * g)
-        return out, tape.gradient(loss, [x, *model.trainable_weights])
-
-    out, grads = run() if mode == "eager" else tf.function(run)()
+    out, grads = _step(model, x, g, False, eager=mode == "eager")
     return out.numpy(), [grad.numpy() for grad in grads]
 
 
