@@ -236,7 +236,9 @@ class Fused(_Loop, keras.layers.Layer):  # type: ignore[misc]
         jit_compile: compile the loop with XLA in a graph, as [`SpikingDense`][ste.spiking.SpikingDense].
         **kwargs: Keras layer arguments.
 
-    The layers' own ``segment`` and ``jit_compile`` are not used inside the stack.
+    The layers' own ``segment`` and ``jit_compile`` are not used inside the stack. A Keras mask (``[batch, time]``,
+    from ``keras.layers.Masking`` or ``mask=``) skips steps as the neuron layers do: every layer keeps its states and
+    outputs 0 there.
     """
 
     def __init__(

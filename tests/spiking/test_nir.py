@@ -483,6 +483,21 @@ def test_a_decay_of_one_is_nir_integrator_and_comes_back(float64: None, dt: floa
     np.testing.assert_array_equal(ste.spiking.from_nir(tmp_path / "integrators.nir", dt=dt)(x).numpy(), want)
 
 
+@pytest.mark.parametrize(
+    "layer",
+    [ste.spiking.LIF(beta=1.0, reset="none", emit="membrane"), ste.spiking.IF(reset="none", emit="membrane")],
+    ids=["LIF", "IF"],
+)
+def test_a_membrane_readout_without_leak_is_nir_integrator(layer: keras.layers.Layer) -> None:
+    model = keras.Sequential([keras.Input((None, 4)), keras.layers.Dense(3), layer])
+    x = RNG.normal(0.3, 1.0, (2, 12, 4)).astype("float32")
+    graph = ste.spiking.to_nir(model)
+    assert type(graph.nodes[layer.name]).__name__ == "I"
+    back = ste.spiking.from_nir(graph)
+    assert isinstance(back.layers[-1], ste.spiking.LI) and back.layers[-1].cell.beta == 1.0
+    np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
+
+
 def test_nir_integrators_from_other_tools(float64: None) -> None:
     # I with a gain R·dt ≠ 1; the two stages of a synaptic neuron as written by hand, with gains ≠ 1
     integrator = nir.I(r=np.full(4, 0.7))
