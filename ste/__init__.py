@@ -24,6 +24,7 @@ from . import (
     testing,
 )
 from ._bitmask import bit_masks, set_bit_masks
+from ._collective_keys import install as _install_fresh_collective_keys
 from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
@@ -60,6 +61,7 @@ from .qat import quantize_annotate_layer, quantize_apply, quantize_model, quanti
 
 _install_save_check()
 _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
+_install_fresh_collective_keys()  # a second MirroredStrategy in one process (docs/distributed.md)
 
 __all__ = [
     "CallError",
