@@ -1,10 +1,11 @@
 """TFMOT's ``fix_input_output_range`` and ``remove_input_range`` for a quantization-aware model.
 
-The input quantizers are the activation quantizers that read a model input directly; the output quantizers are the
-ones that produce a model output. :func:`fix_input_output_range` gives them a fixed range (an
-:class:`ste.qat.ActivationFakeQuant` whose range never moves, ``ema_decay=1``); :func:`remove_input_range` replaces
-the input quantizers by the identity. Both return a new model with the trained weights (TFMOT's rebuilds the model
-from its config without them).
+The input quantizers are the activation quantizers that read a model input, directly or through layers that pass a
+quantized tensor on (Dropout, Flatten, Reshape, ...: the int8 scheme's "passthrough" layers); the output quantizers
+are the ones that produce a model output, directly or through such layers. :func:`fix_input_output_range` gives
+them a fixed range (an :class:`ste.qat.ActivationFakeQuant` whose range never moves, ``ema_decay=1``);
+:func:`remove_input_range` replaces the input quantizers by the identity. Both return a new model with the trained
+weights (TFMOT's rebuilds the model from its config without them).
 """
 
 from __future__ import annotations
@@ -19,22 +20,39 @@ from .._arguments import check_bool
 from .._errors import ParameterError
 from ..quantizers import NoOp
 from ..quantizers._base import check_bits
+from ._int8 import Int8Scheme
 from ._quantizers import ActivationFakeQuant
 from ._tfmot_quantizers import check_fixed_range
 from ._transform import _functional, _nodes
 
 __all__ = ["fix_input_output_range", "remove_input_range"]
 
+_INT8 = Int8Scheme()  # its "passthrough" layers pass a quantized tensor on
+
+
+def _passes(layer: Any) -> bool:
+    """Whether ``layer`` passes a quantized tensor on unchanged in range (Dropout, Flatten, Reshape, ...)."""
+    return _INT8.role(layer) == "passthrough"
+
 
 def _input_quantizers(model: keras.Model, owner: str) -> list[str]:
     graph = _functional(model)
+    nodes = _nodes(graph)
+
+    def reached(tensor: Any) -> list[str]:
+        found = []
+        for node in nodes:
+            if not any(t is tensor for t in node.input_tensors):
+                continue
+            if isinstance(node.operation, ActivationFakeQuant):
+                found.append(node.operation.name)
+            elif _passes(node.operation) and len(node.outputs) == 1:
+                found.extend(reached(node.outputs[0]))
+        return found
+
     names = []
     for tensor in graph.inputs:
-        found = [
-            node.operation.name
-            for node in _nodes(graph)
-            if isinstance(node.operation, ActivationFakeQuant) and any(t is tensor for t in node.input_tensors)
-        ]
+        found = reached(tensor)
         if not found:
             raise ParameterError(
                 f"{owner}: the input '{tensor._keras_history[0].name}' of model '{model.name}' is not read by an "
@@ -49,7 +67,12 @@ def _input_quantizers(model: keras.Model, owner: str) -> list[str]:
 def _output_quantizers(model: keras.Model, owner: str) -> list[str]:
     names = []
     for tensor in _functional(model).outputs:
-        producer = tensor._keras_history[0]
+        producer, index, _ = tensor._keras_history
+        while not isinstance(producer, ActivationFakeQuant) and _passes(producer):
+            inputs = producer._inbound_nodes[index].input_tensors
+            if len(inputs) != 1:
+                break
+            producer, index, _ = inputs[0]._keras_history
         if not isinstance(producer, ActivationFakeQuant):
             raise ParameterError(
                 f"{owner}: the output of model '{model.name}' made by '{producer.name}' ({type(producer).__name__}) "

@@ -44,6 +44,16 @@ def _quantizer(value: Any, owner: str) -> Any:
     return resolved
 
 
+def _output_shape(layer: keras.layers.Layer, input_shape: Any) -> Any:
+    """The layer's output shape: its ``compute_output_shape``, else a symbolic run of its ``call``."""
+    try:
+        return layer.compute_output_shape(input_shape)
+    except NotImplementedError:
+        inputs = keras.tree.map_shape_structure(lambda shape: keras.KerasTensor(shape), input_shape)
+        spec = layer.compute_output_spec(inputs)
+        return keras.tree.map_structure(lambda tensor: tensor.shape, spec)
+
+
 def _activation_name(activation: Any) -> str:
     return str(getattr(activation, "__name__", type(activation).__name__))
 
@@ -96,11 +106,9 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
         if not self.layer.built:
             self.layer.build(input_shape)
         config, owner = self.quantize_config, self._where()
-        output_shape = self.layer.compute_output_shape(input_shape)
         own = {id(v) for v in self.layer.weights}
-        pairs = list(config.get_weights_and_quantizers(self.layer) or [])
         variables = []
-        for weight, value in pairs:
+        for weight, value in list(config.get_weights_and_quantizers(self.layer) or []):
             if not isinstance(weight, keras.Variable) or id(weight) not in own:
                 raise ParameterError(
                     f"{owner}: get_weights_and_quantizers returned {weight!r}; expected variables of the layer "
@@ -112,8 +120,11 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
             variables.append(weight)
             self.weight_quantizers.append(quantizer)
         object.__setattr__(self, "_quantized_weights", variables)  # the layer's own; not tracked twice
+        pairs = list(config.get_activations_and_quantizers(self.layer) or [])
+        outputs = list(config.get_output_quantizers(self.layer) or [])
+        output_shape = _output_shape(self.layer, input_shape) if pairs or outputs else None
         activations = []
-        for activation, value in list(config.get_activations_and_quantizers(self.layer) or []):
+        for activation, value in pairs:
             name = _activation_name(activation)
             if name not in _PRE | _POST:
                 raise ParameterError(
@@ -132,7 +143,7 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
         if activations:
             config.set_quantize_activations(self.layer, activations)
         shapes = output_shape if isinstance(output_shape, list) else [output_shape]
-        for value, shape in zip(list(config.get_output_quantizers(self.layer) or []), shapes):
+        for value, shape in zip(outputs, shapes):
             quantizer = _quantizer(value, owner)
             if isinstance(quantizer, keras.layers.Layer):
                 quantizer.build(shape)
