@@ -32,7 +32,7 @@ from .._errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits
 from ._fake_quant import fake_quant_op
-from ._quantizers import _global_range
+from ._quantizers import _global_range, range_variables
 
 __all__ = ["AllValuesQuantizer", "FixedQuantizer", "LastValueQuantizer", "MovingAverageQuantizer"]
 
@@ -102,18 +102,7 @@ class _StatefulRange(_RangeQuantizer):
     per_axis_supported = False
 
     def build(self, input_shape: Any) -> None:
-        def bound(name: str, value: float) -> Any:
-            return self.add_weight(
-                name=name,
-                shape=(),
-                dtype="float32",
-                initializer=keras.initializers.Constant(value),
-                trainable=False,
-                aggregation="mean",
-            )
-
-        self.min = bound("min", self.initial[0])
-        self.max = bound("max", self.initial[1])
+        self.min, self.max = range_variables(self, *self.initial)
         self.built = True
 
     def moved(self, low: tf.Tensor, high: tf.Tensor, batch_low: tf.Tensor, batch_high: tf.Tensor) -> Any:
