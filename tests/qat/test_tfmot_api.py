@@ -215,6 +215,51 @@ def test_a_config_layer_trains_saves_loads_and_converts_to_an_int8_kernel(custom
     assert np.abs(run(flatbuffer, x[:16]) - q.predict(x[:16], verbose=0)).max() <= step * 1.001
 
 
+def wrapped_dense_model(dtype: str | None = None) -> keras.Model:
+    keras.utils.set_random_seed(11)
+    i = keras.Input((6,))
+    hidden = ste.quantize_annotate_layer(L.Dense(5, activation="relu", dtype=dtype), DefaultDenseQuantizeConfig())
+    q = ste.quantize_apply(keras.Model(i, ste.quantize_annotate_layer(L.Dense(2))(hidden(i))))
+    q.compile(keras.optimizers.SGD(0.1), "mse")
+    return q
+
+
+def wrapped_dense_data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(12)
+    return rng.normal(size=(16, 6)).astype(np.float32), rng.normal(size=(16, 2)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "mixed_float16"])
+def test_a_config_layer_trains_in_every_float_dtype(dtype):
+    q = wrapped_dense_model(dtype)
+    wrapper = q.layers[2]
+    assert isinstance(wrapper, ste.qat.QuantizeWrapper) and wrapper.compute_dtype == q.layers[2].layer.compute_dtype
+    x, y = wrapped_dense_data()
+    before = [w.numpy() for w in q.trainable_weights]
+    q.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    moved = [np.abs(w.numpy() - b).max() for w, b in zip(q.trainable_weights, before)]
+    assert all(np.isfinite(m) and m > 0 for m in moved)
+    assert np.all(np.isfinite(q.predict(x, verbose=0)))
+
+
+def test_a_config_layer_under_xla_and_two_replicas_equals_one_device():
+    x, y = wrapped_dense_data()
+    single = wrapped_dense_model()
+    single.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    compiled = wrapped_dense_model()
+    compiled.compile(keras.optimizers.SGD(0.1), "mse", jit_compile=True)
+    compiled.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    if len(devices) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    with tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice()).scope():
+        mirrored = wrapped_dense_model()
+    mirrored.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    for other in (compiled, mirrored):
+        for a, b in zip(single.weights, other.weights):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
+
+
 class CustomConvLayer(keras.layers.Layer):
     """TFMOT's quantize_test.py: a layer whose kernel belongs to a sub-layer."""
 
@@ -300,6 +345,21 @@ def test_last_value_quantizer_is_tfmots_range_of_the_tensor(bits, narrow_range, 
     expected = numpy_fake_quant(w.astype(np.float64), low, high, bits, narrow_range)[0]
     quantizer = ste.qat.LastValueQuantizer(bits, per_axis=per_axis, symmetric=symmetric, narrow_range=narrow_range)
     np.testing.assert_allclose(quantizer(w).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_last_value_quantizer_in_every_float_dtype(dtype):
+    """TFMOT's range of the tensor in its own dtype, then ste's fake quantization (tested against numpy in every
+    dtype by test_fake_quant.py); in float32 and float64 also numpy's result itself."""
+    cast = tf.constant(np.random.default_rng(13).normal(size=(64, 5)), dtype)
+    low, high = tfmot_symmetric(float(tf.reduce_min(cast)), float(tf.reduce_max(cast)), 8, True)
+    got = ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=True)(cast)
+    assert got.dtype == dtype
+    on_range = ste.qat.fake_quant_op(cast, tf.constant(low), tf.constant(high), bits=8, narrow_range=True)
+    np.testing.assert_array_equal(np.asarray(tf.cast(got, tf.float64)), np.asarray(tf.cast(on_range, tf.float64)))
+    if dtype in ("float32", "float64"):
+        expected = numpy_fake_quant(cast.numpy().astype(np.float64), low, high, 8, True)[0]
+        np.testing.assert_allclose(got.numpy(), expected, atol=1e-5)
 
 
 def test_moving_average_and_all_values_quantizers_follow_tfmots_updates():
