@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import ste
 
-from .helpers import L, numpy_fake_quant
+from .helpers import L, interpreter, numpy_fake_quant, ops
 
 STEP = 12 / 255  # one step of an activation quantizer still on its initial range [−6, 6]
 
@@ -125,3 +125,35 @@ def test_embedding_indices_are_not_cast():
     assert not any(isinstance(layer, L.Rescaling) for layer in q.layers)
     embedding = next(layer for layer in q.layers if isinstance(layer, ste.qat.QuantEmbedding))
     assert embedding.input.dtype == "int32"
+
+
+def test_a_shared_folded_encoder_and_a_shared_head_convert_to_int8_and_match_keras():
+    keras.utils.set_random_seed(7)
+    encoder_in = keras.Input((8, 8, 3))
+    x = L.ReLU()(L.BatchNormalization()(L.Conv2D(4, 3, use_bias=False)(encoder_in)))
+    encoder = keras.Model(encoder_in, L.GlobalAveragePooling2D()(x), name="encoder")
+    head = L.Dense(3, name="head")
+    a, b = keras.Input((8, 8, 3), name="a"), keras.Input((8, 8, 3), name="b")
+    q = ste.quantize_model(keras.Model([a, b], L.Concatenate()([head(encoder(a)), head(encoder(b))])), strict=True)
+    assert [type(layer).__name__ for layer in q.get_layer("encoder").layers][2] == "FoldedConv2D"
+    rng = np.random.default_rng(8)
+    xa, xb = rng.uniform(0, 1, (32, 8, 8, 3)).astype(np.float32), rng.uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
+    q.compile("adam", "mse")
+    q.fit([xa, xb], rng.normal(size=(32, 6)), epochs=2, verbose=0)
+    flatbuffer = ste.to_tflite(q)
+    names = [name for name, _, _ in ops(flatbuffer)]
+    assert names.count("CONV_2D") == 2 and names.count("FULLY_CONNECTED") == 2  # one op per call, int8
+    for name, inputs, outputs in ops(flatbuffer):
+        if name in ("CONV_2D", "FULLY_CONNECTED"):
+            assert inputs[:2] == ["int8", "int8"] and outputs == ["int8"]
+    it = interpreter(flatbuffer)
+    slots = {detail["name"].split("_")[-1].split(":")[0]: detail["index"] for detail in it.get_input_details()}
+    lite = []
+    for row in range(8):
+        it.set_tensor(slots["a"], xa[row : row + 1])
+        it.set_tensor(slots["b"], xb[row : row + 1])
+        it.invoke()
+        lite.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    quantizer = q.layers[-2]  # the concatenation's range: its inputs and its output
+    step = float(ste.qat.nudged_range(quantizer.min, quantizer.max, bits=8, narrow_range=False)[2])
+    assert np.abs(np.concatenate(lite) - q.predict([xa[:8], xb[:8]], verbose=0)).max() <= step * 1.001
