@@ -129,7 +129,7 @@ class _ConfigScheme(Scheme):
     def quantize(
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
     ) -> keras.layers.Layer:
-        return QuantizeWrapper(float_copy(layer, "ste.quantize_apply"), self.config, name=layer.name)
+        return QuantizeWrapper(float_copy(layer, "ste.qat.QuantizeWrapper"), self.config, name=layer.name)
 
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None

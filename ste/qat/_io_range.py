@@ -118,7 +118,9 @@ def fix_input_output_range(
     input_max] and whose outputs on [output_min, output_max], with ``num_bits`` bits (TFMOT's
     ``fix_input_output_range``): known scales for the TFLite model's edges, e.g. [0, 1] for an image scaled to
     [0, 1] (scale 1/255, zero point −128 on 8 bits). Each range must contain 0; ``None`` for both bounds of one side
-    leaves that side as it is. The trained weights are kept; the fixed ranges do not move in training."""
+    leaves that side as it is. The trained weights are kept; the fixed ranges do not move in training. The model is
+    rebuilt from its config: one with your own classes (a QuantizeConfig, a custom layer) needs them in
+    ``ste.quantize_scope({...})``, as TFMOT's does."""
     owner = "ste.fix_input_output_range"
     if not isinstance(model, keras.Model):
         raise ParameterError(f"{owner}: expected a quantization-aware Keras model; received {type(model).__name__}.")
