@@ -193,8 +193,10 @@ class SerializationError(STEError, TypeError):
 
 
 class UnsupportedLayerError(STEError, ValueError):
-    """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
-    layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
+    """A layer that cannot be used as asked: a larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` /
+    ``2D``: Keras 3 has no ``LocallyConnected`` layers; deliberately not an ``AttributeError``, so that
+    ``from ste.layers import ...`` shows this message too), or a layer :func:`ste.quantize_model` cannot quantize
+    (``strict=True``) or copy."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -1,6 +1,7 @@
-"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_distribute.py) and the saved training
-state a resumed run needs (FlipRatio's state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in
-tests/reliability/test_processes.py; here: what holds in one process."""
+"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_distribute.py), fresh collective keys
+for every MirroredStrategy (ste/_collective_keys.py), and the saved training state a resumed run needs (FlipRatio's
+state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in tests/reliability/test_processes.py;
+here: what holds in one process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import tensorflow as tf
 
 import ste
 from ste import _distribute
+
+from . import _models
 
 
 def test_the_fixes_are_installed_on_this_keras() -> None:
@@ -230,3 +233,35 @@ def test_an_unreadable_backup_falls_back_to_the_previous_one_as_keras_does(tmp_p
     callback = ste.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
     with pytest.raises(ste.BackupError, match="latest.weights.h5"):
         _small().fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[callback])
+
+
+def _qat_digits_model() -> keras.Model:
+    keras.utils.set_random_seed(5)
+    i = keras.Input((64,))
+    model = keras.Model(i, keras.layers.Dense(10)(keras.layers.Dense(16, activation="relu")(i)))
+    q = ste.quantize_model(model, strict=True)
+    q.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return q
+
+
+def test_a_second_mirrored_strategy_with_collective_ops_fits_after_a_first() -> None:
+    """Two MirroredStrategy objects with TensorFlow's default collective ops in one process: a flip-ratio model
+    fits under the first, then a QAT model (whose activation ranges are gathered across replicas) under the second.
+    Each strategy numbered its collectives from the same keys, and the second one's first collective failed against
+    the first one's record; with its own keys it runs, and one step on two replicas equals one step on one device."""
+    from ste import _collective_keys
+
+    assert _collective_keys.installed() and _collective_keys.install()  # idempotent
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    x, _, y, _ = _models.digits()
+    with tf.distribute.MirroredStrategy(devices).scope():  # no cross_device_ops: collective all-reduce
+        first = _models.binarized_mlp(hidden=16, metrics=["flip_ratio"])
+        first.compile("adam", "sparse_categorical_crossentropy")
+    first.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
+    single = _qat_digits_model()
+    single.fit(x[:32], y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    with tf.distribute.MirroredStrategy(devices).scope():
+        second = _qat_digits_model()
+    second.fit(x[:32], y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(single.weights, second.weights):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
