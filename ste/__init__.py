@@ -28,6 +28,7 @@ from ._collective_keys import install as _install_fresh_collective_keys
 from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
+    BackupError,
     CallError,
     ConversionError,
     GradientCountError,
@@ -73,6 +74,7 @@ _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (
 _install_fresh_collective_keys()  # a second MirroredStrategy in one process (docs/distributed.md)
 
 __all__ = [
+    "BackupError",
     "CallError",
     "ConversionError",
     "Forward",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 __all__ = [
+    "BackupError",
     "CallError",
     "ConversionError",
     "GradientCountError",
@@ -196,6 +197,15 @@ class UnsupportedLayerError(STEError, ValueError):
     ``2D``: Keras 3 has no ``LocallyConnected`` layers; deliberately not an ``AttributeError``, so that
     ``from ste.layers import ...`` shows this message too), or a layer :func:`ste.quantize_model` cannot quantize
     (``strict=True``) or copy."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class BackupError(STEError, ValueError):
+    """A backup that :class:`ste.callbacks.BackupAndRestore` would resume from cannot be read (a damaged weights
+    file, broken metadata, an epoch that is not a count) or does not fit the model. Raised when training starts,
+    before any weight changes: the message names the file and what to delete to start afresh."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__
