@@ -29,6 +29,7 @@ from .._signatures import ClassSignature
 from ..activations import LARQ_ACTIVATIONS
 from ..quantizers._sharing import claim
 from ._kernel_view import view_kernel
+from ._normalization import hint_fused_batch_norm
 
 __all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
 
@@ -353,6 +354,9 @@ class QuantLayerMixin:
                 f"float16, bfloat16, float32 or float64. Fix: cast it first, e.g. keras.ops.cast(x, 'float32') (or a "
                 f"keras.layers.Rescaling layer for integer pixels)."
             )
+        if not getattr(self, "_ste_batch_norm_hinted", False) and ste_metrics.in_training():
+            self._ste_batch_norm_hinted = True
+            hint_fused_batch_norm(self, _outside_ste())
         return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
 
     def apply_to_quantized_input(self, fn: Callable[..., Any], x: Any, kernels: list[tf.Tensor]) -> Any:
