@@ -42,7 +42,7 @@ def classify(name: str, kind: str) -> str:
     base = re.sub(r"^_Mkl(Native)?(Fused)?", "", kind)
     lower = name.lower()
     top_level = "/" not in name  # ops of a custom gradient's backward function carry no layer's scope
-    if _PACKING.search(lower):
+    if _PACKING.search(lower) or base == "GatherV2":  # ste unpacks bits with a table gather; nothing else gathers
         return "bit packing and unpacking"
     if base.startswith(("Conv2D", "Conv3D", "DepthwiseConv")) or "Conv2DBackprop" in base:
         return "conv and its gradients"

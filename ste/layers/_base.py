@@ -127,6 +127,31 @@ def _after(tensor: Any, first: list[Any]) -> Any:
         return tf.identity(tensor)
 
 
+def _constant(tensor: tf.Tensor) -> Any:
+    """The value of a ``Const`` op's output (through identities), or None."""
+    op = tensor.op
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return tf.get_static_value(op.outputs[0]) if op.type == "Const" else None
+
+
+def _is_high(x: tf.Tensor, low: float, high: float) -> tf.Tensor:
+    """``x == high`` for a tensor ``x`` of two values ``low``/``high``. In a graph where ``x`` is a select between
+    those two constants (``Sign``: ``tf.where(h >= 0, 1, -1)``, through the identities of its op), that select's
+    condition, already computed: a pass over the float input less per binary layer (the same booleans)."""
+    if not tf.executing_eagerly():
+        tensor = x
+        while tensor.op.type in ("Identity", "IdentityN") and tensor.op.inputs:
+            tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
+        op = tensor.op
+        if op.type == "SelectV2" and op.inputs[0].dtype == tf.bool and op.inputs[0].shape == x.shape:
+            on, off = _constant(op.inputs[1]), _constant(op.inputs[2])
+            if on is not None and off is not None and on.size == off.size == 1 and high != low:
+                if float(on) == high and float(off) == low:
+                    return op.inputs[0]
+    return tf.equal(x, tf.constant(high, x.dtype))
+
+
 def _layer_name(layer: object) -> str:
     return str(getattr(layer, "name", type(layer).__name__))
 
@@ -370,7 +395,8 @@ class QuantLayerMixin:
 
         @tf.custom_gradient  # type: ignore[untyped-decorator]
         def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
-            bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
+            with tf.name_scope("binary_input_bits"):
+                bits = pack_bits(_is_high(x, low, high))
             shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
             witness = higher_order_witness(x)  # a gradient of the gradient must not miss x: it raises instead
 
