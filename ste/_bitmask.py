@@ -222,23 +222,14 @@ def bit_masks(enabled: bool | None) -> Iterator[None]:
             _OPEN.reverse()
 
 
-def _scoped(name: str) -> Any:
-    """Run the decorated function's ops under the name scope ``name`` (a profile then tells them apart)."""
-
-    def decorate(fn: Any) -> Any:
-        def scoped(*args: Any, **kwargs: Any) -> Any:
-            with tf.name_scope(name):
-                return fn(*args, **kwargs)
-
-        scoped.__doc__, scoped.__name__ = fn.__doc__, fn.__name__
-        return scoped
-
-    return decorate
-
-
-@_scoped("pack_bits")
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
-    """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
+    """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes (its ops under the name
+    scope ``pack_bits``, which a profile tells apart)."""
+    with tf.name_scope("pack_bits"):
+        return _pack_bits(mask)
+
+
+def _pack_bits(mask: tf.Tensor) -> tf.Tensor:
     flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
     size = flat.shape.num_elements()
     if size is None:

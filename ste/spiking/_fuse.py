@@ -101,7 +101,10 @@ def fuse(model: keras.Sequential, *, segment: int | None = None, jit_compile: bo
             f"ste.spiking.fuse: the model '{model.name}' is not built, so its layers' input shapes are unknown. Fix: "
             f"start it with keras.Input((time, features)) (or call it once) before fusing."
         )
-    layers, built, pairs, stack = list(model.layers), [], [], []
+    layers = list(model.layers)
+    built: list[Any] = []
+    pairs: list[tuple[Any, Any, Any]] = []
+    stack: list[SpikingDense] = []
 
     def close() -> None:
         if stack:
@@ -131,7 +134,7 @@ def fuse(model: keras.Sequential, *, segment: int | None = None, jit_compile: bo
             new.set_weights(old.get_weights())
             continue
         new.kernel.assign(old.kernel)
-        if old.use_bias:
+        if old.use_bias and new.bias is not None:
             new.bias.assign(old.bias)
         new.neuron.set_weights(neuron.cell.get_weights())
     return result
