@@ -235,10 +235,12 @@ def _replace(text: str, start: str, end: str, table: str, path: Path) -> str:
     return f"{head}{start}\n{table}\n{end}{tail}"
 
 
-def update_docs(table: str, path: Path, results: dict[str, Any] | None = None) -> None:
-    """Replace the generated part of ``docs/performance.md`` (between the two markers) with ``table``, and where
-    ``results`` hold the binarized network against larq, that section too."""
-    text = _replace(path.read_text(), START, END, table, path)
+def update_docs(table: str, path: Path, results: dict[str, Any] | None = None, whole: bool = True) -> None:
+    """Replace the generated part of ``docs/performance.md`` (between the two markers) with ``table`` (``whole``: a
+    run of every section), and where ``results`` hold the binarized network against larq, that section too."""
+    text = path.read_text()
+    if whole:
+        text = _replace(text, START, END, table, path)
     larq = ((results or {}).get("binary_net") or {}).get("larq")
     if larq:
         generated = "\n".join(
@@ -258,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds (seconds; for CI)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output directory")
-    parser.add_argument("--update-docs", action="store_true", help="copy the table into docs/performance.md")
+    parser.add_argument(
+        "--update-docs",
+        action="store_true",
+        help="copy the table into docs/performance.md (a run of some sections only: only the larq side-by-side)",
+    )
     parser.add_argument(
         "--larq-venv",
         metavar="PATH",
@@ -289,7 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(md_path.read_text())
     print(f"written: {json_path} and {md_path}", file=sys.stderr)
     if args.update_docs:
-        update_docs(md_path.read_text(), ROOT / "docs" / "performance.md", results)
+        whole = set(args.only) == set(SECTIONS)  # a partial run rewrites only its own generated section
+        update_docs(md_path.read_text(), ROOT / "docs" / "performance.md", results, whole)
     return 0
 
 

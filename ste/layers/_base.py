@@ -50,11 +50,19 @@ _LIBRARY_DIRS = tuple(
 
 def _outside_ste() -> int:
     """The ``stacklevel`` of the first caller outside ``ste``, Keras and TensorFlow (a warning then shows the user's
-    line, also when it is given while Keras builds the layer)."""
+    line, also when it is given while Keras builds the layer or AutoGraph traces a ``tf.function``)."""
     frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_DIRS):
+    while frame.f_back is not None and _library_frame(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _library_frame(filename: str) -> bool:
+    """A frame of ste, Keras or TensorFlow, or of the copy of a user's function AutoGraph converted (a temporary
+    file: the warning shows the line that called that function instead)."""
+    return os.path.abspath(filename).startswith(_LIBRARY_DIRS) or os.path.basename(filename).startswith(
+        "__autograph_generated"
+    )
 
 
 def _precision(quantizer: Any) -> int | None:
