@@ -12,12 +12,15 @@ call's set-up) are reported beside them.
 
 from __future__ import annotations
 
-import glob
 import re
 import statistics
-import tempfile
 from collections.abc import Callable
 from typing import Any
+
+try:
+    from ._allocations import profiled
+except ImportError:  # imported as a top-level module, by larq_net.py in larq's venv
+    from _allocations import profiled  # type: ignore[no-redef]
 
 __all__ = ["CLASSES", "classify", "profile_step", "profile_steps"]
 
@@ -102,19 +105,7 @@ def _busy(intervals: list[tuple[int, int]]) -> int:
 def profile_step(call: Callable[[], Any]) -> dict[str, Any]:
     """Milliseconds of op time per class, the wall time of the step's function call and the time no op ran, for one
     ``call()`` (one ``tf.function`` step)."""
-    import tensorflow as tf
-
-    with tempfile.TemporaryDirectory() as logdir:
-        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0)
-        tf.profiler.experimental.start(logdir, options=options)
-        try:
-            call()
-        finally:
-            tf.profiler.experimental.stop()
-        paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
-        if not paths:
-            raise RuntimeError("benchmarks: TensorFlow's profiler wrote no trace")
-        ops, wall = _op_events(paths[0])
+    ops, wall = profiled(call, _op_events)
     classes = dict.fromkeys(CLASSES, 0.0)
     kinds: dict[str, float] = {}
     for name, kind, begin, end in ops:
