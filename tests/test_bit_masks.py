@@ -610,3 +610,43 @@ def test_a_kept_function_input_is_read_by_the_backward_pass_only_after_the_upstr
 
     assert len(waits(None)) == 1
     assert waits(False) == []
+
+
+@pytest.mark.parametrize("quantizer", ["sign", "heaviside"])
+def test_a_binary_layer_packs_the_condition_that_computed_its_input(quantizer: str) -> None:
+    """The input quantizer's select computed ``where(c, high, low)``: the layer packs ``c`` itself instead of
+    comparing the floats with ``high`` again (no ``Equal`` in the traced step), with the gradients of the plain
+    path bit for bit; a tensor that is not such a select (here an input that is already binary) is compared."""
+    layer = ste.layers.QuantConv2D(3, 2, use_bias=False, input_quantizer=quantizer, kernel_quantizer="sign")
+    x = tf.constant(np.random.default_rng(5).uniform(-1.5, 1.5, (2, 5, 5, 2)), tf.float32)
+    layer(x)
+
+    def step(x: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.range(1.0, 4.0))
+        return tape.gradient(loss, [x, layer.kernel])
+
+    types = {}
+    grads = {}
+    for on in (True, False):
+        with ste.bit_masks(on):
+            function = tf.function(step)
+            types[on] = [op.type for op in function.get_concrete_function(x).graph.get_operations()]
+            grads[on] = function(x)
+    assert "Equal" not in types[True] and "GatherV2" in types[True]  # packed, from the select's condition
+    for packed, plain in zip(grads[True], grads[False]):
+        np.testing.assert_array_equal(_bits(packed), _bits(plain))
+    from ste.layers._base import _is_high
+
+    graph = tf.Graph()
+    with graph.as_default():
+        already = tf.compat.v1.placeholder(tf.float32, [4])
+        assert _is_high(already, -1.0, 1.0).op.type == "Equal"
+        selected = tf.where(already > 0, tf.constant(1.0), tf.constant(-1.0))
+        assert _is_high(selected, -1.0, 1.0).op.type == "Greater"
+        assert _is_high(selected, 1.0, -1.0).op.type == "Equal"  # other constants: compared
+        cast = tf.cast(already > 0, tf.float32)
+        assert _is_high(cast, 0.0, 1.0).op.type == "Greater"
+        assert _is_high(cast, -1.0, 1.0).op.type == "Equal"

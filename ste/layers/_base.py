@@ -145,13 +145,17 @@ def _constant(tensor: tf.Tensor) -> Any:
 
 def _is_high(x: tf.Tensor, low: float, high: float) -> tf.Tensor:
     """``x == high`` for a tensor ``x`` of two values ``low``/``high``. In a graph where ``x`` is a select between
-    those two constants (``Sign``: ``tf.where(h >= 0, 1, -1)``, through the identities of its op), that select's
-    condition, already computed: a pass over the float input less per binary layer (the same booleans)."""
+    those two constants (``Sign``: ``tf.where(h >= 0, 1, -1)``, through the identities of its op) or a boolean cast
+    to 0/1 (``Heaviside``: ``cast(h > 0)``), that condition, already computed: a pass over the float input less per
+    binary layer (the same booleans)."""
     if not tf.executing_eagerly():
         tensor = x
         while tensor.op.type in ("Identity", "IdentityN") and tensor.op.inputs:
             tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
         op = tensor.op
+        condition = op.inputs[0] if op.inputs else None
+        if op.type == "Cast" and condition is not None and condition.dtype == tf.bool and (low, high) == (0.0, 1.0):
+            return condition  # Heaviside: cast(h > 0)
         if op.type == "SelectV2" and op.inputs[0].dtype == tf.bool and op.inputs[0].shape == x.shape:
             on, off = _constant(op.inputs[1]), _constant(op.inputs[2])
             if on is not None and off is not None and on.size == off.size == 1 and high != low:
