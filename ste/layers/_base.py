@@ -153,14 +153,19 @@ def _is_high(x: tf.Tensor, low: float, high: float) -> tf.Tensor:
         while tensor.op.type in ("Identity", "IdentityN") and tensor.op.inputs:
             tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
         op = tensor.op
-        condition = op.inputs[0] if op.inputs else None
+        condition = op.inputs[0] if op.inputs and op.graph is x.graph else None
         if op.type == "Cast" and condition is not None and condition.dtype == tf.bool and (low, high) == (0.0, 1.0):
             return condition  # Heaviside: cast(h > 0)
-        if op.type == "SelectV2" and op.inputs[0].dtype == tf.bool and op.inputs[0].shape == x.shape:
+        if (
+            op.type == "SelectV2"
+            and condition is not None
+            and condition.dtype == tf.bool
+            and condition.shape == x.shape
+        ):
             on, off = _constant(op.inputs[1]), _constant(op.inputs[2])
             if on is not None and off is not None and on.size == off.size == 1 and high != low:
                 if float(on) == high and float(off) == low:
-                    return op.inputs[0]
+                    return condition
     return tf.equal(x, tf.constant(high, x.dtype))
 
 
