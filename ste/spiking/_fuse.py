@@ -72,24 +72,24 @@ def _spiking_dense(dense: Any, neuron: Any, segment: int | None, jit_compile: bo
 def fuse(model: keras.Sequential, *, segment: int | None = None, jit_compile: bool = True) -> keras.Sequential:
     """A new ``keras.Sequential`` with the same weights in which every run of ``keras.layers.Dense`` → spiking
     neuron layer pairs (``ste.spiking.LIF``, ``Synaptic``, ``ALIF``, ... returning their spikes over time) is one
-    :class:`ste.spiking.Fused` stack of :class:`ste.spiking.SpikingDense` layers; every other layer is copied as it
-    is.
+    [`Fused`][ste.spiking.Fused] stack of [`SpikingDense`][ste.spiking.SpikingDense] layers; every other layer is
+    copied as it is.
 
     Outputs and gradients are those of ``model`` up to the order of floating-point sums (the fused loop sums the
-    kernel's gradient step by step), and the training step is faster with far less memory (docs/spiking.md). A
-    gradient of its gradient raises :class:`ste.HigherOrderError`. The model must be built (``keras.Input`` first).
+    kernel's gradient step by step), and the training step is faster with far less memory. A gradient of its
+    gradient raises ``ste.HigherOrderError``. The model must be built (``keras.Input`` first).
 
     Args:
         model: a built ``keras.Sequential`` of ``[batch, time, features]`` sequences.
-        segment: steps between the checkpoints of the fused backward pass, as in ``Fused`` (``None``: ⌈√T⌉).
-        jit_compile: compile the fused loop with XLA in a graph, as in ``Fused``.
+        segment: steps between the checkpoints of the fused backward pass (``None``: ⌈√T⌉).
+        jit_compile: compile the fused loop with XLA in a graph.
 
     >>> import keras, ste
     >>> plain = keras.Sequential([keras.Input((25, 64)), keras.layers.Dense(100), ste.spiking.LIF(beta=0.9),
     ...                           keras.layers.Dense(10), ste.spiking.LIF(beta=0.9)])
     >>> fast = ste.spiking.fuse(plain)
-    >>> [type(layer).__name__ for layer in fast.layers]
-    ['Fused']
+    >>> type(fast.layers[0]).__name__, len(fast.layers)
+    ('Fused', 1)
     """
     if not isinstance(model, keras.Sequential):
         raise ParameterError(
