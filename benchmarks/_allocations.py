@@ -16,9 +16,11 @@ from __future__ import annotations
 import glob
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["requested_peak"]
+__all__ = ["profiled", "requested_peak"]
+
+T = TypeVar("T")
 
 
 def _events(path: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -42,8 +44,8 @@ def _events(path: str) -> list[tuple[int, str, dict[str, Any]]]:
     return out
 
 
-def requested_peak(call: Callable[[], Any]) -> int:
-    """The highest running sum of the bytes requested minus those freed during ``call()`` (TensorFlow's CPU)."""
+def profiled(call: Callable[[], Any], read: Callable[[str], T]) -> T:
+    """``read(path)`` of the profiler trace (``host_tracer_level=2``) written while ``call()`` ran."""
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory() as logdir:
@@ -56,7 +58,12 @@ def requested_peak(call: Callable[[], Any]) -> int:
         paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
         if not paths:
             raise RuntimeError("benchmarks: TensorFlow's profiler wrote no trace")
-        events = _events(paths[0])
+        return read(paths[0])
+
+
+def requested_peak(call: Callable[[], Any]) -> int:
+    """The highest running sum of the bytes requested minus those freed during ``call()`` (TensorFlow's CPU)."""
+    events = profiled(call, _events)
     live: dict[int, int] = {}
     running = peak = 0
     for _, name, stats in events:

@@ -7,12 +7,14 @@ float ``Conv2D`` for the float network).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["build", "train_step"]
+__all__ = ["build", "median_steps", "peak_step_bytes", "train_step"]
 
 
 def build(
@@ -60,3 +62,17 @@ def peak_step_bytes(step: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], x: tf.Ten
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
     step(x, y).numpy()
     return int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before)
+
+
+def median_steps(steps: Mapping[str, Callable[[], Any]], rounds: int, warmup: int = 2) -> dict[str, float]:
+    """Median seconds of one step of each network over ``rounds`` rounds after ``warmup`` untimed ones; each round
+    runs every network once, in an order that reverses every round (both sides of the larq comparison time their
+    networks this way, each in its own process)."""
+    times: dict[str, list[float]] = {kind: [] for kind in steps}
+    for index in range(rounds + warmup):
+        for kind in list(steps)[:: 1 if index % 2 else -1]:
+            start = time.perf_counter()
+            steps[kind]()
+            if index >= warmup:
+                times[kind].append(time.perf_counter() - start)
+    return {kind: statistics.median(values) for kind, values in times.items()}

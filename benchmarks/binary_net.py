@@ -17,15 +17,28 @@ Variants, built with the same initial weights:
 Memory: TensorFlow's CPU allocator peak during one step (after a warm-up step), minus the memory in use before it
 (weights, optimizer slots, inputs): what the step itself allocates; the largest of ``PEAK_STEPS`` steps (the peak
 varies from step to step with the allocator's fragmentation, see docs/performance.md), the smallest kept too.
-Time: alternating rounds, ratio to ``ste, plain``, without and with ``jit_compile=True``. The larq side
-(``--larq-venv``) runs ``benchmarks/larq_net.py`` in that venv.
+Time: alternating rounds, ratio to ``ste, plain``, without and with ``jit_compile=True``.
+
+Against larq (``--larq-venv``): :func:`side_by_side` runs alternating rounds of two fresh processes, this module's
+``main`` (ste's networks of :data:`PEER_VARIANTS`) and ``benchmarks/larq_net.py`` in larq's venv (larq 0.14 and the
+float network on tf-keras), each timing its networks the same way (``_bireal.median_steps``) and reading its own
+allocator peak; with oneDNN on and off (``TF_ENABLE_ONEDNN_OPTS``, set for both processes of a round). It reports
+each network's median and range over the rounds and the per-round ratios of ste's step to larq's. With ``profile``
+each process also records one profiled step's time per op class (``_op_profile``).
+
+    python -m benchmarks.binary_net BATCH BLOCKS WIDTH SIZE ROUNDS [PROFILE [VARIANT ...]]
+
+runs one ste process (what :func:`side_by_side` starts) and prints ``RESULT {json}``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +48,12 @@ import tensorflow as tf
 import ste
 
 from ._allocator import environment
-from ._bireal import build, peak_step_bytes, train_step
+from ._bireal import build, median_steps, peak_step_bytes, train_step
+from ._op_profile import profile_steps
 from ._subprocess import result_of
 from ._timing import alternate, load_average, summarize
 
-__all__ = ["VARIANTS", "run"]
+__all__ = ["PEER_VARIANTS", "VARIANTS", "main", "run", "side_by_side"]
 
 #: network -> (binary convolutions?, ste.layers.BatchNormalization instead of Keras's?, ste.bit_masks setting: None is
 #: the default policy, False keeps the float inputs as ste 0.1 did)
@@ -54,6 +68,11 @@ VARIANTS = {
 BASELINE = "ste, plain"
 LARQ_PEER = "ste, ste BN"  # the ste network compared with larq (both use the fused batch-norm kernel)
 PEAK_STEPS = 5
+#: ste's networks in each process of the side-by-side rounds: the documented one first (docs/larq.md: ste's layers
+#: and ste.layers.BatchNormalization), then Keras's batch norm after binary layers, and the float networks
+PEER_VARIANTS = ("ste, ste BN", "ste", "float, ste BN", "float")
+PROFILED = ("ste, ste BN", "ste")  # the networks whose op classes a profiling process records
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _conv(width: int) -> keras.layers.Layer:
@@ -78,12 +97,109 @@ def _prepared(kind: str, jit_compile: bool, x: tf.Tensor, y: tf.Tensor, **shape:
     return step
 
 
-def _larq(venv: str, batch: int, blocks: int, width: int, size: int, rounds: int) -> dict[str, Any]:
-    """The same network with larq 0.14 on tf-keras, in ``venv`` (a subprocess; ste is not imported there)."""
+def _larq(venv: str, args: Sequence[int], onednn: str | None) -> dict[str, Any]:
+    """One larq process: ``larq_net.py`` in ``venv`` (ste is not imported there)."""
     script = Path(__file__).with_name("larq_net.py")
-    env = environment(dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=""))
-    args = [str(a) for a in (batch, blocks, width, size, rounds)]
-    return result_of([str(Path(venv) / "bin" / "python"), str(script), *args], env=env, timeout=1800)
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH="")
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = onednn
+    python = str(Path(venv) / "bin" / "python")
+    return result_of([python, str(script), *map(str, args)], env=environment(env), timeout=1800)
+
+
+def _ste(args: Sequence[int], onednn: str | None, kinds: Sequence[str]) -> dict[str, Any]:
+    """One ste process: this module's :func:`main`, with this interpreter."""
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = onednn
+    argv = [sys.executable, "-m", "benchmarks.binary_net", *map(str, args), *kinds]
+    return result_of(argv, env=environment(env), timeout=1800, cwd=str(ROOT))
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def side_by_side(
+    larq_venv: str,
+    batch: int,
+    blocks: int,
+    width: int,
+    size: int,
+    rounds: int,
+    steps: int,
+    onednn: Sequence[str] = ("1", "0"),
+    kinds: Sequence[str] = PEER_VARIANTS,
+    profile: int = 0,
+) -> dict[str, Any]:
+    """``rounds`` rounds per oneDNN setting, each one ste process and one larq process (which one first alternates),
+    each timing its networks over ``steps`` steps; medians and ranges over the rounds, and ste ÷ larq per round."""
+    args = (batch, blocks, width, size, steps, profile)
+    settings: dict[str, Any] = {}
+    for setting in onednn:
+        runs: dict[str, list[dict[str, Any]]] = {"ste": [], "larq": []}
+        for index in range(rounds):
+            for side in ("ste", "larq")[:: 1 if index % 2 == 0 else -1]:
+                load = load_average()
+                started = time.time()
+                result = _ste(args, setting, kinds) if side == "ste" else _larq(larq_venv, args, setting)
+                result.update(load_before=load, load_after=load_average(), seconds=round(time.time() - started, 1))
+                runs[side].append(result)
+        settings[setting] = {"rounds": runs, **_summary(runs)}
+    return {"rounds": rounds, "steps": steps, "kinds": list(kinds), "onednn": settings}
+
+
+def _summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each network's step time and peak over the rounds, and each ste network's time and peak ÷ larq's."""
+    networks: dict[str, Any] = {}
+    for side, results in runs.items():
+        for kind in results[0]["median_step_s"]:
+            name = kind if side == "ste" else f"tf-keras {kind}"
+            networks[name] = {
+                "step_s": _spread([r["median_step_s"][kind] for r in results]),
+                "peak_bytes": _spread([r["peak_step_bytes"][kind] for r in results]),
+            }
+    larq = runs["larq"]
+    versus: dict[str, Any] = {}
+    for kind in runs["ste"][0]["median_step_s"]:
+        pairs = list(zip(runs["ste"], larq))
+        versus[kind] = {
+            "time": _spread([s["median_step_s"][kind] / q["median_step_s"]["larq"] for s, q in pairs]),
+            "peak": _spread(
+                [
+                    s["peak_step_bytes"][kind] / q["peak_step_bytes"]["larq"] if q["peak_step_bytes"]["larq"] else 0.0
+                    for s, q in pairs
+                ]
+            ),
+        }
+    loads = [r["load_before"][0] for rs in runs.values() for r in rs if r.get("load_before")]
+    return {"networks": networks, "versus_larq": versus, "load_1min": _spread(loads) if loads else {}}
+
+
+def main(
+    batch: int, blocks: int, width: int, size: int, rounds: int, profile: int = 0, kinds: Sequence[str] = PEER_VARIANTS
+) -> dict[str, Any]:
+    """One ste process of :func:`side_by_side`: each network's step peak (largest of ``PEAK_STEPS``) and median step
+    time (``_bireal.median_steps``, as ``larq_net.py``), and with ``profile`` the op classes of :data:`PROFILED`."""
+    shape = {"blocks": blocks, "width": width, "size": size}
+    x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
+    y = tf.random.stateless_uniform([batch], seed=(13, 2), maxval=10, dtype=tf.int32)
+    steps = {kind: _prepared(kind, False, x, y, **shape) for kind in kinds}
+    peaks = {kind: max(peak_step_bytes(step, x, y) for _ in range(PEAK_STEPS)) for kind, step in steps.items()}
+    result: dict[str, Any] = {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""),
+        "peak_step_bytes": peaks,
+        "median_step_s": median_steps({k: (lambda s=s: s(x, y).numpy()) for k, s in steps.items()}, rounds),
+    }
+    if profile:
+        result["profile"] = {
+            kind: profile_steps(lambda s=steps[kind]: s(x, y).numpy(), profile) for kind in PROFILED if kind in steps
+        }
+    return result
 
 
 def run(
@@ -95,6 +211,9 @@ def run(
     inner: int,
     warmup: int = 2,
     larq_venv: str | None = None,
+    larq_rounds: int = 5,
+    larq_steps: int = 15,
+    profile: int = 0,
 ) -> dict[str, Any]:
     shape = {"blocks": blocks, "width": width, "size": size}
     x = tf.random.stateless_uniform([batch, size, size, 3], seed=(13, 1), minval=-1.0, maxval=1.0)
@@ -126,21 +245,11 @@ def run(
         "timing": timing,
     }
     if larq_venv:
-        # ste's side timed as larq_net times larq's (median of single steps), right before and right after it, so
-        # that a load that changes while the larq process runs shows up in both figures
-        peer = graph[LARQ_PEER]  # a fresh step runs slower for its first ten or so steps (195 against 120 ms)
-        before = _median_step(peer, x, y, rounds)
-        result["larq"] = _larq(larq_venv, batch, blocks, width, size, rounds)
-        result["larq_peer_step_s"] = {"before": before, "after": _median_step(peer, x, y, rounds)}
+        result["larq"] = side_by_side(larq_venv, batch, blocks, width, size, larq_rounds, larq_steps, profile=profile)
     return result
 
 
-def _median_step(step: Any, x: tf.Tensor, y: tf.Tensor, rounds: int) -> float:
-    """Median seconds of one step over ``rounds`` steps after two warm-up steps (as ``larq_net`` measures)."""
-    times = []
-    for index in range(rounds + 2):
-        start = time.perf_counter()
-        step(x, y).numpy()
-        if index >= 2:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+if __name__ == "__main__":
+    numbers = [int(a) for a in sys.argv[1:7]]
+    chosen = tuple(sys.argv[7:]) or PEER_VARIANTS
+    print("RESULT " + json.dumps(main(*numbers, kinds=chosen)))

@@ -31,7 +31,7 @@ import ste
 
 from . import binary_net, elementwise, latency, memory, qat, spiking, tracing, training
 from ._allocator import require_statistics
-from ._report import markdown
+from ._report import markdown, side_by_side
 from ._timing import LoadSampler, load_average
 
 __all__ = ["FULL", "SMOKE", "main"]
@@ -45,7 +45,17 @@ FULL: dict[str, dict[str, Any]] = {
     "tracing": {"calls": 1000, "size": 1000, "repeats": 7},
     "training": {"batch": 64, "width": 32, "rounds": 20, "inner": 3},
     "memory": {"size": 2**22, "length": 50, "subprocesses": True},
-    "binary_net": {"batch": 64, "blocks": 8, "width": 32, "size": 32, "rounds": 10, "inner": 2},
+    "binary_net": {
+        "batch": 64,
+        "blocks": 8,
+        "width": 32,
+        "size": 32,
+        "rounds": 10,
+        "inner": 2,
+        "larq_rounds": 5,  # with --larq-venv: alternating ste and larq processes per oneDNN setting
+        "larq_steps": 15,
+        "profile": 3,  # profiled steps per process (op classes)
+    },
     "spiking": {
         "steps": 25,
         "batch": 64,
@@ -70,7 +80,18 @@ SMOKE: dict[str, dict[str, Any]] = {
     "tracing": {"calls": 10, "size": 16, "repeats": 1},
     "training": {"batch": 2, "width": 4, "rounds": 2, "inner": 1, "warmup": 1},
     "memory": {"size": 2**16, "length": 5, "subprocesses": False},
-    "binary_net": {"batch": 2, "blocks": 2, "width": 4, "size": 8, "rounds": 2, "inner": 1, "warmup": 1},
+    "binary_net": {
+        "batch": 2,
+        "blocks": 2,
+        "width": 4,
+        "size": 8,
+        "rounds": 2,
+        "inner": 1,
+        "warmup": 1,
+        "larq_rounds": 1,
+        "larq_steps": 2,
+        "profile": 1,
+    },
     "spiking": {
         "steps": 3,
         "batch": 2,
@@ -202,16 +223,36 @@ def write(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
 
 
 START, END = "<!-- benchmark-results:start -->", "<!-- benchmark-results:end -->"
+#: the binarized network against larq (``--larq-venv``), kept in its own section of docs/performance.md
+LARQ_START, LARQ_END = "<!-- larq-side-by-side:start -->", "<!-- larq-side-by-side:end -->"
 
 
-def update_docs(table: str, path: Path) -> None:
-    """Replace the generated part of ``docs/performance.md`` (between the two markers) with ``table``."""
-    text = path.read_text()
-    head, sep, rest = text.partition(START)
-    _, sep2, tail = rest.partition(END)
+def _replace(text: str, start: str, end: str, table: str, path: Path) -> str:
+    head, sep, rest = text.partition(start)
+    _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise SystemExit(f"{path} lacks the markers {START} / {END}")
-    path.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+        raise SystemExit(f"{path} lacks the markers {start} / {end}")
+    return f"{head}{start}\n{table}\n{end}{tail}"
+
+
+def update_docs(table: str, path: Path, results: dict[str, Any] | None = None, whole: bool = True) -> None:
+    """Replace the generated part of ``docs/performance.md`` (between the two markers) with ``table`` (``whole``: a
+    run of every section), and where ``results`` hold the binarized network against larq, that section too."""
+    text = path.read_text()
+    if whole:
+        text = _replace(text, START, END, table, path)
+    larq = ((results or {}).get("binary_net") or {}).get("larq")
+    if larq:
+        generated = "\n".join(
+            [
+                f"Generated from `{results['command']}` ({results['date_utc']}, commit "  # type: ignore[index]
+                f"{results['machine']['git_commit']}, {results['machine']['cpu']}).",  # type: ignore[index]
+                "",
+                *side_by_side(larq),
+            ]
+        )
+        text = _replace(text, LARQ_START, LARQ_END, generated, path)
+    path.write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -219,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and few rounds (seconds; for CI)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output directory")
-    parser.add_argument("--update-docs", action="store_true", help="copy the table into docs/performance.md")
+    parser.add_argument(
+        "--update-docs",
+        action="store_true",
+        help="copy the table into docs/performance.md (a run of some sections only: only the larq side-by-side)",
+    )
     parser.add_argument(
         "--larq-venv",
         metavar="PATH",
@@ -241,11 +286,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     args = parser.parse_args(argv)
     results = run(args.smoke, args.only, args.larq_venv, args.snntorch_venv, args.spikingjelly_venv, args.tfmot_venv)
+    if list(args.only) != list(SECTIONS):
+        results["command"] += " --only " + " ".join(args.only)
+    for peer in ("larq", "tfmot", "snntorch", "spikingjelly"):
+        if getattr(args, f"{peer}_venv"):
+            results["command"] += f" --{peer}-venv PATH"
     json_path, md_path = write(results, args.out)
     print(md_path.read_text())
     print(f"written: {json_path} and {md_path}", file=sys.stderr)
     if args.update_docs:
-        update_docs(md_path.read_text(), ROOT / "docs" / "performance.md")
+        whole = set(args.only) == set(SECTIONS)  # a partial run rewrites only its own generated section
+        update_docs(md_path.read_text(), ROOT / "docs" / "performance.md", results, whole)
     return 0
 
 

@@ -12,7 +12,8 @@ Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surroga
   the summed output spikes (no optimizer).
 
 ste's row of every workload is ``ste.spiking.Fused`` (``SpikingConv2D`` and ``SpikingDense`` layers in one XLA-compiled
-loop with a checkpointed backward pass); ``ste_unfused`` is the same network of Keras layers (``Dense``, ``Conv2D`` over
+loop with a checkpointed backward pass); ``ste_fuse`` (dense) is the plain Keras stack below handed to
+``ste.spiking.fuse``; ``ste_unfused`` is the same network of Keras layers (``Dense``, ``Conv2D`` over
 the folded steps) and ``ste.spiking.LIF`` layers (not run in smoke mode, where the fused loop also runs without XLA, to
 stay cheap). Each framework runs in its own process with the same thread count (``threads``); ste's variants run before
 and after the peers (in reverse order) and each time is the mean of the two medians (with no peer they run once).
@@ -84,7 +85,7 @@ def _ste_model(workload: str, c: dict[str, Any]) -> Any:
         stack = ste.spiking.Fused(layers, segment=c.get("segment"), jit_compile=c.get("jit_compile", True))
         return keras.Sequential([keras.Input((c["steps"], *frame)), stack])
     if workload == "dense":
-        return keras.Sequential(
+        plain = keras.Sequential(
             [
                 keras.Input((c["steps"], c["inputs"])),
                 keras.layers.Dense(c["hidden"]),
@@ -93,6 +94,8 @@ def _ste_model(workload: str, c: dict[str, Any]) -> Any:
                 lif(),
             ]
         )
+        # ste_fuse: the plain stack as a user writes it, handed to ste.spiking.fuse
+        return ste.spiking.fuse(plain, jit_compile=c.get("jit_compile", True)) if c.get("fuse") else plain
     if workload == "onb":
         return keras.Sequential([keras.Input((c["steps"], c["inputs"])), keras.layers.Dense(c["hidden"]), lif()])
 
@@ -225,6 +228,8 @@ def run(
             variants["ste"] = {**config, "fused": True, "jit_compile": not smoke}
             if not smoke:
                 variants["ste_unfused"] = config
+                if workload == "dense":
+                    variants["ste_fuse"] = {**config, "fuse": True}
         before = {name: _ste(variant) for name, variant in variants.items()}
         results = {name: _peer(venv, name, config) for name, venv in peers.items()}
         # ste brackets the peers (in reverse order); alone it runs once
@@ -238,16 +243,18 @@ def run(
                 "median_s_before_after": [before[name]["median_s"], after[name]["median_s"]],
             }
         ste_time, ste_peak = entry["ste"]["median_s"], entry["ste"]["peak_bytes"]
-        if "ste_unfused" in entry:
-            unfused = entry["ste_unfused"]
-            unfused["ste_time_ratio"] = ste_time / unfused["median_s"]
-            unfused["ste_memory_ratio"] = ste_peak / unfused["peak_bytes"]
+        for name in ("ste_unfused", "ste_fuse"):
+            if name in entry:
+                entry[name]["ste_time_ratio"] = ste_time / entry[name]["median_s"]
+                entry[name]["ste_memory_ratio"] = ste_peak / entry[name]["peak_bytes"]
         for name, result in results.items():
             entry[name] = {
                 **result,
                 "ste_time_ratio": ste_time / result["median_s"],
                 "ste_memory_ratio": ste_peak / result["peak_bytes"] if result["peak_bytes"] > 0 else None,
             }
+            if "ste_fuse" in entry:  # the plain Keras stack through ste.spiking.fuse, against this peer
+                entry[name]["ste_fuse_time_ratio"] = entry["ste_fuse"]["median_s"] / result["median_s"]
         out["workloads"][workload] = entry
         print(f"benchmarks: spiking peers {workload} done", file=sys.stderr, flush=True)
     return out

@@ -2,8 +2,10 @@
 
 The hidden layers have binary (−1/+1) weights and binary activations: each ``QuantDense`` binarizes its input and its
 kernel with ``"ste_sign"`` (sign, gradient 1 where abs(x) <= 1), and ``WeightClip`` keeps the latent weights in
-[−1, 1]. The first layer reads the real-valued pixels (binary weights), as in BinaryNet. At the end: both test
-accuracies, the ``ste.summary`` table (real bit widths and memory), and a peek at the exported binary kernel.
+[−1, 1]. ``ste.layers.BatchNormalization`` is Keras's batch norm trained on TensorFlow's fused kernel, the one to
+put after quantized layers. The first layer reads the real-valued pixels (binary weights), as in BinaryNet. At the
+end: both test accuracies, the ``ste.summary`` table (real bit widths and memory), and a peek at the exported
+binary kernel.
 
 Run: python examples/binarized_digits.py            (add --epochs N for a shorter run)
 """
@@ -41,11 +43,11 @@ def binarized_model() -> keras.Model:
         [
             keras.Input((64,)),
             ste.layers.QuantDense(HIDDEN, **binary, name="binary_dense_1"),  # float pixels in, binary weights
-            keras.layers.BatchNormalization(momentum=0.9),
+            ste.layers.BatchNormalization(momentum=0.9),
             ste.layers.QuantDense(HIDDEN, input_quantizer="ste_sign", **binary, name="binary_dense_2"),
-            keras.layers.BatchNormalization(momentum=0.9),
+            ste.layers.BatchNormalization(momentum=0.9),
             ste.layers.QuantDense(10, input_quantizer="ste_sign", **binary, name="binary_dense_3"),
-            keras.layers.BatchNormalization(momentum=0.9),
+            ste.layers.BatchNormalization(momentum=0.9),
             keras.layers.Activation("softmax"),
         ],
         name="binarized_mlp",

@@ -24,9 +24,11 @@ from . import (
     testing,
 )
 from ._bitmask import bit_masks, set_bit_masks
+from ._collective_keys import install as _install_fresh_collective_keys
 from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._errors import (
+    BackupError,
     CallError,
     ConversionError,
     GradientCountError,
@@ -56,12 +58,23 @@ from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
-from .qat import quantize_annotate_layer, quantize_apply, quantize_model, quantize_scope, to_tflite
+from .qat import (
+    fix_input_output_range,
+    quantize_annotate_layer,
+    quantize_annotate_model,
+    quantize_apply,
+    quantize_model,
+    quantize_scope,
+    remove_input_range,
+    to_tflite,
+)
 
 _install_save_check()
 _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
+_install_fresh_collective_keys()  # a second MirroredStrategy in one process (docs/distributed.md)
 
 __all__ = [
+    "BackupError",
     "CallError",
     "ConversionError",
     "Forward",
@@ -97,6 +110,7 @@ __all__ = [
     "callbacks",
     "constraints",
     "export_quantized_weights",
+    "fix_input_output_range",
     "forward",
     "larq",
     "layers",
@@ -106,11 +120,13 @@ __all__ = [
     "plot",
     "qat",
     "quantize_annotate_layer",
+    "quantize_annotate_model",
     "quantize_apply",
     "quantize_model",
     "quantize_scope",
     "quantizers",
     "registry",
+    "remove_input_range",
     "set_bit_masks",
     "spiking",
     "summary",

@@ -39,12 +39,15 @@ from ._xla import compiling_with_xla
 __all__ = [
     "EAGER_MIN_ELEMENTS",
     "SLOW_UNDER_XLA",
+    "CallerHeld",
     "bit_masks",
     "bit_masks_enabled",
+    "held_by_caller",
     "higher_order_witness",
     "keep_bits",
     "opaque",
     "pack_bits",
+    "read_after",
     "refuse_higher_order",
     "set_bit_masks",
     "times_mask",
@@ -124,11 +127,11 @@ def keep_bits(x: tf.Tensor) -> bool:
     """Whether an op should keep ``x``'s mask as bits.
 
     Not with bit masks off. Eagerly, only from :data:`EAGER_MIN_ELEMENTS` elements (packing costs a dozen op
-    dispatches). By default (``ste.set_bit_masks(None)``), under XLA, not for an input of the function being traced
-    (its caller holds it anyway: the bits would only cost time), nor for a dtype in :data:`SLOW_UNDER_XLA`
+    dispatches). By default (``ste.set_bit_masks(None)``), in a graph, not for an input of the function being traced
+    (its caller holds it anyway: the bits would only cost time), nor under XLA for a dtype in :data:`SLOW_UNDER_XLA`
     (``bfloat16``), where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
-    bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (in ``tf.function``, with or without
-    XLA, every other dtype): bits.
+    bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (a tensor computed inside
+    ``tf.function``, with or without XLA, every other dtype): bits.
     """
     setting = _setting()
     if setting is False:
@@ -136,21 +139,43 @@ def keep_bits(x: tf.Tensor) -> bool:
     if tf.executing_eagerly():
         size = x.shape.num_elements()
         return size is None or size >= EAGER_MIN_ELEMENTS
-    if setting is None and compiling_with_xla() and (x.dtype in SLOW_UNDER_XLA or _function_input(x)):
+    if setting is None and (_function_input(x) or (x.dtype in SLOW_UNDER_XLA and compiling_with_xla())):
         return False
     return True
 
 
 def _function_input(x: tf.Tensor) -> bool:
     """Whether ``x`` is an input of the function being traced (through identities): its caller holds it for the
-    whole call, so bits would save nothing and cost the packing (an isolated ``straight_through`` op on 2^21
-    float32 values under ``jit_compile``: 2.3-2.5× the hand-written op's time with bits, 1.00× without; issue 18).
-    Only consulted under XLA: outside it, keeping such an input float moved TensorFlow's executor to a schedule with
-    one more float tensor at the peak of a 50-op chain (4.8 -> 5.8 input sizes), and the packing costs little."""
+    whole call, so bits would save nothing and cost the packing (an isolated ``straight_through`` op on 2^22
+    float32 values: 1.35× the hand-written op's time with bits in ``tf.function``, 2.3-2.5× under ``jit_compile``;
+    the float input costs nothing). Where the op then keeps the float input, its backward pass reads it only once
+    the upstream gradient exists (:class:`CallerHeld`)."""
     op = getattr(x, "op", None)
     while op is not None and op.type == "Identity" and op.inputs:
         op = op.inputs[0].op
     return op is not None and op.type == "Placeholder"
+
+
+def held_by_caller(x: tf.Tensor) -> bool:
+    """Whether a mask-only op keeps ``x`` itself, not bits, because the traced function's caller holds ``x`` anyway
+    (in a graph, by default: :func:`keep_bits`'s rule)."""
+    return _setting() is None and not tf.executing_eagerly() and _function_input(x)
+
+
+class CallerHeld(tuple):  # type: ignore[type-arg]
+    """The inputs a mask-only op keeps as they are because its caller holds them (:func:`held_by_caller`): the
+    backward pass reads them through :func:`read_after`, once the upstream gradient exists. Without that wait
+    TensorFlow's executor computes the mask (which depends on forward tensors only) during the forward pass and
+    keeps it as a float tensor (a 50-op chain of 2^20 float32 values peaked at 5.75 input sizes instead of 4.75)."""
+
+
+def read_after(dy: Any, xs: Any) -> list[tf.Tensor]:
+    """``xs``, read only once ``dy`` exists (identities with control dependencies; no copy); as they are under XLA,
+    which orders its own buffers."""
+    if compiling_with_xla():
+        return list(xs)
+    with tf.control_dependencies(tf.nest.flatten(dy)):
+        return [tf.identity(x) for x in xs]
 
 
 def _checked(enabled: Any, where: str) -> bool | None:
@@ -198,7 +223,13 @@ def bit_masks(enabled: bool | None) -> Iterator[None]:
 
 
 def pack_bits(mask: tf.Tensor) -> tf.Tensor:
-    """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes."""
+    """A boolean tensor of any shape as a flat ``uint8`` tensor of ``ceil(size / 8)`` bytes (its ops under the name
+    scope ``pack_bits``, which a profile tells apart)."""
+    with tf.name_scope("pack_bits"):
+        return _pack_bits(mask)
+
+
+def _pack_bits(mask: tf.Tensor) -> tf.Tensor:
     flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])
     size = flat.shape.num_elements()
     if size is None:

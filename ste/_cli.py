@@ -47,13 +47,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
+#: The most grid points ``plot`` and ``check`` take: ``check`` at 10⁶ points takes seconds and under 1 GB; 10⁷ takes
+#: several GB (float64 values and their gradients in four dtypes), and 3·10⁹ would never finish.
+MAX_POINTS = 1_000_000
+
+
 def _points(text: str) -> int:
+    expected = f"expected an integer from 2 to {MAX_POINTS}"
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2; received {text!r}") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2; received {value}")
+    except ValueError:  # also a number too long to read (Python's limit on digits)
+        raise argparse.ArgumentTypeError(f"{expected}; received {text!r}") from None
+    if not 2 <= value <= MAX_POINTS:
+        raise argparse.ArgumentTypeError(f"{expected}; received {value}")
     return value
 
 
@@ -123,7 +129,7 @@ def _parser() -> _Parser:
         metavar=("LOW", "HIGH"),
         help="x range (default: chosen from the derivative's width)",
     )
-    plot.add_argument("--points", type=_points, default=601, help="grid points (default 601)")
+    plot.add_argument("--points", type=_points, default=601, help=f"grid points, 2 to {MAX_POINTS} (default 601)")
     check = commands.add_parser(
         "check",
         parents=[sub_import],
@@ -133,7 +139,7 @@ def _parser() -> _Parser:
         "spec", metavar="SPEC", help="a registry name or spec string, e.g. 'sigmoid_surrogate(beta=4)', or a quantizer"
     )
     check.add_argument("--range", nargs=2, type=_finite, default=(-4.0, 4.0), metavar=("LOW", "HIGH"))
-    check.add_argument("--points", type=_points, default=1001, help="grid points (default 1001)")
+    check.add_argument("--points", type=_points, default=1001, help=f"grid points, 2 to {MAX_POINTS} (default 1001)")
     return parser
 
 
@@ -146,6 +152,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
             EXIT_USAGE,
             f"ste {args.command}: error: --range needs LOW < HIGH; received {x_range[0]:g} {x_range[1]:g} "
             f"(see: ste {args.command} --help)\n",
+        )
+    if x_range is not None and not math.isfinite(x_range[1] - x_range[0]):  # the grid's step would be infinite
+        parser.exit(
+            EXIT_USAGE,
+            f"ste {args.command}: error: --range needs a finite width HIGH - LOW; received {x_range[0]:g} "
+            f"{x_range[1]:g}, {x_range[1] - x_range[0]:g} apart (see: ste {args.command} --help)\n",
         )
     args.imports = [*args.imports, *getattr(args, "sub_imports", [])]
     return args

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 __all__ = [
+    "BackupError",
     "CallError",
     "ConversionError",
     "GradientCountError",
@@ -192,8 +193,19 @@ class SerializationError(STEError, TypeError):
 
 
 class UnsupportedLayerError(STEError, ValueError):
-    """A larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` / ``2D``: Keras 3 has no ``LocallyConnected``
-    layers). Deliberately not an ``AttributeError``, so that ``from ste.layers import ...`` shows this message too."""
+    """A layer that cannot be used as asked: a larq layer that Keras 3 cannot host (``QuantLocallyConnected1D`` /
+    ``2D``: Keras 3 has no ``LocallyConnected`` layers; deliberately not an ``AttributeError``, so that
+    ``from ste.layers import ...`` shows this message too), or a layer :func:`ste.quantize_model` cannot quantize
+    (``strict=True``) or copy."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class BackupError(STEError, ValueError):
+    """A backup that :class:`ste.callbacks.BackupAndRestore` would resume from cannot be read (a damaged weights
+    file, broken metadata, an epoch that is not a count) or does not fit the model. Raised when training starts,
+    before any weight changes: the message names the file and what to delete to start afresh."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -35,7 +35,18 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
-from ._bitmask import higher_order_witness, keep_bits, opaque, pack_bits, refuse_higher_order, times_mask, unpack_bits
+from ._bitmask import (
+    CallerHeld,
+    held_by_caller,
+    higher_order_witness,
+    keep_bits,
+    opaque,
+    pack_bits,
+    read_after,
+    refuse_higher_order,
+    times_mask,
+    unpack_bits,
+)
 from ._describe import callable_name, format_params
 from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
@@ -270,6 +281,8 @@ class SurrogateRule:
         x = xs[0]
         if self._mask_only and keep_bits(x):
             return _packed(self.surrogate.mask(tf.stop_gradient(x)))  # see CallableRule.saved_for_backward
+        if self._mask_only and held_by_caller(x):
+            return CallerHeld(xs)
         return xs
 
     def _fix(self) -> str:
@@ -309,6 +322,8 @@ class SurrogateRule:
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
+        if isinstance(inputs, CallerHeld):
+            inputs = read_after(dy, inputs)
         if isinstance(inputs, PackedMask):
             dtype = specs[0].dtype
             if _casts_the_mask(self.surrogate):
@@ -467,6 +482,9 @@ class CallableRule:
             # ops are not recorded on an enclosing eager tape, which would keep their float intermediates (abs(x),
             # α's mean) alive until it is released (MagnitudeAwareSign's eager 50-op chain: 204 -> 155 input sizes).
             return _packed(*self._predicate(tf.stop_gradient(xs[0]), kwargs), x=xs[0])
+        if self._mask is not None and held_by_caller(xs[0]):
+            self._predicate(tf.stop_gradient(xs[0]), kwargs)  # refused while tracing if wrong (see below)
+            return CallerHeld(xs)
         if self._mask is not None and not tf.executing_eagerly():
             self._predicate(tf.stop_gradient(xs[0]), kwargs)  # a wrong predicate is refused while tracing (unused
             # ops: pruned from the graph)
@@ -529,7 +547,9 @@ class CallableRule:
             what = f"reads the tensors its predicate {callable_name(self._mask)} keeps, computed from the stopped input"
             kept = tuple(refuse_higher_order(k, inputs.witness, callable_name(self.fn), what) for k in inputs.kept)
             return opaque(self.fn(dy, _unpacked(dy, inputs), *kept, **self._keywords(kwargs)))
-        # bit masks off, or an eager tensor too small to pack: the predicate of the kept input
+        # bit masks off, an eager tensor too small to pack, or an input the caller holds: the kept input's predicate
+        if isinstance(inputs, CallerHeld):
+            inputs = read_after(dy, inputs)
         mask, kept = self._predicate(inputs[0], kwargs)
         return self.fn(dy, mask, *kept, **self._keywords(kwargs))
 

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ._arguments import check_bool
 from ._distribute import multi_worker
-from ._errors import ParameterError
+from ._errors import BackupError, ParameterError
 
 __all__ = ["BackupAndRestore", "HyperparameterScheduler"]
 
@@ -142,6 +144,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
     Like Keras's, it resumes at an epoch boundary: an epoch interrupted in the middle runs again from its first batch
     (Keras 3's ``save_freq=<int>`` saves mid-epoch but resumes at the start of the saved epoch, with the weights of
     the middle of it; keep ``save_freq="epoch"`` for a run that ends as an uninterrupted one). See docs/distributed.md.
+
+    A backup it cannot resume from (a weights file that cannot be read or does not fit the model, metadata that is
+    not JSON or whose epoch is not a count, metadata without its weights) raises :class:`ste.BackupError` when
+    training starts, naming the file and what to delete, before any weight changes. As in Keras, a weights file that
+    cannot be read is first replaced by the previous backup when ``double_checkpoint=True`` kept one.
     """
 
     backup_dir: str
@@ -177,7 +184,76 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
         task = self._task()
         self.backup_dir = self._chief_dir
         self._use_dir(self._chief_dir)
-        super().on_train_begin(logs)  # every worker restores the chief's state
+        self._restore()  # every worker restores the chief's state
         if task != 0:
             self.backup_dir = f"{self._chief_dir}_worker{task}"
             self._use_dir(self.backup_dir)
+
+    def _restore(self) -> None:
+        """Keras's ``on_train_begin``: the latest backup, else (its weights cannot be read, and ``double_checkpoint``
+        kept a previous one) the previous one; every kind of damage is a :class:`ste.BackupError`."""
+        try:
+            self._load_checked()
+        except BackupError as damage:
+            if not isinstance(damage.__cause__, OSError) or not tf.io.gfile.exists(self._prev_weights_path):
+                raise
+            tf.io.gfile.copy(self._prev_weights_path, self._weights_path, overwrite=True)
+            if tf.io.gfile.exists(self._prev_training_metadata_path):
+                tf.io.gfile.copy(self._prev_training_metadata_path, self._training_metadata_path, overwrite=True)
+            elif tf.io.gfile.exists(self._training_metadata_path):
+                tf.io.gfile.remove(self._training_metadata_path)
+            self._load_checked()
+
+    def _damaged(self, file: str, what: str) -> BackupError:
+        return BackupError(
+            f"BackupAndRestore: cannot resume from the backup in {self.backup_dir!r}: {file!r} {what}. No weight was "
+            f"changed. Fix: delete {self.backup_dir!r} to start training afresh (at epoch 0), or put back the backup "
+            f"this model wrote."
+        )
+
+    def _epoch(self) -> int | None:
+        """The epoch to resume at from the metadata file (None: there is none), checked before any weight changes."""
+        path = self._training_metadata_path
+        if not tf.io.gfile.exists(path):
+            return None
+        if not tf.io.gfile.exists(self._weights_path):
+            raise self._damaged(path, f"says to resume, but its weights {self._weights_path!r} are missing")
+        try:
+            with tf.io.gfile.GFile(path, "r") as file:
+                metadata = json.loads(file.read())
+        except (OSError, ValueError) as error:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise self._damaged(path, f"cannot be read as JSON ({type(error).__name__}: {error})") from error
+        epoch = metadata.get("epoch") if isinstance(metadata, dict) else None
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise self._damaged(
+                path, f"gives {epoch!r} as the epoch to resume at (in {metadata!r}); it must be an integer >= 0"
+            )
+        return epoch
+
+    def _load_checked(self) -> None:
+        """Keras's ``_load_model`` with its damage refused: the metadata read and checked first, the weights loaded
+        over a copy of every variable, which is put back when the load fails."""
+        model: Any = self.model
+        if not model.built:
+            super()._load_model()  # Keras's error: the model must be built
+        epoch = self._epoch()
+        if tf.io.gfile.exists(self._weights_path):
+            optimizer = model.optimizer
+            if optimizer is not None and not optimizer.built:
+                optimizer.build(model.trainable_variables)  # as Keras: the optimizer's variables exist to load into
+            variables = {id(v): v for v in [*model.variables, *(optimizer.variables if optimizer else [])]}
+            variables.update({id(v): v for metric in model.metrics for v in metric.variables})
+            kept = [(v, np.array(v.numpy())) for v in variables.values()]
+            try:
+                model.load_weights(self._weights_path)
+            except Exception as error:  # any failure: put every variable back first
+                for variable, value in kept:
+                    variable.assign(value)
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                raise self._damaged(
+                    self._weights_path,
+                    f"cannot be loaded into model '{model.name}' ({type(error).__name__}: {first}): it is damaged, or "
+                    f"another model wrote it",
+                ) from error
+        if epoch is not None:
+            model._initial_epoch = epoch

@@ -544,10 +544,10 @@ def test_mask_rules_with_kept_tensors_refuse_second_order_with_bits() -> None:
 
 @pytest.mark.parametrize("mode", ["function", "xla"])
 def test_the_default_keeps_float_inputs_for_the_functions_own_inputs(mode: str) -> None:
-    """Under XLA an input of the traced function is held by its caller for the whole call: bits would save nothing
-    and cost time (2.5× a hand-written op, issue 18), so by default such an op keeps its input (also through
-    identities); ``ste.bit_masks(True)`` packs it anyway. Outside XLA it is packed (the executor's schedule is
-    leaner so). Gradients are bit-identical either way."""
+    """In a graph an input of the traced function is held by its caller for the whole call: bits would save nothing
+    and cost time (1.35× a hand-written op in tf.function, 2.5× under XLA), so by default such an op keeps its input
+    (also through identities); ``ste.bit_masks(True)`` packs it anyway. Eagerly there is no caller to hold it: bits
+    from 65,536 elements. Gradients are bit-identical either way."""
     rule = make_rule("straight_through", {})
     kept: dict[Any, list[bool]] = {}
 
@@ -560,8 +560,8 @@ def test_the_default_keeps_float_inputs_for_the_functions_own_inputs(mode: str) 
         with ste.bit_masks(setting):
             _run(trace, mode)(tf.zeros([16]))
     assert kept == {
-        ("input", None): [mode != "xla"],
-        ("identity", None): [mode != "xla"],
+        ("input", None): [False],
+        ("identity", None): [False],
         ("computed", None): [True],
         ("input", True): [True],
         ("identity", True): [True],
@@ -574,3 +574,79 @@ def test_the_default_keeps_float_inputs_for_the_functions_own_inputs(mode: str) 
         with ste.bit_masks(setting):
             grads[setting] = _bits(_grad_fn(op, mode)(x, dy))
     np.testing.assert_array_equal(grads[None], grads[True])
+
+
+def test_a_kept_function_input_is_read_by_the_backward_pass_only_after_the_upstream_gradient() -> None:
+    """Where the default keeps the function's own input (its caller holds it), the backward pass reads it through an
+    identity that waits for the upstream gradient: otherwise TensorFlow's executor computes the mask from forward
+    tensors during the forward pass and keeps it (a float tensor per op). With bit masks off it reads it directly,
+    as ste 0.1 did."""
+    op = ste.forward(tf.sign).backward("straight_through")
+
+    def waits(setting: bool | None) -> list[str]:
+        def step(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = op(x)
+            return tape.gradient(y, x, output_gradients=dy)
+
+        with ste.bit_masks(setting):
+            graph = tf.function(step).get_concrete_function(tf.TensorSpec([64]), tf.TensorSpec([64])).graph
+        x_op, dy_op = graph.inputs[0].op, graph.inputs[1].op
+
+        def source(o: Any) -> Any:
+            while o.type == "Identity" and o.inputs:
+                o = o.inputs[0].op
+            return o
+
+        return [
+            o.name
+            for o in graph.get_operations()
+            if o.type == "Identity"
+            and o.inputs
+            and o.inputs[0].op is x_op
+            and any(source(c) is dy_op for c in o.control_inputs)
+        ]
+
+    assert len(waits(None)) == 1
+    assert waits(False) == []
+
+
+@pytest.mark.parametrize("quantizer", ["sign", "heaviside"])
+def test_a_binary_layer_packs_the_condition_that_computed_its_input(quantizer: str) -> None:
+    """The input quantizer's select computed ``where(c, high, low)``: the layer packs ``c`` itself instead of
+    comparing the floats with ``high`` again (no ``Equal`` in the traced step), with the gradients of the plain
+    path bit for bit; a tensor that is not such a select (here an input that is already binary) is compared."""
+    layer = ste.layers.QuantConv2D(3, 2, use_bias=False, input_quantizer=quantizer, kernel_quantizer="sign")
+    x = tf.constant(np.random.default_rng(5).uniform(-1.5, 1.5, (2, 5, 5, 2)), tf.float32)
+    layer(x)
+
+    def step(x: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.range(1.0, 4.0))
+        return tape.gradient(loss, [x, layer.kernel])
+
+    types = {}
+    grads = {}
+    for on in (True, False):
+        with ste.bit_masks(on):
+            function = tf.function(step)
+            types[on] = [op.type for op in function.get_concrete_function(x).graph.get_operations()]
+            grads[on] = function(x)
+    assert "Equal" not in types[True] and "GatherV2" in types[True]  # packed, from the select's condition
+    for packed, plain in zip(grads[True], grads[False]):
+        np.testing.assert_array_equal(_bits(packed), _bits(plain))
+    from ste.layers._base import _is_high
+
+    graph = tf.Graph()
+    with graph.as_default():
+        already = tf.compat.v1.placeholder(tf.float32, [4])
+        assert _is_high(already, -1.0, 1.0).op.type == "Equal"
+        selected = tf.where(already > 0, tf.constant(1.0), tf.constant(-1.0))
+        assert _is_high(selected, -1.0, 1.0).op.type == "Greater"
+        assert _is_high(selected, 1.0, -1.0).op.type == "Equal"  # other constants: compared
+        cast = tf.cast(already > 0, tf.float32)
+        assert _is_high(cast, 0.0, 1.0).op.type == "Greater"
+        assert _is_high(cast, -1.0, 1.0).op.type == "Equal"

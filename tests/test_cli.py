@@ -145,8 +145,13 @@ def test_console_script_answers_help_without_importing_tensorflow(tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["check", "atan", "--points", "-5"], "--points: expected an integer >= 2; received -5"),
-        (["check", "atan", "--points", "many"], "--points: expected an integer >= 2"),
+        (["check", "atan", "--points", "-5"], "--points: expected an integer from 2 to 1000000; received -5"),
+        (["check", "atan", "--points", "many"], "--points: expected an integer from 2 to 1000000"),
+        (["check", "atan", "--points", "99999999999999999999"], "from 2 to 1000000; received 99999999999999999999"),
+        (["check", "atan", "--points", "3000000000"], "from 2 to 1000000; received 3000000000"),
+        (["plot", "atan", "-o", "a.png", "--points", "1000001"], "from 2 to 1000000; received 1000001"),
+        (["check", "atan", "--points", "9" * 5000], "from 2 to 1000000; received '999"),  # beyond int()'s digits
+        (["check", "atan", "--range", "-1" + "0" * 308, "1e308"], "--range needs a finite width HIGH - LOW"),
         (["check", "atan", "--range", "nan", "1"], "--range: expected two finite numbers"),
         (["plot", "atan", "--range", "-1", "inf", "-o", "a.png"], "--range: expected two finite numbers"),
         (["check", "atan", "--range", "2", "-2"], "--range needs LOW < HIGH"),
@@ -316,3 +321,13 @@ def test_check_of_a_quantizer_with_variables_says_why_in_one_line(name, capsys):
 def test_exit_statuses_are_documented():
     text = (ROOT / "docs" / "tools.md").read_text()
     assert "exit status 2" in text and "exits with status 1" in text and "exits with status 3" in text
+
+
+def test_the_points_bound_is_inclusive_and_in_the_help(capsys):
+    from ste._cli import MAX_POINTS, _parse
+
+    assert _parse(["check", "atan", "--points", str(MAX_POINTS)]).points == MAX_POINTS
+    assert _parse(["plot", "atan", "-o", "a.png", "--points", "2"]).points == 2
+    for command in (["check", "--help"], ["plot", "--help"]):
+        assert main(command) == 0
+        assert f"grid points, 2 to {MAX_POINTS}" in " ".join(capsys.readouterr().out.split())

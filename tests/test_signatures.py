@@ -26,6 +26,14 @@ REQUIRED = {
     "output_shape": 3,
     "input_dim": 5,
     "output_dim": 2,
+    # TFMOT's quantizers take every argument without a default, as TFMOT's do
+    "num_bits": 8,
+    "per_axis": False,
+    "symmetric": True,
+    "narrow_range": False,
+    "init_min": 0.0,
+    "init_max": 1.0,
+    "quantize_config": lambda: ste.qat.QuantizeConfig(),
 }
 VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 # What every Keras layer's config holds whatever its arguments (keras.layers.Layer's own keywords).

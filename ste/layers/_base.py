@@ -29,6 +29,7 @@ from .._signatures import ClassSignature
 from ..activations import LARQ_ACTIVATIONS
 from ..quantizers._sharing import claim
 from ._kernel_view import view_kernel
+from ._normalization import hint_fused_batch_norm
 
 __all__ = ["KernelSlot", "QuantLayerMixin", "kernel_precision"]
 
@@ -49,11 +50,19 @@ _LIBRARY_DIRS = tuple(
 
 def _outside_ste() -> int:
     """The ``stacklevel`` of the first caller outside ``ste``, Keras and TensorFlow (a warning then shows the user's
-    line, also when it is given while Keras builds the layer)."""
+    line, also when it is given while Keras builds the layer or AutoGraph traces a ``tf.function``)."""
     frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_DIRS):
+    while frame.f_back is not None and _library_frame(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _library_frame(filename: str) -> bool:
+    """A frame of ste, Keras or TensorFlow, or of the copy of a user's function AutoGraph converted (a temporary
+    file: the warning shows the line that called that function instead)."""
+    return os.path.abspath(filename).startswith(_LIBRARY_DIRS) or os.path.basename(filename).startswith(
+        "__autograph_generated"
+    )
 
 
 def _precision(quantizer: Any) -> int | None:
@@ -124,6 +133,40 @@ def _after(tensor: Any, first: list[Any]) -> Any:
         return tensor
     with tf.control_dependencies(done):
         return tf.identity(tensor)
+
+
+def _constant(tensor: tf.Tensor) -> Any:
+    """The value of a ``Const`` op's output (through identities), or None."""
+    op = tensor.op
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    return tf.get_static_value(op.outputs[0]) if op.type == "Const" else None
+
+
+def _is_high(x: tf.Tensor, low: float, high: float) -> tf.Tensor:
+    """``x == high`` for a tensor ``x`` of two values ``low``/``high``. In a graph where ``x`` is a select between
+    those two constants (``Sign``: ``tf.where(h >= 0, 1, -1)``, through the identities of its op) or a boolean cast
+    to 0/1 (``Heaviside``: ``cast(h > 0)``), that condition, already computed: a pass over the float input less per
+    binary layer (the same booleans)."""
+    if not tf.executing_eagerly():
+        tensor = x
+        while tensor.op.type in ("Identity", "IdentityN") and tensor.op.inputs:
+            tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
+        op = tensor.op
+        condition = op.inputs[0] if op.inputs and op.graph is x.graph else None
+        if op.type == "Cast" and condition is not None and condition.dtype == tf.bool and (low, high) == (0.0, 1.0):
+            return condition  # Heaviside: cast(h > 0)
+        if (
+            op.type == "SelectV2"
+            and condition is not None
+            and condition.dtype == tf.bool
+            and condition.shape == x.shape
+        ):
+            on, off = _constant(op.inputs[1]), _constant(op.inputs[2])
+            if on is not None and off is not None and on.size == off.size == 1 and high != low:
+                if float(on) == high and float(off) == low:
+                    return condition
+    return tf.equal(x, tf.constant(high, x.dtype))
 
 
 def _layer_name(layer: object) -> str:
@@ -353,6 +396,9 @@ class QuantLayerMixin:
                 f"float16, bfloat16, float32 or float64. Fix: cast it first, e.g. keras.ops.cast(x, 'float32') (or a "
                 f"keras.layers.Rescaling layer for integer pixels)."
             )
+        if not getattr(self, "_ste_batch_norm_hinted", False) and ste_metrics.in_training():
+            self._ste_batch_norm_hinted = True
+            hint_fused_batch_norm(self, _outside_ste())
         return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
 
     def apply_to_quantized_input(self, fn: Callable[..., Any], x: Any, kernels: list[tf.Tensor]) -> Any:
@@ -366,7 +412,8 @@ class QuantLayerMixin:
 
         @tf.custom_gradient  # type: ignore[untyped-decorator]
         def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
-            bits = pack_bits(tf.equal(x, tf.constant(high, x.dtype)))
+            with tf.name_scope("binary_input_bits"):
+                bits = pack_bits(_is_high(x, low, high))
             shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
             witness = higher_order_witness(x)  # a gradient of the gradient must not miss x: it raises instead
 

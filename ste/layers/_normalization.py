@@ -20,6 +20,7 @@ lowering: the float network's step took 1.03-1.05x as long with the fused kernel
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -31,9 +32,50 @@ from .._errors import InputError
 from .._signatures import ClassSignature
 from .._xla import compiling_with_xla
 
-__all__ = ["BatchNormalization"]
+__all__ = ["BatchNormalization", "hint_fused_batch_norm"]
 
 _FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
+
+
+def _fused_layout(layer: Any, rank: int | None, dtype: Any) -> str | None:
+    """``"NHWC"`` or ``"NCHW"`` when a training call of batch norm ``layer`` on an input of ``rank`` and ``dtype``
+    can run on the fused kernel (no mask, no renorm, not synchronized, not under XLA), else ``None``."""
+    if not layer.trainable or layer.renorm or layer.synchronized or keras.backend.backend() != "tensorflow":
+        return None
+    if compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
+        return None
+    if rank != 4 or dtype is None or tf.as_dtype(dtype) not in _FUSED_DTYPES:
+        return None
+    axis = layer.axis % rank
+    return "NHWC" if axis == 3 else "NCHW" if axis == 1 else None
+
+
+_HINTED: set[int] = set()  # ids of the Keras batch norms a hint was given for (once per layer)
+
+
+def hint_fused_batch_norm(layer: Any, stacklevel: int) -> None:  # stacklevel: the caller's frame -> the user's
+    """A one-line hint (a :class:`UserWarning`, considered once per batch norm; its text names no layer, so Python's
+    default filter shows it once per line of the caller) where Keras's own ``BatchNormalization`` takes
+    ``layer``'s output in a training call and ``ste.layers.BatchNormalization`` would run it on the fused kernel.
+
+    Reads the functional graph Keras built (the consumers of ``layer``'s output); a subclassed model has none, and
+    gets no hint."""
+    for node in getattr(layer, "_outbound_nodes", ()):
+        norm = getattr(node, "operation", None)
+        if type(norm) is not keras.layers.BatchNormalization or id(norm) in _HINTED:
+            continue
+        inputs = getattr(node, "input_tensors", None) or [None]
+        shape, dtype = getattr(inputs[0], "shape", None), getattr(inputs[0], "dtype", None)
+        if _fused_layout(norm, None if shape is None else len(shape), dtype) is None:
+            continue
+        _HINTED.add(id(norm))
+        warnings.warn(
+            "keras.layers.BatchNormalization after a quantized layer trains with separate ops on TensorFlow (slower, "
+            "more memory): use ste.layers.BatchNormalization, the same layer on TensorFlow's fused kernel (same "
+            "arguments and weights; docs/larq.md).",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -57,17 +99,9 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
 
     def _fused_format(self, inputs: Any, training: Any, mask: Any) -> str | None:
         """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""
-        if not (training and self.trainable) or mask is not None or self.renorm or self.synchronized:
+        if not training or mask is not None or not isinstance(inputs, (tf.Tensor, tf.Variable)):
             return None
-        if keras.backend.backend() != "tensorflow" or not isinstance(inputs, (tf.Tensor, tf.Variable)):
-            return None
-        if compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
-            return None
-        rank = inputs.shape.rank
-        if rank != 4 or inputs.dtype not in _FUSED_DTYPES:
-            return None
-        axis = self.axis % rank
-        return "NHWC" if axis == 3 else "NCHW" if axis == 1 else None
+        return _fused_layout(self, inputs.shape.rank, inputs.dtype)
 
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
         dtype = tf.as_dtype(inputs.dtype)

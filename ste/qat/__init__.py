@@ -6,31 +6,53 @@
 >>> flatbuffer = ste.to_tflite(qat)          # int8 FULLY_CONNECTED kernels
 
 A :class:`Scheme` says which layers it covers and how it quantizes them (:class:`Int8Scheme`, ``"int8"``: TFMOT's
-default 8-bit scheme with batch norms folded during training; :class:`BinaryScheme`, ``"binary"``: larq-style
-sign inputs and kernels; :class:`TernaryScheme`, ``"ternary"``: BitNet b1.58). See docs/qat.md.
+default 8-bit scheme with batch norms folded during training; :class:`NBitScheme`: TFMOT's n-bit scheme, e.g. 4-bit
+weights with 8-bit activations; :class:`BinaryScheme`, ``"binary"``: larq-style sign inputs and kernels;
+:class:`TernaryScheme`, ``"ternary"``: BitNet b1.58). A :class:`QuantizeConfig` subclass quantizes a layer with its
+own quantizers (TFMOT's :class:`LastValueQuantizer`, :class:`MovingAverageQuantizer`, :class:`AllValuesQuantizer`,
+:class:`FixedQuantizer`, or any ``ste.quantizers.Quantizer``) through :class:`QuantizeWrapper`. See docs/qat.md.
 """
 
-from ._api import quantize_annotate_layer, quantize_apply, quantize_model, quantize_scope, schemes, to_tflite
+from ._api import (
+    quantize_annotate_layer,
+    quantize_annotate_model,
+    quantize_apply,
+    quantize_model,
+    quantize_scope,
+    schemes,
+    to_tflite,
+)
+from ._config import QuantizeConfig
 from ._fake_quant import fake_quant, fake_quant_op, nudged_range, symmetric_fake_quant, weight_fake_quant_op
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
-from ._int8 import Int8Scheme
+from ._int8 import Int8Scheme, NBitScheme
+from ._io_range import fix_input_output_range, remove_input_range
 from ._lowbit import BinaryScheme, LowBitScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
-from ._scheme import QuantizeConfig, Role, Scheme
+from ._scheme import Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
+from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
+from ._wrapper import QuantizeAwareActivation, QuantizeWrapper
 
 __all__ = [
     "ActivationFakeQuant",
+    "AllValuesQuantizer",
     "BinaryScheme",
+    "FixedQuantizer",
     "FoldedConv2D",
     "FoldedDepthwiseConv2D",
     "Int8Scheme",
+    "LastValueQuantizer",
     "LowBitScheme",
+    "MovingAverageQuantizer",
+    "NBitScheme",
     "QuantEinsumDense",
     "QuantEmbedding",
     "QuantMultiHeadAttention",
+    "QuantizeAwareActivation",
     "QuantizeConfig",
+    "QuantizeWrapper",
     "Role",
     "Scheme",
     "SplitSeparableConv1D",
@@ -39,11 +61,14 @@ __all__ = [
     "WeightFakeQuant",
     "fake_quant",
     "fake_quant_op",
+    "fix_input_output_range",
     "nudged_range",
     "quantize_annotate_layer",
+    "quantize_annotate_model",
     "quantize_apply",
     "quantize_model",
     "quantize_scope",
+    "remove_input_range",
     "schemes",
     "symmetric_fake_quant",
     "to_tflite",

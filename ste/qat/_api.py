@@ -1,5 +1,5 @@
-"""The public calls: :func:`quantize_model`, :func:`quantize_annotate_layer`, :func:`quantize_apply`,
-:func:`quantize_scope`, :func:`to_tflite` (TFMOT's names, for Keras 3)."""
+"""The public calls: :func:`quantize_model`, :func:`quantize_annotate_layer`, :func:`quantize_annotate_model`,
+:func:`quantize_apply`, :func:`quantize_scope`, :func:`to_tflite` (TFMOT's names, for Keras 3)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,35 @@ import contextlib
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 from .._arguments import check_bool
-from .._errors import ParameterError, UnsupportedLayerError
+from .._errors import ConversionError, ParameterError, UnsupportedLayerError
+from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
-from ._scheme import QuantizeConfig, Scheme
+from ._scheme import Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
-from ._transform import ANNOTATION, Rewrite, rewrite
+from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
+from ._transform import ANNOTATION, Rewrite, _functional, rewrite, walk
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
+from ._wrapper import QuantizeWrapper
 
-__all__ = ["quantize_annotate_layer", "quantize_apply", "quantize_model", "quantize_scope", "schemes", "to_tflite"]
+__all__ = [
+    "quantize_annotate_layer",
+    "quantize_annotate_model",
+    "quantize_apply",
+    "quantize_model",
+    "quantize_scope",
+    "schemes",
+    "to_tflite",
+]
 
 _SCHEMES: dict[str, type[Scheme]] = {"int8": Int8Scheme, "binary": BinaryScheme, "ternary": TernaryScheme}
 
@@ -52,12 +63,21 @@ def _check_model(model: Any, owner: str) -> None:
         )
 
 
-def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, owner: str) -> keras.Model:
+def _prefix(owner: str, prefix: Any) -> str:
+    if prefix is None:
+        return ""
+    if not isinstance(prefix, str):
+        raise ParameterError(f"{owner}: quantized_layer_name_prefix must be a string or None; received {prefix!r}.")
+    return prefix
+
+
+def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any, owner: str) -> keras.Model:
     strict = check_bool(owner, "strict", strict)
+    prefix = _prefix(owner, prefix)
     _check_model(model, owner)
-    job = Rewrite(_scheme(scheme), select)
+    job = Rewrite(_scheme(scheme), select, prefix, owner)
     if strict:
-        probe = Rewrite(job.scheme, select)
+        probe = Rewrite(job.scheme, select, prefix, owner)
         rewrite(model, probe)
         if probe.uncovered:
             raise UnsupportedLayerError(
@@ -79,41 +99,93 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, owner: str)
     return new
 
 
-def quantize_model(model: keras.Model, scheme: str | Scheme = "int8", strict: bool = False) -> keras.Model:
+def quantize_model(
+    model: keras.Model,
+    scheme: str | Scheme = "int8",
+    strict: bool = False,
+    quantized_layer_name_prefix: str | None = "",
+) -> keras.Model:
     """A quantization-aware copy of ``model`` (TFMOT's ``quantize_model``), with its trained float weights.
 
     The new model has the same inputs and outputs, and is ready to ``compile``/``fit``; functional and Sequential
-    models (nested ones too) are supported. Layers the scheme does not cover stay float, named in one warning;
-    ``strict=True`` raises :class:`ste.UnsupportedLayerError` instead. Annotated layers
-    (:func:`quantize_annotate_layer`) use their config. See docs/qat.md.
+    models (nested ones too) are supported, and a layer or nested model the float model calls more than once stays
+    one layer, called as often. Layers the scheme does not cover stay float, named in one warning; ``strict=True``
+    raises :class:`ste.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use their
+    config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's default
+    prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
     """
-    return _run(model, scheme, lambda layer: True, strict, "ste.quantize_model")
+    return _run(model, scheme, lambda layer: True, strict, quantized_layer_name_prefix, "ste.quantize_model")
 
 
-def quantize_annotate_layer(layer: keras.layers.Layer, config: QuantizeConfig | None = None) -> keras.layers.Layer:
+def quantize_annotate_layer(
+    layer: keras.layers.Layer, config: QuantizeConfig | None = None, *, quantize_config: QuantizeConfig | None = None
+) -> keras.layers.Layer:
     """Mark ``layer`` for :func:`quantize_apply` (TFMOT's ``quantize_annotate_layer``) and return it.
 
-    ``config=None`` quantizes it as the scheme does; a :class:`ste.qat.QuantizeConfig` chooses for it. The mark
-    lives on the layer object (it is not saved): annotate, then quantize in the same program.
+    ``config=None`` quantizes it as the scheme does; a :class:`ste.qat.QuantizeConfig` chooses for it
+    (``quantize_config=`` is TFMOT's name for the same argument). The mark lives on the layer object (it is not
+    saved): annotate the layer objects the model calls, then quantize in the same program.
     """
-    if not isinstance(layer, keras.layers.Layer):
-        raise ParameterError(f"ste.quantize_annotate_layer: expected a Keras layer; received {type(layer).__name__}.")
-    if config is not None and not isinstance(config, QuantizeConfig):
+    owner = "ste.quantize_annotate_layer"
+    if quantize_config is not None:
+        if config is not None:
+            raise ParameterError(f"{owner}: pass config or quantize_config (TFMOT's name for it), not both.")
+        config = quantize_config
+    if isinstance(layer, keras.Model):
         raise ParameterError(
-            f"ste.quantize_annotate_layer: config must be None or a ste.qat.QuantizeConfig; received {config!r}."
+            f"{owner}: expected a Keras layer; received the model '{layer.name}' ({type(layer).__name__}). Fix: "
+            f"ste.quantize_annotate_model(model) annotates every layer of a model, or annotate its layers one by one."
         )
+    if not isinstance(layer, keras.layers.Layer):
+        raise ParameterError(f"{owner}: expected a Keras layer; received {type(layer).__name__}.")
+    if config is not None and not isinstance(config, QuantizeConfig):
+        raise ParameterError(f"{owner}: config must be None or a ste.qat.QuantizeConfig; received {config!r}.")
     object.__setattr__(layer, ANNOTATION, config)  # None: the scheme decides
     return layer
+
+
+def quantize_annotate_model(model: keras.Model) -> keras.Model:
+    """Mark every layer of ``model`` (nested models' included) for :func:`quantize_apply` (TFMOT's
+    ``quantize_annotate_model``) and return ``model``; layers already annotated keep their config.
+
+    ``quantize_apply(quantize_annotate_model(model))`` is ``quantize_model(model)``. The marks live on the layer
+    objects, as :func:`quantize_annotate_layer`'s."""
+    owner = "ste.quantize_annotate_model"
+    if not isinstance(model, keras.Model):
+        raise ParameterError(
+            f"{owner}: expected a Keras model (functional or Sequential); received {type(model).__name__}. Fix: "
+            f"ste.quantize_annotate_layer(layer) annotates one layer."
+        )
+    for layer in walk(model):
+        if not _annotated(layer):
+            object.__setattr__(layer, ANNOTATION, None)
+    return model
 
 
 def _annotated(layer: keras.layers.Layer) -> bool:
     return hasattr(layer, ANNOTATION)
 
 
-def quantize_apply(model: keras.Model, scheme: str | Scheme = "int8", strict: bool = False) -> keras.Model:
+def quantize_apply(
+    model: keras.Model,
+    scheme: str | Scheme = "int8",
+    strict: bool = False,
+    quantized_layer_name_prefix: str | None = "",
+) -> keras.Model:
     """Quantize only the annotated layers of ``model`` (TFMOT's ``quantize_apply``); the others stay float,
-    without a warning."""
-    return _run(model, scheme, _annotated, strict, "ste.quantize_apply")
+    without a warning. A model without an annotated layer raises :class:`ste.ParameterError` (it would give a float
+    copy). Names as :func:`quantize_model`."""
+    owner = "ste.quantize_apply"
+    _check_model(model, owner)
+    _functional(model)  # a subclassed or unbuilt model: its own error first
+    if not any(_annotated(layer) for layer in walk(model)):
+        raise ParameterError(
+            f"{owner}: no layer of model '{model.name}' is annotated, so the result would be a float copy. Expected "
+            f"layers marked by ste.quantize_annotate_layer(layer) or ste.quantize_annotate_model(model). Fix: "
+            f"annotate with ste.quantize_annotate_layer(layer) the layer objects the model uses (a layer annotated "
+            f"after the model was cloned or rebuilt is another object), or call ste.quantize_model(model)."
+        )
+    return _run(model, scheme, _annotated, strict, quantized_layer_name_prefix, owner)
 
 
 _CUSTOM_OBJECTS = {
@@ -121,6 +193,12 @@ _CUSTOM_OBJECTS = {
     for cls in (
         ActivationFakeQuant,
         WeightFakeQuant,
+        LastValueQuantizer,
+        MovingAverageQuantizer,
+        AllValuesQuantizer,
+        FixedQuantizer,
+        QuantizeWrapper,
+        QuantizeConfig,
         FoldedConv2D,
         FoldedDepthwiseConv2D,
         SplitSeparableConv1D,
@@ -133,14 +211,25 @@ _CUSTOM_OBJECTS = {
 
 
 @contextlib.contextmanager
-def quantize_scope() -> Iterator[None]:
-    """TFMOT's ``quantize_scope``: ste's QAT layers as Keras custom objects.
+def quantize_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
+    """TFMOT's ``quantize_scope``: ste's QAT layers as Keras custom objects, plus the ``{name: class}`` dicts given
+    (a custom layer, a :class:`ste.qat.QuantizeConfig` subclass, a custom quantizer), e.g.
+    ``with ste.quantize_scope({"MyConfig": MyConfig, "MyLayer": MyLayer}): keras.models.load_model(path)``.
 
-    ``import ste`` already registers them (as ``"ste>FoldedConv2D"`` ...), so loading a ``.keras`` file needs only
-    that import. The scope is for code written for TFMOT, and for configs that name the classes without the
-    ``ste>`` package (hand-written ``from_config`` calls).
+    ``import ste`` already registers ste's classes (as ``"ste>FoldedConv2D"`` ...), so loading a ``.keras`` file of
+    built-in layers needs only that import; a model with your own classes needs them here (or registered with
+    ``keras.saving.register_keras_serializable``). ste copies layers without cloning the model, so
+    :func:`quantize_model` and :func:`quantize_apply` need no scope.
     """
-    with keras.saving.custom_object_scope(_CUSTOM_OBJECTS):
+    merged = dict(_CUSTOM_OBJECTS)
+    for objects in custom_objects:
+        if not isinstance(objects, Mapping):
+            raise ParameterError(
+                f"ste.quantize_scope: expected dicts of {{name: class}}; received {type(objects).__name__} "
+                f"{objects!r}. Fix: e.g. ste.quantize_scope({{'MyConfig': MyConfig}})."
+            )
+        merged.update(objects)
+    with keras.saving.custom_object_scope(merged):
         yield
 
 
@@ -185,6 +274,22 @@ def _export_for_inference(model: keras.Model, path: str) -> None:
     archive.write_out(path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False), verbose=False)
 
 
+_ACTIVATION_QUANTIZERS = (ActivationFakeQuant, MovingAverageQuantizer, AllValuesQuantizer, FixedQuantizer)
+
+
+def _check_activation_bits(model: keras.Model) -> None:
+    """TFLite has no kernels for activations below 8 bits: the converter fails on them ("'tfl.conv_2d' op operand
+    #0 must be tensor of ... QI8 ... but got ... i4"). Refused here, naming the quantizer."""
+    for layer in model._flatten_layers():
+        if isinstance(layer, _ACTIVATION_QUANTIZERS) and layer.bits < 8:
+            raise ConversionError(
+                f"ste.to_tflite: the activation quantizer '{layer.name}' of model '{model.name}' has {layer.bits} "
+                f"bits; TFLite's int8 kernels take 8-bit activations only (the converter fails on {layer.bits}-bit "
+                f"ones). Fix: quantize activations to 8 bits (ste.qat.NBitScheme(num_bits_activation=8), weights "
+                f"may keep fewer bits), or deploy the model with a runtime that has {layer.bits}-bit kernels."
+            )
+
+
 def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
     """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` (without the training-only
     gradient functions) then the stock ``tf.lite.TFLiteConverter.from_saved_model`` with
@@ -197,6 +302,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
     """
     int8_io = check_bool("ste.to_tflite", "int8_io", int8_io)
     _check_model(model, "ste.to_tflite")
+    _check_activation_bits(model)
     model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")

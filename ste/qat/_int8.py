@@ -1,9 +1,15 @@
-"""The ``"int8"`` scheme: TFMOT's default 8-bit scheme (``default_8bit``), with batch norms folded during training.
+"""The ``"int8"`` scheme: TFMOT's default 8-bit scheme (``default_8bit``), with batch norms folded during training;
+and :class:`NBitScheme`, TFMOT's ``default_n_bit``: the same scheme with other numbers of bits for weights and
+activations.
 
 Weights: symmetric, narrow-range int8 ([−127, 127]) on ±max|w|, per output channel for convolutions and depthwise
 convolutions, per tensor for Dense (:class:`ste.qat.WeightFakeQuant`). Activations: asymmetric int8 per tensor
 with moving-average ranges (:class:`ste.qat.ActivationFakeQuant`). Conv2D/DepthwiseConv2D + BatchNormalization are
 folded (:class:`ste.qat.FoldedConv2D`); ReLU/ReLU6 run inside the layer before its output quantizer.
+
+:class:`NBitScheme` quantizes weights to ``num_bits_weight`` bits (symmetric, narrow range: [−(2^(b−1) − 1),
+2^(b−1) − 1]) and activations to ``num_bits_activation`` bits (asymmetric, [0, 2^b − 1]), as TFMOT's n-bit scheme;
+``disable_per_axis=True`` quantizes every kernel per tensor.
 """
 
 from __future__ import annotations
@@ -13,14 +19,16 @@ from typing import Any
 import keras
 
 from .. import layers as ste_layers
+from .._arguments import check_bool
 from ..quantizers import Quantizer
+from ..quantizers._base import check_bits
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 
-__all__ = ["Int8Scheme"]
+__all__ = ["Int8Scheme", "NBitScheme"]
 
 L = keras.layers
 
@@ -96,6 +104,9 @@ class Int8Scheme(Scheme):
     """TFMOT's default 8-bit scheme (see the module docstring)."""
 
     name = "int8"
+    weight_bits: int = 8
+    activation_bits: int = 8
+    per_axis: bool = True
 
     def role(self, layer: keras.layers.Layer) -> Role | None:
         kind = type(layer)
@@ -132,13 +143,16 @@ class Int8Scheme(Scheme):
         config = layer.get_config()
         if "activation" in config:
             config["activation"] = keras.activations.serialize(activation)
-        quantizers: dict[str, Any] = {name: WeightFakeQuant(bits=8, channel_axes=axes) for name, axes in slots.items()}
+        bits, per_axis = self.weight_bits, self.per_axis
+        quantizers: dict[str, Any] = {
+            name: WeightFakeQuant(bits=bits, channel_axes=axes if per_axis else 0) for name, axes in slots.items()
+        }
         if issubclass(cls, (SplitSeparableConv1D, SplitSeparableConv2D)):
-            quantizers["intermediate_quantizer"] = ActivationFakeQuant(bits=8)
+            quantizers["intermediate_quantizer"] = ActivationFakeQuant(bits=self.activation_bits)
         if cls is QuantMultiHeadAttention:
-            quantizers["activation_quantizer"] = ActivationFakeQuant(bits=8)
+            quantizers["activation_quantizer"] = ActivationFakeQuant(bits=self.activation_bits)
             low, high = _FIXED_RANGES[keras.activations.softmax]
-            quantizers["probability_quantizer"] = ActivationFakeQuant(8, 1.0, low, high)
+            quantizers["probability_quantizer"] = ActivationFakeQuant(self.activation_bits, 1.0, low, high)
         if batch_norm is None:
             return cls(**config, **quantizers)
         bn = {key: batch_norm.get_config()[key] for key in ("momentum", "epsilon", "center", "scale")}
@@ -159,5 +173,30 @@ class Int8Scheme(Scheme):
     def activation_quantizer(self, name: str, after: Any = None) -> Quantizer:
         fixed = _FIXED_RANGES.get(after)
         if fixed is not None:  # TFLite's int8 kernel has this output range: training quantizes on it too
-            return ActivationFakeQuant(bits=8, initial_min=fixed[0], initial_max=fixed[1], ema_decay=1.0, name=name)
-        return ActivationFakeQuant(bits=8, name=name)
+            low, high = fixed
+            return ActivationFakeQuant(self.activation_bits, 1.0, low, high, name=name)
+        return ActivationFakeQuant(bits=self.activation_bits, name=name)
+
+
+class NBitScheme(Int8Scheme):
+    """TFMOT's ``DefaultNBitQuantizeScheme``: the int8 scheme with ``num_bits_weight``-bit weights and
+    ``num_bits_activation``-bit activations (2 to 8 each), e.g. ``NBitScheme(num_bits_weight=4)`` for 4-bit weights
+    and 8-bit activations; ``disable_per_axis=True`` quantizes every kernel per tensor. The fixed ranges after
+    softmax, sigmoid and tanh are kept, on ``num_bits_activation`` bits.
+
+    TFLite runs the model in int8: b-bit weights are int8 kernels that take 2^b − 1 values. It has no kernels for
+    activations below 8 bits, so :func:`ste.to_tflite` refuses such a model (train with them, deploy elsewhere)."""
+
+    name = "n_bit"
+
+    def __init__(self, disable_per_axis: bool = False, num_bits_weight: int = 8, num_bits_activation: int = 8) -> None:
+        owner = "ste.qat.NBitScheme"
+        self.per_axis = not check_bool(owner, "disable_per_axis", disable_per_axis)
+        self.weight_bits = check_bits(owner, num_bits_weight, low=2, high=8)
+        self.activation_bits = check_bits(owner, num_bits_activation, low=2, high=8)
+
+    def __repr__(self) -> str:
+        return (
+            f"NBitScheme(disable_per_axis={not self.per_axis}, num_bits_weight={self.weight_bits}, "
+            f"num_bits_activation={self.activation_bits})"
+        )

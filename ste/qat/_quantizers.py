@@ -44,6 +44,23 @@ def _global_range(low: tf.Tensor, high: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor
     return smallest[0], -smallest[1]
 
 
+def range_variables(layer: keras.layers.Layer, low: float, high: float) -> tuple[Any, Any]:
+    """The non-trainable float32 scalars ``min`` and ``max`` of an activation range, starting at ``low`` and
+    ``high`` (averaged over replicas, as TFMOT's)."""
+
+    def bound(name: str, value: float) -> Any:
+        return layer.add_weight(
+            name=name,
+            shape=(),
+            dtype="float32",
+            initializer=keras.initializers.Constant(value),
+            trainable=False,
+            aggregation="mean",
+        )
+
+    return bound("min", low), bound("max", high)
+
+
 @keras.saving.register_keras_serializable(package="ste")
 class WeightFakeQuant(Quantizer):
     """Symmetric fake quantization of a weight on [−m, m], m = max|w| (int8: narrow range [−127, 127]).
@@ -112,18 +129,7 @@ class ActivationFakeQuant(Quantizer):
         super().__init__(**kwargs)
 
     def build(self, input_shape: Any) -> None:
-        def bound(name: str, value: float) -> Any:
-            return self.add_weight(
-                name=name,
-                shape=(),
-                dtype="float32",
-                initializer=keras.initializers.Constant(value),
-                trainable=False,
-                aggregation="mean",
-            )
-
-        self.min = bound("min", self.initial_min)
-        self.max = bound("max", self.initial_max)
+        self.min, self.max = range_variables(self, self.initial_min, self.initial_max)
         self.built = True
 
     def call(self, inputs: Any, training: Any = None) -> tf.Tensor:

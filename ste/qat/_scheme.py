@@ -10,44 +10,28 @@ a scheme's concrete class:
 * :meth:`Scheme.quantize` — the quantized layer for a covered one, optionally with a batch normalization folded in
   and an activation fused; :meth:`Scheme.activation_quantizer` — a new quantizer for one activation tensor.
 
-A layer annotated with :class:`QuantizeConfig` takes the roles ``"output"`` or ``"passthrough"`` the config names,
-whatever the scheme says.
+A layer annotated with a :class:`ste.qat.QuantizeConfig` takes the role the config gives it, whatever the scheme
+says; a config that carries its own quantizers is quantized through a scheme of its own (:meth:`QuantizeConfig.scheme
+<ste.qat.QuantizeConfig.scheme>`), on the same path.
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import keras
 
 from ..quantizers import Quantizer
 
-__all__ = ["QuantizeConfig", "Role", "Scheme"]
+__all__ = ["Role", "Scheme"]
 
 Role = Literal["compute", "output", "shared", "passthrough"]
 
 
-@dataclass(frozen=True)
-class QuantizeConfig:
-    """A per-layer choice for :func:`ste.quantize_annotate_layer`, for a layer the scheme does not cover (or to
-    override it): ``quantize_output=True`` quantizes the layer's inputs and its output (the layer itself is kept
-    as it is, e.g. a custom activation); ``quantize_output=False`` passes a quantized input through; ``float=True``
-    keeps the layer float without a warning."""
-
-    quantize_output: bool = True
-    float: bool = False
-
-    def role(self) -> Role | None:
-        if self.float:
-            return None
-        return "output" if self.quantize_output else "passthrough"
-
-
 class Scheme(abc.ABC):
     """A quantization scheme (see the module docstring). Subclasses: :class:`ste.qat.Int8Scheme`,
-    :class:`ste.qat.BinaryScheme`, :class:`ste.qat.TernaryScheme`."""
+    :class:`ste.qat.NBitScheme`, :class:`ste.qat.BinaryScheme`, :class:`ste.qat.TernaryScheme`."""
 
     name: str = ""
 
@@ -86,6 +70,18 @@ class Scheme(abc.ABC):
         """A new quantizer for one activation tensor; ``after`` is the activation function that produced it, if
         known (a scheme may give e.g. softmax outputs a fixed range). ``None``: the tensor stays as it is (a scheme
         whose layers quantize their own inputs, :class:`ste.qat.BinaryScheme`)."""
+
+    def casts_integers(self, layer: keras.layers.Layer) -> bool:
+        """Whether an integer input of the compute layer ``layer`` is cast to its float dtype (then quantized), as
+        the float layer's arithmetic promotes it; the default: yes, but for Embedding (its integers are indices)."""
+        return not isinstance(layer, keras.layers.Embedding)
+
+    def output_quantized(self, new: keras.layers.Layer) -> bool | None:
+        """Whether the layer :meth:`quantize` made (and the rewrite called) quantizes its own output: ``None`` (the
+        default) lets the rewrite add an activation quantizer after it; ``True`` or ``False`` says the layer decided,
+        and the rewrite adds none."""
+        del new
+        return None
 
     def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:
         """Called once before a model is rewritten, with the layers that will get the role ``"compute"`` in the

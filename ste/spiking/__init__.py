@@ -11,6 +11,7 @@ from ._constraint import Interval
 from ._conv import SpikingConv2D
 from ._dense import SpikingDense
 from ._encoders import delta_encode, latency_encode, rate_encode
+from ._fuse import fuse
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
 from ._li import LI, LICell
@@ -51,6 +52,7 @@ __all__ = [
     "TimeDistributed",
     "delta_encode",
     "from_nir",
+    "fuse",
     "heaviside",
     "last_membrane",
     "latency_encode",

@@ -193,12 +193,18 @@ def fused_stack(
     segment: int | None = None,
     where: str = "Fused",
     jit_compile: bool = True,
+    mask: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """The last stage's outputs ``[batch, time, units]`` for input ``x`` ``[batch, time, inputs]`` (frames flat).
 
     ``kernels[i]`` is ``stages[i].synapse``'s kernel, ``biases[i]`` its ``[filters]`` bias or None,
     ``parameters[i]`` the values of ``stages[i].names`` (the cell reads them through ``SpikingCell._read``); all in
     ``x``'s dtype. ``jit_compile``: compile the forward and backward loops with XLA (in a graph).
+
+    ``mask``: a boolean ``[batch, time]`` Keras mask, or None. A masked step is skipped as ``keras.layers.RNN`` (with
+    ``zero_output_for_mask=True``) skips it: every stage keeps its states (``tf.where(mask, new, old)``) and outputs
+    0, so the step has no effect on the outputs, states or gradients. Without a mask the loops have none of these
+    ops.
     """
     steps = x.shape[1]
     if steps is None:
@@ -215,6 +221,7 @@ def fused_stack(
     watched = _input_watched(x)
     dtype = x.dtype
     counts = [len(p) for p in parameters]
+    masks_given = [] if mask is None else [tf.cast(mask, tf.bool)]
     flat_inputs = [x]
     for kernel, bias, values in zip(kernels, biases, parameters):
         flat_inputs += [kernel, *([bias] if bias is not None else []), *values]
@@ -248,15 +255,23 @@ def fused_stack(
         return tf.reshape(current, tf.stack([tf.shape(x)[0], segment, widths[0]]))
 
     def cell_step(
-        stage: Stage, current: tf.Tensor, group: Sequence[tf.Tensor], values: Sequence[tf.Tensor]
+        stage: Stage,
+        current: tf.Tensor,
+        group: Sequence[tf.Tensor],
+        values: Sequence[tf.Tensor],
+        keep: tf.Tensor | None,
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """One step of a stage's neurons through the cell's own ``call``."""
+        """One step of a stage's neurons through the cell's own ``call``; where ``keep`` (the step's mask,
+        ``[batch, 1]``) is False, the states are the old ones and the output is 0 (as ``keras.layers.RNN``)."""
         stage.cell._read = dict(zip(stage.names, values))
         try:
             h, new = stage.cell.call(current, list(group))
         finally:
             stage.cell._read = None
-        return h, list(tf.nest.flatten(new))
+        new = list(tf.nest.flatten(new))
+        if keep is None:
+            return h, new
+        return tf.where(keep, h, tf.zeros_like(h)), [tf.where(keep, n, old) for n, old in zip(new, group)]
 
     def step(
         first: tf.Tensor,
@@ -264,17 +279,22 @@ def fused_stack(
         ks: Sequence[tf.Tensor],
         bs: Sequence[tf.Tensor | None],
         ps: Sequence[Sequence[tf.Tensor]],
+        keep: tf.Tensor | None,
     ) -> tuple[tf.Tensor, list[list[tf.Tensor]], list[tf.Tensor]]:
-        """One time step of every stage; ``first`` is the first stage's current. The output, every stage's new
-        states, and the currents of every stage but the first."""
+        """One time step of every stage; ``first`` is the first stage's current, ``keep`` the step's mask (or
+        None). The output, every stage's new states, and the currents of every stage but the first."""
         new_states, currents, h = [], [], first
         for index, (stage, kernel, bias, values, group) in enumerate(zip(stages, ks, bs, ps, states)):
             current = first if index == 0 else synapse(stage, h, kernel, bias)
             if index:
                 currents.append(current)
-            h, new = cell_step(stage, current, group, values)
+            h, new = cell_step(stage, current, group, values, keep)
             new_states.append(new)
         return h, new_states, currents
+
+    def keep_at(masks: Sequence[tf.Tensor], t: tf.Tensor) -> tf.Tensor | None:
+        """The mask at step ``t`` as ``[batch, 1]`` (None without a mask)."""
+        return tf.gather(masks[0], t, axis=1)[:, None] if masks else None
 
     def initial(batch: tf.Tensor) -> list[list[tf.Tensor]]:
         return [
@@ -286,8 +306,8 @@ def fused_stack(
 
     def forward_loop(*inputs: tf.Tensor) -> list[tf.Tensor]:
         """The outputs and the checkpoints (every stage's states at the start of every segment)."""
-        x = inputs[0]
-        ks, bs, ps = unflatten(inputs[1:])
+        x, masks = inputs[0], inputs[len(flat_inputs) :]
+        ks, bs, ps = unflatten(inputs[1 : len(flat_inputs)])
         batch = tf.shape(x)[0]
         kept = _Kept(state_layout, batch, x.shape[0], dtype)
         outputs = tf.zeros(tf.stack([batch, steps_t, widths[-1]]), dtype)
@@ -300,7 +320,7 @@ def fused_stack(
 
             def step_body(t: tf.Tensor, outputs: tf.Tensor, *flat_states: tf.Tensor) -> Any:
                 first = tf.gather(currents, t - start, axis=1)
-                out, new, _ = step(first, _nest(flat_states, stages), ks, bs, ps)
+                out, new, _ = step(first, _nest(flat_states, stages), ks, bs, ps, keep_at(masks, t))
                 return (t + 1, _update(outputs, t, out), *flat(new))
 
             stop = tf.minimum(start + segment, steps_t)
@@ -319,10 +339,10 @@ def fused_stack(
         from tensorflow.python.eager import record
 
         with record.stop_recording():  # nothing inside is differentiated
-            outputs, *checkpoints = compiled(forward_loop, jit_compile)(*inputs)
+            outputs, *checkpoints = compiled(forward_loop, jit_compile)(*inputs, *masks_given)
 
         def grad(dy: tf.Tensor) -> Any:
-            grads = compiled(backward, jit_compile)(*inputs, *checkpoints, dy)
+            grads = compiled(backward, jit_compile)(*inputs, *masks_given, *checkpoints, dy)
             if not watched:
                 grads = [None, *grads]
             fix = (
@@ -341,6 +361,7 @@ def fused_stack(
         through it: each stage's cell under a tape of its own, its synapse's products by hand."""
         x, dy = inputs[0], inputs[-1]
         ks, bs, ps = unflatten(inputs[1 : len(flat_inputs)])
+        masks = inputs[len(flat_inputs) : len(flat_inputs) + len(masks_given)]
         batch = tf.shape(x)[0]
         kept = _Kept(state_layout, batch, x.shape[0], dtype)
         # one segment's states, written and read back at every step: spikes as bytes, a cast XLA fuses into the
@@ -348,7 +369,7 @@ def fused_stack(
         # step 1.39x slower, the conv one's 1.10x; the bytes add 7/8 of a byte per spike of one segment)
         segment_states = _Kept(state_layout, batch, x.shape[0], dtype, bits=False)
         kept_currents = _Kept(current_layout, batch, x.shape[0], dtype)
-        checkpoints = list(inputs[len(flat_inputs) : -1])
+        checkpoints = list(inputs[len(flat_inputs) + len(masks) : -1])
         n_kept, n_currents, n_stages = len(state_layout), len(current_layout), len(stages)
         sizes = [len(stage.cell.state_names) for stage in stages]
 
@@ -367,7 +388,8 @@ def fused_stack(
             def recompute(t: tf.Tensor, *carried: tf.Tensor) -> Any:
                 states, currents, flat_states = _grouped(carried, [n_kept, n_currents, len(carried)])
                 states = segment_states.write(states, t - start, flat_states)
-                _, new, later = step(tf.gather(first_all, t - start, axis=1), _nest(flat_states, stages), ks, bs, ps)
+                first = tf.gather(first_all, t - start, axis=1)
+                _, new, later = step(first, _nest(flat_states, stages), ks, bs, ps, keep_at(masks, t))
                 currents = kept_currents.write(currents, t - start, later)
                 return (t + 1, *states, *currents, *flat(new))
 
@@ -386,10 +408,11 @@ def fused_stack(
                 before = _nest(segment_states.read(state_buffers, t - start), stages)
                 currents = [tf.gather(first_all, t - start, axis=1), *kept_currents.read(current_buffers, t - start)]
                 tapes, outs, news = [], [], []
+                keep = keep_at(masks, t)
                 for stage, current, group, values in zip(stages, currents, before, ps):
                     with tf.GradientTape() as tape:
                         tape.watch([*group, current, *values])
-                        out, new = cell_step(stage, current, group, values)
+                        out, new = cell_step(stage, current, group, values, keep)
                     tapes.append(tape)
                     outs.append(out)
                     news.append(new)

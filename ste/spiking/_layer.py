@@ -27,7 +27,7 @@ from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
 from ._loop import time_loop
 
-__all__ = ["SpikingRNN", "explicit_arguments"]
+__all__ = ["SpikingRNN", "explicit_arguments", "time_mask"]
 
 _LAYER_KEYS = ("dtype", "trainable")
 
@@ -47,6 +47,32 @@ def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
                     keys.add(name)
     _KEYS[cell_class] = frozenset(keys)
     return _KEYS[cell_class]
+
+
+def time_mask(where: str, mask: Any, shape: Any) -> tf.Tensor | None:
+    """A Keras mask for inputs of ``shape`` ``[batch, time, ...]`` as a boolean ``[batch, time]`` tensor (None: no
+    mask); a mask of another shape (``keras.layers.Masking`` in front of feature maps gives one per pixel) is a
+    :class:`ste.CallError`."""
+    if mask is None:
+        return None
+    mask = tf.convert_to_tensor(mask)
+    numeric = mask.dtype == tf.bool or mask.dtype.is_integer or mask.dtype.is_floating
+    extra = mask.shape[2:] if mask.shape.rank is not None else None
+    if (
+        extra is None
+        or not numeric
+        or any(n != 1 for n in extra)
+        or not mask.shape[:2].is_compatible_with(tf.TensorShape(shape)[:2])
+    ):
+        raise CallError(
+            f"{where} takes a Keras mask of shape [batch, time], one flag per sample and step (as keras.layers.Masking "
+            f"gives for [batch, time, features] inputs), here {tuple(shape[:2])}; received a {mask.dtype.name} mask "
+            f"of shape {tuple(mask.shape)}. Fix: mask whole time steps: pass mask= a [batch, time] tensor (for "
+            f"feature maps, e.g. keras.ops.any(x != 0, axis=(2, 3, 4))) instead of keras.layers.Masking."
+        )
+    if extra:
+        mask = tf.reshape(mask, tf.shape(mask)[:2])
+    return tf.cast(mask, tf.bool)
 
 
 _RNN_SWITCHES = ("return_sequences", "return_state", "go_backwards", "stateful", "unroll", "zero_output_for_mask")
@@ -162,7 +188,9 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         return tensor
 
     def call(self, sequences: Any, initial_state: Any = None, mask: Any = None, training: bool = False) -> Any:
-        sequences = self._flat(self._currents(sequences), 2)
+        currents = self._currents(sequences)
+        mask = time_mask(f"{type(self).__name__} '{self.name}'", mask, currents.shape)
+        sequences = self._flat(currents, 2)
         if initial_state is not None:
             initial_state = [self._flat(state, 1) for state in tf.nest.flatten(initial_state)]
         self.cell.start_sequence()

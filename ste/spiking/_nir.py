@@ -5,7 +5,11 @@ ste's neurons are discrete. At a step ``dt`` the two meet by Euler's rule, as sn
 
 * LIF ``τ·dv/dt = (v_leak − v) + R·I``: ``β = 1 − dt/τ`` and the input is scaled by ``R·dt/τ``;
 * IF ``dv/dt = R·I``: ``β = 1``, the input scaled by ``R·dt``;
-* LI: a LIF without spikes (``reset="none"``, ``emit="membrane"``).
+* LI: a LIF without spikes (``reset="none"``, ``emit="membrane"``);
+* a decay of exactly 1 (τ = ∞, no leak): NIR's ``I`` (``dv/dt = R·I``) for a leaky integrator, ``IF`` for a
+  spiking neuron. NIR's LIF, LI and CubaLIF with τ = ∞ would take no input at all (``dt/τ = 0``), so a synaptic
+  neuron with α = 1 or β = 1 is written as the subgraph of its two stages, the current (``LI`` or ``I``) feeding
+  the membrane (``LIF`` or ``IF``).
 
 NIR resets a neuron that fired to ``v_reset`` on the same step; ste's ``reset="zero"`` sets the membrane to 0 before
 the next step's decay, which gives the same spikes. NIR has no reset by subtraction (ste's default) and no neuron
@@ -21,6 +25,7 @@ takes ``[batch, time, H, W, C]`` (Keras's channels-last layout, the one TensorFl
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -182,11 +187,11 @@ def _export_neuron(layer: SpikingRNN, ctx: _Export) -> Any:
         )
     shape = _nir_shape(ctx.shape)
     node = _CELLS[type(cell)](layer, cell, ctx.dt, shape)
-    neuron = node.nodes["neuron"] if isinstance(cell, (RLIFCell, RSynapticCell)) else node
+    neuron = node.nodes["neuron"] if isinstance(node, _nir().NIRGraph) else node
     neuron.metadata = _neuron_metadata(layer, cell)
     if hasattr(neuron, "tau") or hasattr(neuron, "tau_mem"):
         neuron.metadata[BETA_KEY] = _current(cell, "beta")
-    if hasattr(neuron, "tau_syn"):
+    if isinstance(cell, SynapticCell):
         neuron.metadata[ALPHA_KEY] = _current(cell, "alpha")
     return node
 
@@ -225,12 +230,12 @@ def _export_lif(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, .
     nir = _nir()
     _check_reset(layer, cell)
     beta = _current(cell, "beta")
+    if cell.emit == "membrane":  # reset="none" (_check_reset): a leaky integrator
+        return _leaky_integrator(beta, dt, shape)
     if beta == 1.0:
         return _export_if(layer, cell, dt, shape)
     tau = _tau_of(beta, dt)
     full = np.full(shape, 1.0)
-    if cell.emit == "membrane":
-        return nir.LI(tau=full * tau, r=full * _unit_r(dt, tau), v_leak=full * 0.0)
     return nir.LIF(
         tau=full * tau,
         r=full * _unit_r(dt, tau),
@@ -240,33 +245,45 @@ def _export_lif(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, .
     )
 
 
+def _unit_if_r(dt: float) -> float:
+    """R with R·dt = 1 exactly: an integrator (I, IF) that adds its input unscaled."""
+    return _solve(lambda x: float(_if_gain(x, dt)), 1.0, 1 / dt)
+
+
 def _export_if(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, ...]) -> Any:
     nir = _nir()
     _check_reset(layer, cell)
-    if cell.emit == "membrane":
-        raise _refuse(
-            layer,
-            "is an integrator without spikes; NIR's I node has no ste import yet",
-            "use a leaky readout (LIF with beta < 1, emit='membrane', reset='none')",
-        )
-    r = _solve(lambda x: float(_if_gain(x, dt)), 1.0, 1 / dt)
     full = np.full(shape, 1.0)
-    return nir.IF(r=full * r, v_threshold=full * _current(cell, "threshold"), v_reset=full * 0.0)
+    if cell.emit == "membrane":  # reset="none": U[t] = U[t−1] + X[t], NIR's integrator
+        return nir.I(r=full * _unit_if_r(dt))
+    return nir.IF(r=full * _unit_if_r(dt), v_threshold=full * _current(cell, "threshold"), v_reset=full * 0.0)
+
+
+def _leaky_integrator(decay: float, dt: float, shape: tuple[int, ...]) -> Any:
+    """U[t] = decay·U[t−1] + X[t]: NIR's LI with τ = dt/(1 − decay), or its I for a decay of 1 (τ = ∞)."""
+    nir = _nir()
+    full = np.full(shape, 1.0)
+    if decay == 1.0:
+        return nir.I(r=full * _unit_if_r(dt))
+    tau = _tau_of(decay, dt)
+    return nir.LI(tau=full * tau, r=full * _unit_r(dt, tau), v_leak=full * 0.0)
 
 
 def _export_li(layer: SpikingRNN, cell: LICell, dt: float, shape: tuple[int, ...]) -> Any:
-    tau = _tau_of(_current(cell, "beta"), dt)
-    full = np.full(shape, 1.0)
-    return _nir().LI(tau=full * tau, r=full * _unit_r(dt, tau), v_leak=full * 0.0)
+    return _leaky_integrator(_current(cell, "beta"), dt, shape)
 
 
 def _export_synaptic(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tuple[int, ...]) -> Any:
+    nir = _nir()
     _check_reset(layer, cell)
     if cell.emit == "membrane":
         raise _refuse(layer, "emits its membrane; NIR's CubaLI has no ste import", "emit='spikes'")
-    tau_syn, tau_mem = _tau_of(_current(cell, "alpha"), dt), _tau_of(_current(cell, "beta"), dt)
+    alpha, beta = _current(cell, "alpha"), _current(cell, "beta")
+    if 1.0 in (alpha, beta):
+        return _export_synaptic_stages(layer, cell, dt, shape)
+    tau_syn, tau_mem = _tau_of(alpha, dt), _tau_of(beta, dt)
     full = np.full(shape, 1.0)
-    return _nir().CubaLIF(
+    return nir.CubaLIF(
         tau_syn=full * tau_syn,
         tau_mem=full * tau_mem,
         r=full * _unit_r(dt, tau_mem),
@@ -275,6 +292,32 @@ def _export_synaptic(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tu
         v_reset=full * 0.0,
         w_in=full * _unit_r(dt, tau_syn),
     )
+
+
+def _export_synaptic_stages(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tuple[int, ...]) -> Any:
+    """A synaptic neuron with α = 1 or β = 1 as the subgraph input -> synapse -> neuron -> output: its current
+    I_syn[t] = α·I_syn[t−1] + X[t] (NIR's LI, or I for α = 1) feeds its membrane (LIF, or IF for β = 1). CubaLIF
+    has no such form: with τ = ∞ it takes no input (its ``dt/τ`` is 0)."""
+    nir = _nir()
+    if isinstance(cell, RSynapticCell):
+        raise _refuse(
+            layer,
+            f"is a recurrent synaptic neuron with a decay of 1 (alpha={_current(cell, 'alpha')}, "
+            f"beta={_current(cell, 'beta')}): NIR's CubaLIF with τ = ∞ takes no input, and the two-node form "
+            f"that stands for a synaptic neuron with a decay of 1 has no recurrent variant here",
+            "alpha and beta below 1, or ste.spiking.RLIF (beta=1 is NIR's IF)",
+        )
+    beta = _current(cell, "beta")
+    membrane = _export_if(layer, cell, dt, shape) if beta == 1.0 else _export_lif(layer, cell, dt, shape)
+    size = np.array(shape)
+    nodes = {
+        "input": nir.Input(input_type={"input": size}),
+        "synapse": _leaky_integrator(_current(cell, "alpha"), dt, shape),
+        "neuron": membrane,
+        "output": nir.Output(output_type={"output": size}),
+    }
+    edges = [("input", "synapse"), ("synapse", "neuron"), ("neuron", "output")]
+    return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
 
 
 def _export_recurrent(layer: SpikingRNN, cell: Any, dt: float, shape: tuple[int, ...]) -> Any:
@@ -451,14 +494,17 @@ def _per_step(layer: keras.layers.Layer, tensor: Any) -> tuple[int, ...]:
 def to_nir(model: keras.Model, dt: float = 1.0) -> Any:
     """A NIR graph (``nir.NIRGraph``) of a Keras model of spiking layers, at time step ``dt``.
 
-    Maps ``Dense`` -> ``Affine`` / ``Linear``; ``LIF``, ``IF`` (``reset="zero"``) -> ``LIF`` / ``IF``; a ``LIF``
-    with ``reset="none", emit="membrane"`` -> ``LI``; ``TimeDistributed(Conv1D / Conv2D / AveragePooling2D)`` ->
+    Maps ``Dense`` -> ``Affine`` / ``Linear``; ``LIF``, ``IF`` (``reset="zero"``) -> ``LIF`` / ``IF``; ``LI`` and
+    a ``LIF`` with ``reset="none", emit="membrane"`` -> ``LI`` (``I`` for β = 1); ``Synaptic`` -> ``CubaLIF`` (a
+    subgraph ``LI`` or ``I`` -> ``LIF`` or ``IF`` for α = 1 or β = 1, which NIR's CubaLIF cannot hold);
+    ``RLIF`` / ``RSynaptic`` -> a subgraph of the neuron and its recurrent ``Linear`` / ``Affine``;
+    ``TimeDistributed(Conv1D / Conv2D / AveragePooling2D)`` ->
     ``Conv1d`` / ``Conv2d`` / ``AvgPool2d``; the layers ``from_nir`` builds for ``Scale``, ``Threshold``,
     ``SumPool2d`` and ``Flatten`` back to those; ``Add`` -> edges summed into the next node. Each neuron node's
     ``metadata`` holds the layer's surrogate (``"ste_surrogate"``), which ``from_nir`` restores.
 
-    Raises :class:`ste.ConversionError` for a layer NIR cannot represent exactly (reset by subtraction, ALIF, a
-    layer with no NIR node), naming the layer and the fix.
+    Raises :class:`ste.ConversionError` for a layer NIR cannot represent exactly (reset by subtraction, ALIF, an
+    ``RSynaptic`` with α = 1 or β = 1, a layer with no NIR node), naming the layer and the fix.
     """
     nir = _nir()
     dt = _checked_dt(dt, "to_nir")
@@ -552,14 +598,22 @@ def _import_affine(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     return [dense]
 
 
-def _scale_layers(node: Any, ctx: _Import, gain: Any, *fields: str) -> list[keras.layers.Layer]:
-    """An ``ElementwiseScale`` by the input gain, none where it is 1 up to the rounding of the node's own numbers.
+def _resolution(values: Any) -> float:
+    """The relative rounding of a parameter as stored: its float type's epsilon (float64's for an integer type,
+    whose values are exact and computed with in float64)."""
+    dtype = np.asarray(values).dtype
+    return float(np.finfo(dtype if np.issubdtype(dtype, np.floating) else np.float64).eps)
+
+
+def _scale_layers(ctx: _Import, gain: Any, *parameters: Any) -> list[keras.layers.Layer]:
+    """An ``ElementwiseScale`` by the input gain, none where it is 1 up to the rounding of the ``parameters`` it is
+    computed from (the node's own numbers).
 
     (An exporter that writes R = τ/dt, as snnTorch's, means a gain of 1; in the node's float32 numbers R·dt/τ comes
     out 1 ± a few ulps, which is the rounding of the file, not a feature of the model.)
     """
     gain = np.broadcast_to(np.asarray(gain, np.float64), ctx.shape)
-    precision = min(np.finfo(np.asarray(getattr(node, f)).dtype).eps for f in fields) if fields else 0.0
+    precision = min(_resolution(values) for values in parameters) if parameters else 0.0
     if np.all(np.abs(gain - 1.0) <= 4 * precision):
         return []
     return [ElementwiseScale(_channels_last(gain), name=ctx.layer_name("_input_scale"))]
@@ -583,41 +637,69 @@ def _reset_zero(node: Any, ctx: _Import) -> None:
         raise ctx.refuse(node, "resets to v_reset ≠ 0; ste's reset='zero' sets the membrane to 0", "v_reset = 0")
 
 
-def _checked_beta(node: Any, ctx: _Import, tau: Any) -> float:
-    beta = _uniform(ctx.name, "β = 1 − dt/τ", _beta(ctx.dt, tau))
-    exact = ctx.metadata.get(BETA_KEY)
-    if isinstance(exact, (float, np.floating)) and abs(float(exact) - beta) <= 4 * np.finfo(np.float64).eps:
-        beta = float(exact)  # ste's own β, which the τ in the node rounds
-    if not 0.0 <= beta <= 1.0:
+def _checked_decay(node: Any, ctx: _Import, tau: Any, key: str, name: str) -> float:
+    """The decay ``1 − dt/τ`` of a node (``name``: "β = 1 − dt/τ", ...), ste's exact value from the metadata under
+    ``key`` when the node's τ rounds it; refused outside [0, 1]."""
+    decay = _uniform(ctx.name, name, _beta(ctx.dt, tau))
+    exact = ctx.metadata.get(key)
+    if isinstance(exact, (float, np.floating)) and abs(float(exact) - decay) <= 4 * np.finfo(np.float64).eps:
+        decay = float(exact)  # ste's own value, which the τ in the node rounds
+    if not 0.0 <= decay <= 1.0:
         raise ctx.refuse(
             node,
-            f"has β = 1 − dt/τ = {beta} at dt = {ctx.dt}, outside [0, 1] (τ < dt)",
+            f"has {name} = {decay} at dt = {ctx.dt}, outside [0, 1] (τ < dt)",
             "a smaller dt (snnTorch's graphs use dt=1e-4)",
         )
-    return beta
+    return decay
 
 
-def _import_lif(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
+@dataclass(frozen=True)
+class _Dynamics:
+    """A NIR neuron node as ste's discrete neuron: its decay per step, its input gain, the node's numbers the gain
+    is computed from (whose rounding it carries) and its threshold (None: it never spikes)."""
+
+    decay: float
+    gain: Any
+    parameters: tuple[Any, ...]
+    threshold: float | None = None
+
+
+def _integrator(node: Any, ctx: _Import, key: str = BETA_KEY, name: str = "β") -> _Dynamics:
+    """LI, ``v[t] = (1 − dt/τ)·v[t−1] + (R·dt/τ)·x[t]``, or I, ``v[t] = v[t−1] + R·dt·x[t]`` (a decay of 1)."""
+    if type(node).__name__ == "I":
+        return _Dynamics(1.0, _if_gain(node.r, ctx.dt), (node.r,))
     _no_leak(node, ctx)
-    _reset_zero(node, ctx)
-    beta = _checked_beta(node, ctx, node.tau)
+    decay = _checked_decay(node, ctx, node.tau, key, f"{name} = 1 − dt/τ")
+    return _Dynamics(decay, _lif_gain(node.r, ctx.dt, node.tau), (node.r, node.tau))
+
+
+def _membrane(node: Any, ctx: _Import) -> _Dynamics:
+    """LIF, or IF (a decay of 1), resetting to 0."""
+    if type(node).__name__ == "IF":
+        _reset_zero(node, ctx)
+        dynamics = _Dynamics(1.0, _if_gain(node.r, ctx.dt), (node.r,))
+    else:
+        _no_leak(node, ctx)
+        _reset_zero(node, ctx)
+        beta = _checked_decay(node, ctx, node.tau, BETA_KEY, "β = 1 − dt/τ")
+        dynamics = _Dynamics(beta, _lif_gain(node.r, ctx.dt, node.tau), (node.r, node.tau))
     threshold = _uniform(ctx.name, "v_threshold", node.v_threshold)
-    layer = LIF(beta=beta, threshold=threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name())
-    return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau), "r", "tau") + _neuron(layer, ctx)
+    return _Dynamics(dynamics.decay, dynamics.gain, dynamics.parameters, threshold)
 
 
-def _import_if(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
-    _reset_zero(node, ctx)
-    threshold = _uniform(ctx.name, "v_threshold", node.v_threshold)
-    layer = IF(threshold=threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name())
-    return _scale_layers(node, ctx, _if_gain(node.r, ctx.dt), "r") + _neuron(layer, ctx)
+def _import_spiking(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
+    """LIF -> ste's LIF, IF -> IF (both with reset="zero")."""
+    d = _membrane(node, ctx)
+    arguments = dict(threshold=d.threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name())
+    layer = IF(**arguments) if type(node).__name__ == "IF" else LIF(beta=d.decay, **arguments)
+    return _scale_layers(ctx, d.gain, *d.parameters) + _neuron(layer, ctx)
 
 
-def _import_li(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
-    _no_leak(node, ctx)
-    beta = _checked_beta(node, ctx, node.tau)
-    layer = LI(beta=beta, name=ctx.layer_name())
-    return _scale_layers(node, ctx, _lif_gain(node.r, ctx.dt, node.tau), "r", "tau") + _neuron(layer, ctx)
+def _import_integrator(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
+    """LI -> ste's LI; I -> LI with β = 1."""
+    d = _integrator(node, ctx)
+    layer = LI(beta=d.decay, name=ctx.layer_name())
+    return _scale_layers(ctx, d.gain, *d.parameters) + _neuron(layer, ctx)
 
 
 def _cuba_parameters(node: Any, ctx: _Import) -> tuple[float, float, float, Any]:
@@ -625,13 +707,8 @@ def _cuba_parameters(node: Any, ctx: _Import) -> tuple[float, float, float, Any]
     (R·dt/τ_mem)·i[t]; both gains act on a linear recursion, so they multiply the input once."""
     _no_leak(node, ctx)
     _reset_zero(node, ctx)
-    alpha = _uniform(ctx.name, "α = 1 − dt/τ_syn", _beta(ctx.dt, node.tau_syn))
-    exact = ctx.metadata.get(ALPHA_KEY)
-    if isinstance(exact, (float, np.floating)) and abs(float(exact) - alpha) <= 4 * np.finfo(np.float64).eps:
-        alpha = float(exact)
-    if not 0.0 <= alpha <= 1.0:
-        raise ctx.refuse(node, f"has α = 1 − dt/τ_syn = {alpha} at dt = {ctx.dt}, outside [0, 1]", "a smaller dt")
-    beta = _checked_beta(node, ctx, node.tau_mem)
+    alpha = _checked_decay(node, ctx, node.tau_syn, ALPHA_KEY, "α = 1 − dt/τ_syn")
+    beta = _checked_decay(node, ctx, node.tau_mem, BETA_KEY, "β = 1 − dt/τ_mem")
     threshold = _uniform(ctx.name, "v_threshold", node.v_threshold)
     gain = _lif_gain(node.w_in, ctx.dt, node.tau_syn) * _lif_gain(node.r, ctx.dt, node.tau_mem)
     return alpha, beta, threshold, gain
@@ -642,20 +719,24 @@ def _import_cuba_lif(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
     layer = Synaptic(
         alpha=alpha, beta=beta, threshold=threshold, reset="zero", surrogate=ctx.surrogate(), name=ctx.layer_name()
     )
-    return _scale_layers(node, ctx, gain, "r", "tau_mem", "w_in", "tau_syn") + _neuron(layer, ctx)
+    return _scale_layers(ctx, gain, node.r, node.tau_mem, node.w_in, node.tau_syn) + _neuron(layer, ctx)
+
+
+_SPIKING = ("LIF", "IF", "CubaLIF")  # the neurons a recurrent loop can hold
 
 
 def _recurrent_parts(graph: Any, ctx: _Import) -> tuple[Any, Any]:
     """The neuron and the recurrent weight node of a subgraph input -> neuron -> output with neuron <-> weight."""
     kinds = {name: type(node).__name__ for name, node in graph.nodes.items()}
-    neurons = [n for n, k in kinds.items() if k in ("LIF", "CubaLIF")]
+    neurons = [n for n, k in kinds.items() if k in _SPIKING]
     weights = [n for n, k in kinds.items() if k in ("Affine", "Linear")]
     ends = [n for n, k in kinds.items() if k in ("Input", "Output")]
     if len(neurons) != 1 or len(weights) != 1 or len(ends) != 2 or len(kinds) != 4:
         raise ctx.refuse(
             graph,
-            f"is a subgraph of {sorted(kinds.values())}; the only one ste maps is a recurrent "
-            "neuron (Input, LIF or CubaLIF, Affine or Linear, Output)",
+            f"is a subgraph of {sorted(kinds.values())}; the ones ste maps are a recurrent neuron (Input, LIF, IF "
+            "or CubaLIF, Affine or Linear, Output) and a synaptic neuron's two stages (Input -> LI or I -> LIF or "
+            "IF -> Output)",
             "flatten the subgraph",
         )
     loop = {(neurons[0], weights[0]), (weights[0], neurons[0])}
@@ -669,17 +750,15 @@ def _recurrent_layer(neuron: Any, ctx: _Import, weight_node: Any) -> list[keras.
     inner = _Import(ctx.dt, ctx.name, ctx.shape, dict(getattr(neuron, "metadata", None) or {}))
     weight = np.asarray(weight_node.weight, np.float64)
     bias = getattr(weight_node, "bias", None)
+    threshold: float | None
     if type(neuron).__name__ == "CubaLIF":
         alpha, beta, threshold, gain = _cuba_parameters(neuron, inner)
-        fields: tuple[str, ...] = ("r", "tau_mem", "w_in", "tau_syn")
+        parameters: tuple[Any, ...] = (neuron.r, neuron.tau_mem, neuron.w_in, neuron.tau_syn)
         make: Callable[..., Any] = functools.partial(RSynaptic, alpha=alpha)
-    else:
-        _no_leak(neuron, inner)
-        _reset_zero(neuron, inner)
-        beta = _checked_beta(neuron, inner, neuron.tau)
-        threshold = _uniform(ctx.name, "v_threshold", neuron.v_threshold)
-        gain, fields, make = _lif_gain(neuron.r, ctx.dt, neuron.tau), ("r", "tau"), RLIF
-    scale = _scale_layers(neuron, inner, gain, *fields)
+    else:  # LIF, or IF (β = 1)
+        d = _membrane(neuron, inner)
+        beta, threshold, gain, parameters, make = d.decay, d.threshold, d.gain, d.parameters, RLIF
+    scale = _scale_layers(inner, gain, *parameters)
     g = np.broadcast_to(np.asarray(gain, np.float64), ctx.shape) if scale else np.ones(ctx.shape)
     diagonal = np.array_equal(weight, np.diag(np.diag(weight)))
     layer = make(
@@ -699,7 +778,43 @@ def _recurrent_layer(neuron: Any, ctx: _Import, weight_node: Any) -> list[keras.
     return [*scale, layer]
 
 
+def _stages_of(graph: Any) -> tuple[Any, Any] | None:
+    """The current and membrane nodes of a subgraph input -> LI or I -> LIF or IF -> output (what ``to_nir`` writes
+    for a synaptic neuron with α = 1 or β = 1), or None."""
+    kinds = {name: type(node).__name__ for name, node in graph.nodes.items()}
+    ordered = [[n for n, k in kinds.items() if k in group] for group in (("Input",), ("LI", "I"), ("LIF", "IF"))]
+    ordered.append([n for n, k in kinds.items() if k == "Output"])
+    if len(kinds) != 4 or any(len(names) != 1 for names in ordered):
+        return None
+    chain = [names[0] for names in ordered]
+    if {tuple(edge) for edge in graph.edges} != set(itertools.pairwise(chain)):
+        return None
+    return graph.nodes[chain[1]], graph.nodes[chain[2]]
+
+
+def _import_synaptic_stages(current: Any, membrane: Any, ctx: _Import) -> list[keras.layers.Layer]:
+    """ste's Synaptic from its two stages: I_syn[t] = α·I_syn[t−1] + g_syn·x[t] feeds U[t] = β·U[t−1] + g·I_syn[t];
+    both recursions are linear, so the two gains multiply the input once."""
+    metadata = dict(getattr(membrane, "metadata", None) or {})
+    inner = _Import(ctx.dt, ctx.name, ctx.shape, metadata)
+    synapse, neuron = _integrator(current, inner, ALPHA_KEY, "α"), _membrane(membrane, inner)
+    layer = Synaptic(
+        alpha=synapse.decay,
+        beta=neuron.decay,
+        threshold=neuron.threshold,
+        reset="zero",
+        surrogate=inner.surrogate(),
+        name=ctx.layer_name(),
+    )
+    gain = np.asarray(synapse.gain, np.float64) * np.asarray(neuron.gain, np.float64)
+    return _scale_layers(ctx, gain, *synapse.parameters, *neuron.parameters) + _neuron(layer, ctx)
+
+
 def _import_subgraph(node: Any, ctx: _Import) -> list[keras.layers.Layer]:
+    _checked_edges(node, f"subgraph '{ctx.name}'")
+    stages = _stages_of(node)
+    if stages is not None:
+        return _import_synaptic_stages(*stages, ctx)
     neuron, weight = _recurrent_parts(node, ctx)
     return _recurrent_layer(neuron, ctx, weight)
 
@@ -801,9 +916,10 @@ def _missing(reason: str) -> Callable[[Any, _Import], list[keras.layers.Layer]]:
 _IMPORTERS: dict[str, Callable[[Any, _Import], list[keras.layers.Layer]]] = {
     "Affine": _import_affine,
     "Linear": _import_affine,
-    "LIF": _import_lif,
-    "IF": _import_if,
-    "LI": _import_li,
+    "LIF": _import_spiking,
+    "IF": _import_spiking,
+    "LI": _import_integrator,
+    "I": _import_integrator,
     "Scale": _import_scale,
     "Threshold": _import_threshold,
     "Flatten": _import_flatten,
@@ -812,7 +928,6 @@ _IMPORTERS: dict[str, Callable[[Any, _Import], list[keras.layers.Layer]]] = {
     "AvgPool2d": _import_avg_pool,
     "SumPool2d": _import_sum_pool,
     "Delay": _missing("ste has no delay line"),
-    "I": _missing("an integrator without leak or spikes"),
     "CubaLI": _missing("ste has no current-based leaky integrator"),
     "CubaLIF": _import_cuba_lif,
     "NIRGraph": _import_subgraph,
@@ -825,13 +940,46 @@ def _checked_dt(dt: Any, op: str) -> float:
     return float(dt)
 
 
+def _checked_edges(graph: Any, where: str) -> list[tuple[str, str]]:
+    """The graph's edges as (source, target) pairs of node names; an edge that is not a pair or names no node of
+    the graph is a ConversionError naming it and the nodes there are."""
+    nodes = list(graph.nodes)
+    edges = []
+    for edge in graph.edges:
+        pair = tuple(edge) if isinstance(edge, (tuple, list, np.ndarray)) else (edge,)
+        missing = [end for end in pair if end not in graph.nodes] if len(pair) == 2 else []
+        if len(pair) != 2 or missing:
+            why = f"names no node {missing[0]!r}" if missing else "is not a pair (source, target)"
+            raise ConversionError(
+                f"from_nir: the edge {edge!r} of {where} {why}; its nodes are {nodes}. Fix: make every edge a pair "
+                f"of node names of the graph (correct the name, or add the node)."
+            )
+        edges.append((str(pair[0]), str(pair[1])))
+    return edges
+
+
+def _real_parameters(node: Any, ctx: _Import) -> None:
+    """Refuse a parameter that is not an array of real numbers (text, complex numbers, objects); integer and boolean
+    arrays are numbers, read as float64."""
+    if type(node).__name__ == "NIRGraph":
+        for name, inner in node.nodes.items():
+            _real_parameters(inner, _Import(ctx.dt, f"{ctx.name}.{name}", ctx.shape, ctx.metadata))
+        return
+    for name, value in vars(node).items():
+        if name in ("input_type", "output_type", "metadata") or not isinstance(value, np.ndarray):
+            continue
+        if value.dtype.kind not in "biuf":
+            raise ctx.refuse(
+                node,
+                f"has a parameter {name} of dtype {value.dtype}; NIR's parameters are real numbers",
+                f"write {name} as an array of numbers (float, or integer, which is read as float64)",
+            )
+
+
 def _order(nodes: dict[str, Any], edges: Sequence[tuple[str, str]]) -> list[str]:
     """The nodes in an order where each comes after those that feed it; a cycle is an error naming its nodes."""
     feeding: dict[str, list[str]] = {name: [] for name in nodes}
     for source, target in edges:
-        for end in (source, target):
-            if end not in nodes:
-                raise ConversionError(f"from_nir: an edge ({source!r}, {target!r}) names no node {end!r}.")
         feeding[target].append(source)
     done: list[str] = []
     placed: set[str] = set()
@@ -851,12 +999,12 @@ def _order(nodes: dict[str, Any], edges: Sequence[tuple[str, str]]) -> list[str]
 
 
 def _recurrent_loops(nodes: dict[str, Any], edges: Sequence[tuple[str, ...]]) -> dict[str, str]:
-    """neuron -> weight node for every loop where a LIF/CubaLIF feeds itself through an Affine/Linear node that
+    """neuron -> weight node for every loop where a LIF, IF or CubaLIF feeds itself through an Affine/Linear node that
     nothing else feeds or reads (the flat form of a recurrent neuron)."""
     loops: dict[str, str] = {}
     for source, target in edges:
         neuron, weight = source, target
-        if type(nodes[neuron]).__name__ not in ("LIF", "CubaLIF") or type(nodes[weight]).__name__ not in (
+        if type(nodes[neuron]).__name__ not in _SPIKING or type(nodes[weight]).__name__ not in (
             "Affine",
             "Linear",
         ):
@@ -875,7 +1023,8 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     takes ``[batch, time, *features]`` with the features of a step channels last (``[batch, time, H, W, C]``),
     and returns every output node's values at every step. See docs/spiking.md for the mapping of every node.
 
-    Raises :class:`ste.ConversionError` for a node with no exact ste counterpart, naming it and saying why.
+    Raises :class:`ste.ConversionError` for a node with no exact ste counterpart, a parameter that is not an array
+    of numbers (integers are read as float64) and an edge that names no node, naming it and saying why.
     """
     nir = _nir()
     dt = _checked_dt(dt, "from_nir")
@@ -884,7 +1033,7 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     inputs, outputs = dict(graph.inputs), dict(graph.outputs)
     if not inputs or not outputs:
         raise ConversionError("from_nir: the graph has no Input or no Output node.")
-    edges = [tuple(edge) for edge in graph.edges]
+    edges = _checked_edges(graph, "the graph")
     recurrent = _recurrent_loops(nodes, edges)
     for weight in recurrent.values():
         del nodes[weight]
@@ -913,8 +1062,11 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
         context = _Import(dt, name, _nir_shape(x.shape[2:]), dict(getattr(node, "metadata", None) or {}))
         if importer is None:
             raise context.refuse(node, "has no ste layer", f"use nodes of the types {sorted(_IMPORTERS)}")
+        _real_parameters(node, context)
         if name in recurrent:
-            importer = functools.partial(_recurrent_layer, weight_node=graph.nodes[recurrent[name]])
+            weight = graph.nodes[recurrent[name]]
+            _real_parameters(weight, _Import(dt, recurrent[name], context.shape))
+            importer = functools.partial(_recurrent_layer, weight_node=weight)
         for layer in importer(node, context):
             x = layer(x)
         tensors[name] = x

@@ -22,7 +22,7 @@ from .._arguments import check_bool
 from .._errors import CallError, InputError, ParameterError
 from ._cell import SpikingCell
 from ._fused import Stage, fused_stack
-from ._layer import SpikingRNN
+from ._layer import SpikingRNN, time_mask
 from ._lif import LIFCell
 from ._synapse import Synapse
 
@@ -74,6 +74,7 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.supports_masking = True  # a [batch, time] mask skips steps (as the neuron layers do) and passes on
         label = type(self).__name__
         if isinstance(neuron, SpikingRNN):
             neuron = neuron.cell
@@ -160,9 +161,9 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
         bias = None if self.bias is None else tf.cast(self.bias.value, dtype)
         return kernel, bias, [tf.identity(v.value) for v in self.neuron._learned.values()]
 
-    def call(self, inputs: Any) -> tf.Tensor:
+    def call(self, inputs: Any, mask: Any = None) -> tf.Tensor:
         where = f"{type(self).__name__} '{self.name}'"
-        return _run(where, [self], inputs, self.compute_dtype, self.segment, self.jit_compile)
+        return _run(where, [self], inputs, self.compute_dtype, self.segment, self.jit_compile, mask)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         if not self.built:
@@ -190,9 +191,16 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
 
 
 def _run(
-    where: str, layers: Sequence[SynapseLayer], inputs: Any, dtype: Any, segment: int | None, jit_compile: bool
+    where: str,
+    layers: Sequence[SynapseLayer],
+    inputs: Any,
+    dtype: Any,
+    segment: int | None,
+    jit_compile: bool,
+    mask: Any = None,
 ) -> tf.Tensor:
     x = _sequences(where, inputs, dtype)
+    keep = time_mask(where, mask, x.shape)
     shape = tf.shape(x)
     flat = tf.reshape(x, tf.stack([shape[0], shape[1], -1]))  # frames flat (Keras's Flatten order)
     flat.set_shape([x.shape[0], x.shape[1], math.prod(x.shape[2:])])
@@ -203,7 +211,9 @@ def _run(
         biases.append(bias)
         parameters.append(values)
     stages = [layer.stage() for layer in layers]
-    out = fused_stack(flat, stages, kernels, biases, parameters, segment=segment, where=where, jit_compile=jit_compile)
+    out = fused_stack(
+        flat, stages, kernels, biases, parameters, segment=segment, where=where, jit_compile=jit_compile, mask=keep
+    )
     frame = layers[-1]._output_frame()
     result = tf.reshape(out, tf.concat([shape[:2], frame], axis=0))
     result.set_shape([x.shape[0], x.shape[1], *frame])
@@ -226,13 +236,16 @@ class Fused(_Loop, keras.layers.Layer):  # type: ignore[misc]
         jit_compile: compile the loop with XLA in a graph, as [`SpikingDense`][ste.spiking.SpikingDense].
         **kwargs: Keras layer arguments.
 
-    The layers' own ``segment`` and ``jit_compile`` are not used inside the stack.
+    The layers' own ``segment`` and ``jit_compile`` are not used inside the stack. A Keras mask (``[batch, time]``,
+    from ``keras.layers.Masking`` or ``mask=``) skips steps as the neuron layers do: every layer keeps its states and
+    outputs 0 there.
     """
 
     def __init__(
         self, layers: Sequence[SynapseLayer], *, segment: int | None = None, jit_compile: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
+        self.supports_masking = True  # a [batch, time] mask skips steps (as the neuron layers do) and passes on
         label = type(self).__name__
         given: list[Any] = list(layers) if isinstance(layers, (list, tuple)) else [layers]
         if not given or not all(isinstance(layer, SynapseLayer) for layer in given):
@@ -245,15 +258,20 @@ class Fused(_Loop, keras.layers.Layer):  # type: ignore[misc]
 
     def build(self, input_shape: Any) -> None:
         shape = tuple(input_shape)
+        if len(shape) < 3:
+            raise CallError(
+                f"{type(self).__name__} '{self.name}' takes [batch, time, ...] inputs; received shape {shape}. Fix: "
+                f"add a time axis (ste.spiking.rate_encode or keras.layers.RepeatVector)."
+            )
         for layer in self.fused_layers:
             if not layer.built:
                 layer.build(layer._stacked_shape(shape))
             shape = (shape[0], shape[1], *layer._output_frame())
         self.built = True
 
-    def call(self, inputs: Any) -> tf.Tensor:
+    def call(self, inputs: Any, mask: Any = None) -> tf.Tensor:
         where = f"{type(self).__name__} '{self.name}'"
-        return _run(where, self.fused_layers, inputs, self.compute_dtype, self.segment, self.jit_compile)
+        return _run(where, self.fused_layers, inputs, self.compute_dtype, self.segment, self.jit_compile, mask)
 
     def compute_output_shape(self, input_shape: Any) -> tuple[Any, ...]:
         if not self.built:

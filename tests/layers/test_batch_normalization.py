@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import keras
@@ -178,3 +179,34 @@ def test_keras_file_round_trip(tmp_path: Any) -> None:
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(loaded(x, training=False), model(x, training=False))
     np.testing.assert_array_equal(loaded(x, training=True), model(x, training=True))
+
+
+def _hints(norm: Any, shape: tuple[int, ...], layer: Any, train: bool = True) -> list[str]:
+    """The fused-batch-norm hints given while a model ``layer -> norm()`` is trained one step (or only predicts)."""
+    model = keras.Sequential([keras.Input(shape), layer, norm()])
+    x = np.zeros((2, *shape), "float32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if train:
+            model.compile("sgd", "mse")
+            model.fit(x, np.zeros((2, *model.output_shape[1:]), "float32"), verbose=0)
+        else:
+            model.predict(x, verbose=0)
+    return [str(w.message) for w in caught if "ste.layers.BatchNormalization" in str(w.message)]
+
+
+def _binary_conv() -> Any:
+    return ste.layers.QuantConv2D(
+        4, 3, input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+    )
+
+
+def test_keras_batch_norm_after_a_quantized_layer_hints_at_the_fused_one() -> None:
+    hints = _hints(keras.layers.BatchNormalization, (8, 8, 3), _binary_conv())
+    assert len(hints) == 1 and "fused kernel" in hints[0]
+    # no hint where ste's layer is used, where nothing is trained, or where the fused kernel would not apply (2-D)
+    assert _hints(ste.layers.BatchNormalization, (8, 8, 3), _binary_conv()) == []
+    assert _hints(keras.layers.BatchNormalization, (8, 8, 3), _binary_conv(), train=False) == []
+    dense = ste.layers.QuantDense(4, kernel_quantizer="sign", kernel_constraint="weight_clip")
+    assert _hints(keras.layers.BatchNormalization, (6,), dense) == []
+    assert _hints(keras.layers.BatchNormalization, (8, 8, 3), keras.layers.Conv2D(4, 3)) == []  # not quantized

@@ -26,6 +26,17 @@ def residual_net(classes: int = 10, dropout: float = 0.1) -> keras.Model:
     return keras.Model(i, L.Dense(classes)(c))
 
 
+def numpy_fake_quant(x, low, high, bits=8, narrow_range=False):
+    """TensorFlow's documented fake quantization (nudged range, round half up), in float64 numpy; also the mask."""
+    q_min, q_max = (1 if narrow_range else 0), 2**bits - 1
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    scale = (high - low) / (q_max - q_min)
+    zero = np.clip(np.round(q_min - low / scale), q_min, q_max)  # ties do not occur on these ranges
+    n_min, n_max = (q_min - zero) * scale, (q_max - zero) * scale
+    clamped = np.clip(x, n_min, n_max)
+    return np.floor((clamped - n_min) / scale + 0.5) * scale + n_min, (x >= n_min) & (x <= n_max), scale
+
+
 def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return rng.uniform(0, 1, (n, 8, 8, 3)).astype(np.float32), rng.integers(0, 10, n)

@@ -11,18 +11,9 @@ import tensorflow as tf
 import ste
 from ste.qat import fake_quant_op, nudged_range
 
+from .helpers import numpy_fake_quant
+
 FLOATS = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
-
-
-def numpy_fake_quant(x, low, high, bits=8, narrow_range=False):
-    """TensorFlow's documented fake quantization (nudged range, round half up), in float64 numpy; also the mask."""
-    q_min, q_max = (1 if narrow_range else 0), 2**bits - 1
-    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
-    scale = (high - low) / (q_max - q_min)
-    zero = np.clip(np.round(q_min - low / scale), q_min, q_max)  # ties do not occur on these ranges
-    n_min, n_max = (q_min - zero) * scale, (q_max - zero) * scale
-    clamped = np.clip(x, n_min, n_max)
-    return np.floor((clamped - n_min) / scale + 0.5) * scale + n_min, (x >= n_min) & (x <= n_max), scale
 
 
 @pytest.mark.parametrize("narrow_range", [False, True])

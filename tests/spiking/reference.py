@@ -14,6 +14,7 @@ derivatives with respect to beta, theta and the surrogate's parameter.
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,13 +178,34 @@ def _at_rest(node: Any, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(np.asarray(bias if bias is not None else 0.0, np.float64), shape)
 
 
+def _inlined(graph: Any) -> Any:
+    """The graph with every subgraph node replaced by its nodes (named "subgraph.node"): an edge into a subgraph
+    goes to what its Input feeds, an edge out of it leaves from what feeds its Output."""
+    nodes: dict[str, Any] = {}
+    edges = [tuple(edge) for edge in graph.edges]
+    for name, node in graph.nodes.items():
+        if type(node).__name__ != "NIRGraph":
+            nodes[name] = node
+            continue
+        inner = _inlined(node)
+        ends = {n for n, v in inner.nodes.items() if type(v).__name__ in ("Input", "Output")}
+        nodes.update({f"{name}.{n}": v for n, v in inner.nodes.items() if n not in ends})
+        entry = [f"{name}.{t}" for s, t in inner.edges if s in ends]
+        exits = [f"{name}.{s}" for s, t in inner.edges if t in ends]
+        edges = [(a, b) for s, t in edges for a in (exits if s == name else [s]) for b in (entry if t == name else [t])]
+        edges += [(f"{name}.{s}", f"{name}.{t}") for s, t in inner.edges if s not in ends and t not in ends]
+    return types.SimpleNamespace(nodes=nodes, edges=edges)
+
+
 def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
-    """The output of a feed-forward NIR graph with one input and one output, for x [batch, time, *features]
-    (NIR's layout, channels first), by Euler's rule at step dt; every node sums the edges into it.
+    """The output of a NIR graph with one input and one output, for x [batch, time, *features] (NIR's layout,
+    channels first), by Euler's rule at step dt; every node sums the edges into it, a subgraph is its nodes.
 
     LIF: v ← v + (dt/τ)·(v_leak − v + R·I); z = 1[v > v_threshold]; v ← v_reset where z. IF: v ← v + dt·R·I, the
-    same spike and reset. LI: v ← v + (dt/τ)·(v_leak − v + R·I), output v. Threshold: 1[I > θ].
+    same spike and reset. LI: v ← v + (dt/τ)·(v_leak − v + R·I), output v. I: v ← v + dt·R·I, output v.
+    Threshold: 1[I > θ].
     """
+    graph = _inlined(graph)
     names = list(graph.nodes)
     feeding = {name: [s for s, t in graph.edges if t == name] for name in names}
     order: list[str] = []
@@ -228,13 +250,13 @@ def simulate_nir(graph: Any, x: np.ndarray, dt: float) -> np.ndarray:
                 z = (v > node.v_threshold).astype(np.float64)
                 state[name], state[name + ".i"] = np.where(z > 0, node.v_reset, v), current
                 values[name] = z
-            elif kind in ("LIF", "IF", "LI"):
+            elif kind in ("LIF", "IF", "LI", "I"):
                 v = state.get(name, np.zeros_like(i))
-                if kind == "IF":
+                if kind in ("IF", "I"):
                     v = v + dt * node.r * i
                 else:
                     v = v + dt / node.tau * (node.v_leak - v + node.r * i)
-                if kind == "LI":
+                if kind in ("LI", "I"):
                     values[name] = v
                 else:
                     z = (v > node.v_threshold).astype(np.float64)

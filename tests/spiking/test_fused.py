@@ -170,8 +170,9 @@ def _pair(dtype: str, segment: int | None = None, jit_compile: bool = True) -> t
     return fused, unfused
 
 
-def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool) -> Any:
-    @tf.function(jit_compile=jit)
+def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool, eager: bool = False) -> Any:
+    """The outputs and the gradients of Σ g·out with respect to x and the weights, in a tf.function (or eagerly)."""
+
     def run() -> Any:
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -179,7 +180,7 @@ def _step(model: keras.Model, x: tf.Tensor, g: tf.Tensor, jit: bool) -> Any:
             loss = tf.reduce_sum(tf.cast(out, tf.float32) * g)
         return out, tape.gradient(loss, [x, *model.trainable_weights])
 
-    return run()
+    return run() if eager else tf.function(run, jit_compile=jit)()
 
 
 DTYPES = [("float16", False), ("bfloat16", False), ("float32", False), ("float64", False), ("float16", True)]
@@ -329,6 +330,7 @@ def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None
         (lambda: ste.spiking.SpikingDense(4, segment=0), ste.ParameterError),
         (lambda: ste.spiking.Fused([keras.layers.Dense(4)]), ste.ParameterError),
         (lambda: ste.spiking.SpikingDense(4)(tf.zeros((2, 3))), ste.CallError),
+        (lambda: ste.spiking.Fused([ste.spiking.SpikingDense(4)])(tf.zeros((2, 3))), ste.CallError),
         (lambda: ste.spiking.SpikingConv2D(2, 3, padding="full"), ste.ParameterError),
         (lambda: ste.spiking.SpikingConv2D(2, (3, 0)), ste.ParameterError),
         (lambda: ste.spiking.SpikingConv2D(2, 5)(tf.zeros((1, 2, 3, 3, 1))), ste.CallError),
@@ -347,6 +349,7 @@ def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None
         "segment-0",
         "fused-not-spiking-dense",
         "no-time-axis",
+        "fused-no-time-axis",
         "conv-padding",
         "conv-kernel-size",
         "conv-window-too-large",
@@ -357,6 +360,118 @@ def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None
 def test_errors(make: Any, error: type) -> None:
     with pytest.raises(error):
         make()
+
+
+# -- a Keras mask (keras.layers.Masking in front): a masked step is skipped --------------------------------------
+
+SKIPPED = {0: [2], 1: [4, 5, 6], 2: [0, 3]}  # the masked steps of each sample: in the middle, at the end, first
+
+
+def _masked_data(dtype: str) -> tuple[tf.Tensor, tf.Tensor]:
+    """0/1 inputs whose steps in ``SKIPPED`` are all 0 (what keras.layers.Masking masks) and no other step is, and
+    the output gradient g, nonzero at the masked steps too."""
+    rng = np.random.default_rng(21)
+    x = (rng.random((BATCH, STEPS, FEATURES)) < 0.5).astype(dtype)
+    x[..., 0] = np.where(x.sum(axis=-1) == 0, 1, x[..., 0])
+    for sample, steps in SKIPPED.items():
+        x[sample, steps] = 0
+    return tf.constant(x), tf.constant(rng.normal(size=(BATCH, STEPS, CLASSES)), tf.float32)
+
+
+def _behind_masking(layers: list[keras.layers.Layer], dtype: str) -> keras.Model:
+    inputs = keras.Input((STEPS, FEATURES), dtype=dtype)
+    x = keras.layers.Masking(0.0, dtype=dtype)(inputs)
+    for layer in layers:
+        x = layer(x)
+    return keras.Model(inputs, x)
+
+
+def _output_and_gradients(model: keras.Model, x: tf.Tensor, g: tf.Tensor, mode: str) -> tuple[Any, list[Any]]:
+    out, grads = _step(model, x, g, False, eager=mode == "eager")
+    return out.numpy(), [grad.numpy() for grad in grads]
+
+
+MASK_CASES = [(dtype, mode) for dtype in ("float32", "float64") for mode in ("eager", "graph", "xla")]
+
+
+@pytest.mark.parametrize(("dtype", "mode"), MASK_CASES, ids=[f"{d}-{m}" for d, m in MASK_CASES])
+def test_a_masked_step_is_skipped_as_by_the_unfused_layers(dtype: str, mode: str) -> None:
+    # The unfused layers behind the same Masking (Keras's RNN: a masked step keeps the states and outputs 0): the
+    # same outputs bit for bit, the same gradients to the order of the sums.
+    fused, unfused = _pair(dtype, jit_compile=mode == "xla")
+    x, g = _masked_data(dtype)
+    out, grads = _output_and_gradients(_behind_masking([fused.layers[-1]], dtype), x, g, mode)
+    want, wanted = _output_and_gradients(
+        _behind_masking(unfused.layers, dtype), x, g, "eager" if mode == "eager" else "graph"
+    )
+    for sample, steps in SKIPPED.items():
+        assert not np.any(want[sample, steps]) and np.any(want[sample]), "the unfused layers output 0 when masked"
+    np.testing.assert_array_equal(out, want)
+    assert not np.array_equal(out, fused(x).numpy()), "without the mask the outputs differ"
+    rtol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    for a, b in zip(grads, wanted):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * float(np.max(np.abs(b))))
+
+
+def test_a_masked_step_is_as_if_the_step_were_not_there() -> None:
+    # The reference needs no mask: each sample without its masked steps through the unfused layers (0 out at the
+    # masked steps); the weights' gradient is the sum over the samples, the input's is 0 at the masked steps.
+    fused, unfused = _pair("float64")
+    x, g = _masked_data("float64")
+    out, grads = _output_and_gradients(_behind_masking([fused.layers[-1]], "float64"), x, g, "graph")
+    want = np.zeros_like(out)
+    wanted = [np.zeros_like(grads[0]), *(np.zeros(w.shape) for w in unfused.trainable_weights)]
+    for sample in range(BATCH):
+        kept = [t for t in range(STEPS) if t not in SKIPPED[sample]]
+        xs = tf.constant(x.numpy()[sample : sample + 1, kept])
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            ys = unfused(xs)
+            loss = tf.reduce_sum(ys * tf.cast(tf.gather(g[sample : sample + 1], kept, axis=1), tf.float64))
+        d_x, *d_weights = tape.gradient(loss, [xs, *unfused.trainable_weights])
+        want[sample, kept] = ys.numpy()[0]
+        wanted[0][sample, kept] = d_x.numpy()[0]
+        for total, d in zip(wanted[1:], d_weights):
+            total += d.numpy()
+    np.testing.assert_array_equal(out, want)
+    assert 0 < want.mean() < 1
+    for a, b in zip(grads, wanted):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(b))))
+
+
+def test_a_spiking_dense_alone_honours_the_mask() -> None:
+    layer = ste.spiking.SpikingDense(CLASSES, ste.spiking.LIFCell(beta=1.0), dtype="float64")
+    reference = [keras.layers.Dense(CLASSES, dtype="float64"), ste.spiking.LIF(beta=1.0, dtype="float64")]
+    x, g = _masked_data("float64")
+    fused, unfused = _behind_masking([layer], "float64"), _behind_masking(reference, "float64")
+    rng = np.random.default_rng(22)
+    for a, b in zip(fused.weights, unfused.weights):
+        b.assign(rng.integers(-4, 7, size=b.shape) / 8)
+        a.assign(b)
+    (out, grads), (want, wanted) = (_output_and_gradients(m, x, g, "graph") for m in (fused, unfused))
+    np.testing.assert_array_equal(out, want)
+    assert not np.any(want[1, 4:]) and 0 < want.mean() < 1
+    for a, b in zip(grads, wanted):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(b))))
+
+
+def test_a_mask_per_pixel_is_refused_with_the_fix() -> None:
+    # keras.layers.Masking in front of feature maps gives a [batch, time, height, width] mask: no step to skip
+    conv = ste.spiking.Fused([ste.spiking.SpikingConv2D(2, 3)], name="stack")
+    x = np.ones((2, 3, 5, 5, 1), "float32")
+    for layer, name in ((conv, "Fused 'stack'"), (ste.spiking.LIF(name="lif"), "LIF 'lif'")):
+        with pytest.raises(ste.CallError) as caught:
+            layer(x, mask=np.ones((2, 3, 5, 5), bool))
+        message = str(caught.value)
+        assert all(part in message for part in (name, "[batch, time]", "(2, 3, 5, 5)", "Fix: mask whole time steps"))
+
+
+def test_a_stack_without_a_time_axis_is_refused_with_the_fix() -> None:
+    # [batch, features] would otherwise run as `features` steps of one feature each
+    with pytest.raises(ste.CallError) as caught:
+        ste.spiking.Fused([ste.spiking.SpikingDense(4)], name="stack")(tf.zeros((2, 3)))
+    message = str(caught.value)
+    assert all(part in message for part in ("Fused 'stack'", "[batch, time, ...]", "(2, 3)", "Fix: add a time axis"))
 
 
 FRAME = (6, 6, 2)

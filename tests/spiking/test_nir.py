@@ -426,3 +426,155 @@ def test_new_neurons_round_trip_bit_for_bit() -> None:
         np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
         kinds = [type(layer) for layer in model.layers]
         assert [type(layer) for layer in back.layers[1:]] == [*kinds[:-1], ste.spiking.LI]
+
+
+# -- a decay of exactly 1 (τ = ∞): NIR's integrators I and IF --------------------------------------------------------
+
+
+def _decay_one_model() -> keras.Model:
+    """Every neuron with a decay of 1 that NIR can hold, in float64 (the numpy reference's precision)."""
+    return keras.Sequential(
+        [
+            keras.Input((None, 5)),
+            keras.layers.Dense(6),
+            ste.spiking.Synaptic(alpha=1.0, beta=0.8, threshold=1.5, reset="zero", surrogate="fast_sigmoid"),
+            keras.layers.Dense(6),
+            ste.spiking.Synaptic(alpha=0.6, beta=1.0, threshold=1.2, reset="zero"),
+            keras.layers.Dense(6),
+            ste.spiking.Synaptic(alpha=1.0, beta=1.0, threshold=2.0, reset="zero"),
+            keras.layers.Dense(6),
+            ste.spiking.RLIF(beta=1.0, threshold=0.8, reset="zero"),
+            keras.layers.Dense(4),
+            ste.spiking.LI(beta=1.0),
+        ]
+    )
+
+
+@pytest.mark.parametrize("dt", [1.0, 1e-4])
+def test_a_decay_of_one_is_nir_integrator_and_comes_back(float64: None, dt: float, tmp_path: Path) -> None:
+    # NIR's LI, LIF and CubaLIF with τ = ∞ take no input (dt/τ = 0): β = 1 is NIR's I (dv/dt = R·I) and IF, and a
+    # synaptic neuron with α or β = 1 its two stages, the current (LI or I) feeding the membrane (LIF or IF).
+    model = _decay_one_model()
+    rng = np.random.default_rng(31)
+    for weight in model.weights:
+        weight.assign(rng.normal(0.2, 0.6, size=weight.shape))
+    x = rng.normal(0.3, 1.0, (3, 20, 5))
+    graph = ste.spiking.to_nir(model, dt=dt)
+    kinds = {name: type(node).__name__ for name, node in graph.nodes.items()}
+    stages = [{k: type(v).__name__ for k, v in graph.nodes[layer.name].nodes.items()} for layer in model.layers[1:6:2]]
+    assert [(s["synapse"], s["neuron"]) for s in stages] == [("I", "LIF"), ("LI", "IF"), ("I", "IF")]
+    assert kinds[model.layers[-1].name] == "I"
+    assert type(graph.nodes[model.layers[7].name].nodes["neuron"]).__name__ == "IF"
+    want = model(x).numpy()
+    np.testing.assert_allclose(reference.simulate_nir(graph, x, dt), want, rtol=1e-9, atol=1e-9)
+    truncated = keras.Model(model.inputs[0], model.layers[7].output)  # up to the RLIF: spikes, which agree exactly
+    spikes = truncated(x).numpy()
+    assert 0 < spikes.mean() < 1
+    np.testing.assert_array_equal(reference.simulate_nir(ste.spiking.to_nir(truncated, dt=dt), x, dt), spikes)
+    back = ste.spiking.from_nir(graph, dt=dt)
+    assert [type(layer) for layer in back.layers[1:]] == [type(layer) for layer in model.layers]
+    for got, layer in zip(back.layers[1:], model.layers):
+        for name in ("alpha", "beta", "threshold"):
+            if hasattr(getattr(layer, "cell", None), name):
+                assert getattr(got.cell, name) == getattr(layer.cell, name)
+    assert repr(back.layers[2].surrogate) == repr(model.layers[1].surrogate)
+    np.testing.assert_array_equal(back(x).numpy(), want)
+    nir.write(tmp_path / "integrators.nir", graph)  # the subgraphs and their metadata through a file
+    np.testing.assert_array_equal(ste.spiking.from_nir(tmp_path / "integrators.nir", dt=dt)(x).numpy(), want)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [ste.spiking.LIF(beta=1.0, reset="none", emit="membrane"), ste.spiking.IF(reset="none", emit="membrane")],
+    ids=["LIF", "IF"],
+)
+def test_a_membrane_readout_without_leak_is_nir_integrator(layer: keras.layers.Layer) -> None:
+    model = keras.Sequential([keras.Input((None, 4)), keras.layers.Dense(3), layer])
+    x = RNG.normal(0.3, 1.0, (2, 12, 4)).astype("float32")
+    graph = ste.spiking.to_nir(model)
+    assert type(graph.nodes[layer.name]).__name__ == "I"
+    back = ste.spiking.from_nir(graph)
+    assert isinstance(back.layers[-1], ste.spiking.LI) and back.layers[-1].cell.beta == 1.0
+    np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
+
+
+def test_nir_integrators_from_other_tools(float64: None) -> None:
+    # I with a gain R·dt ≠ 1; the two stages of a synaptic neuron as written by hand, with gains ≠ 1
+    integrator = nir.I(r=np.full(4, 0.7))
+    x = RNG.normal(0.2, 1.0, (2, 15, 4))
+    model = ste.spiking.from_nir(_one_neuron(integrator))
+    assert isinstance(model.layers[-1], ste.spiking.LI) and model.layers[-1].cell.beta == 1.0
+    np.testing.assert_allclose(model(x).numpy(), reference.simulate_nir(_one_neuron(integrator), x, 1.0), rtol=1e-12)
+    stages = nir.NIRGraph(
+        nodes={
+            "input": nir.Input(input_type={"input": np.array([4])}),
+            "current": nir.LI(tau=np.full(4, 4.0), r=np.full(4, 2.0), v_leak=np.zeros(4)),
+            "membrane": nir.IF(r=np.full(4, 1.5), v_threshold=np.full(4, 0.9)),
+            "output": nir.Output(output_type={"output": np.array([4])}),
+        },
+        edges=[("input", "current"), ("current", "membrane"), ("membrane", "output")],
+        type_check=False,
+    )
+    graph = _one_neuron(stages)
+    model = ste.spiking.from_nir(graph)
+    assert isinstance(model.layers[-1], ste.spiking.Synaptic)
+    assert (model.layers[-1].cell.alpha, model.layers[-1].cell.beta) == (0.75, 1.0)
+    expected = reference.simulate_nir(graph, x, 1.0)
+    assert 0 < expected.mean() < 1
+    np.testing.assert_array_equal(model(x).numpy(), expected)
+
+
+def test_a_recurrent_synaptic_neuron_with_a_decay_of_one_is_refused() -> None:
+    model = keras.Sequential(
+        [keras.Input((None, 4)), ste.spiking.RSynaptic(alpha=1.0, beta=0.9, reset="zero", name="rec")]
+    )
+    with pytest.raises(ste.ConversionError) as caught:
+        ste.spiking.to_nir(model)
+    message = str(caught.value)
+    for word in ("'rec'", "alpha=1.0", "τ = ∞", "Fix: alpha and beta below 1"):
+        assert word in message
+
+
+# -- what from_nir reads: integer parameters, edges -------------------------------------------------------------------
+
+
+def test_integer_parameters_are_numbers(float64: None) -> None:
+    # ints as a file written by hand (or by a tool that keeps integral values as integers) holds them
+    graph = _dense_graph(1.0)
+    graph.nodes["lif"] = nir.LIF(
+        tau=np.full(8, 5), r=np.full(8, 3), v_leak=np.zeros(8, int), v_threshold=np.ones(8, np.int32)
+    )
+    graph.nodes["if"] = nir.IF(r=np.full(8, 2, np.int64), v_threshold=np.full(8, 3))
+    graph.nodes["li"] = nir.LI(tau=np.full(4, 4, np.int16), r=np.arange(1, 5), v_leak=np.zeros(4, int))
+    x = RNG.normal(0.3, 1.0, (3, 30, 6))
+    got = ste.spiking.from_nir(graph)(x).numpy()
+    np.testing.assert_allclose(got, reference.simulate_nir(graph, x, 1.0), rtol=1e-9, atol=1e-9)
+    spikes = ste.spiking.from_nir(_truncated(graph, "if"))(x).numpy()
+    assert 0 < spikes.mean() < 1
+    np.testing.assert_array_equal(spikes, reference.simulate_nir(_truncated(graph, "if"), x, 1.0))
+
+
+def test_a_parameter_that_is_not_a_number_is_refused() -> None:
+    node = _lif(tau=np.array(["10", "10", "10", "10"]))
+    with pytest.raises(ste.ConversionError) as caught:
+        ste.spiking.from_nir(_one_neuron(node))
+    for word in ("'neuron'", "(LIF)", "tau", "<U2", "Fix: write tau as an array of numbers"):
+        assert word in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("edges", "words"),
+    [
+        ([("input", "neuron"), ("neuron", "outptu")], ["('neuron', 'outptu')", "no node 'outptu'"]),
+        ([("inptu", "neuron"), ("neuron", "output")], ["('inptu', 'neuron')", "no node 'inptu'"]),
+        ([("input", "neuron", "output")], ["('input', 'neuron', 'output')", "not a pair"]),
+    ],
+    ids=["target", "source", "three-ends"],
+)
+def test_an_edge_that_names_no_node_is_refused(edges: list[tuple[str, ...]], words: list[str]) -> None:
+    graph = _one_neuron(_lif())
+    graph.edges = edges
+    with pytest.raises(ste.ConversionError) as caught:
+        ste.spiking.from_nir(graph)
+    for word in [*words, "['input', 'neuron', 'output']", "Fix: make every edge a pair of node names"]:
+        assert word in str(caught.value)

@@ -1,6 +1,7 @@
-"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_distribute.py) and the saved training
-state a resumed run needs (FlipRatio's state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in
-tests/reliability/test_processes.py; here: what holds in one process."""
+"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_distribute.py), fresh collective keys
+for every MirroredStrategy (ste/_collective_keys.py), and the saved training state a resumed run needs (FlipRatio's
+state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in tests/reliability/test_processes.py;
+here: what holds in one process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import tensorflow as tf
 
 import ste
 from ste import _distribute
+
+from . import _models
 
 
 def test_the_fixes_are_installed_on_this_keras() -> None:
@@ -116,3 +119,149 @@ def test_backup_and_restore_in_one_process_is_keras_s(tmp_path: Path) -> None:
     np.testing.assert_allclose(resumed.layers[0].kernel.numpy(), straight.layers[0].kernel.numpy(), rtol=1e-6)
     np.testing.assert_allclose(history.history["flip_ratio/q"], expected.history["flip_ratio/q"][2:], rtol=1e-6)
     assert not (tmp_path / "backup").exists()
+
+
+# -- a damaged backup: ste.BackupError naming the file and what to delete, before any weight changes ----------------
+
+
+def _small(units: int = 2, seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3), keras.layers.Dense(units)])
+    model.compile(keras.optimizers.Adam(0.05), "mse")
+    return model
+
+
+_X = np.random.default_rng(1).normal(size=(16, 6)).astype(np.float32)
+_Y = np.random.default_rng(2).normal(size=(16, 2)).astype(np.float32)
+
+
+class _StopAfter(keras.callbacks.Callback):  # type: ignore[misc]
+    def __init__(self, epochs: int) -> None:
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch: int, logs: object = None) -> None:
+        if epoch + 1 == self.epochs:
+            self.model.stop_training = True
+
+
+def _backup(tmp_path: Path, epochs: int = 2, double_checkpoint: bool = False) -> Path:
+    """The backup of a run stopped after ``epochs`` epochs (kept: delete_checkpoint=False)."""
+    backup = tmp_path / "backup"
+    callback = ste.callbacks.BackupAndRestore(str(backup), double_checkpoint=double_checkpoint, delete_checkpoint=False)
+    _small().fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[callback, _StopAfter(epochs)])
+    return backup
+
+
+def _damage_weights(path: Path) -> None:
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + b"not an HDF5 file" * 8)
+
+
+DAMAGES = {
+    "garbage-weights": ("latest.weights.h5", _damage_weights),
+    "truncated-weights": ("latest.weights.h5", lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])),
+    "broken-json": ("training_metadata.json", lambda p: p.write_text('{"epoch": 2, "batch"')),
+    "string-epoch": ("training_metadata.json", lambda p: p.write_text('{"epoch": "2", "batch": 0}')),
+    "negative-epoch": ("training_metadata.json", lambda p: p.write_text('{"epoch": -1, "batch": 0}')),
+    "no-epoch": ("training_metadata.json", lambda p: p.write_text('{"batch": 0}')),
+    "not-an-object": ("training_metadata.json", lambda p: p.write_text("[2, 0]")),
+    "weights-missing": ("training_metadata.json", lambda p: (p.parent / "latest.weights.h5").unlink()),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_backup_is_refused_before_any_weight_changes(tmp_path: Path, damage: str) -> None:
+    backup = _backup(tmp_path)
+    name, make = DAMAGES[damage]
+    make(backup / name)
+    files = {p.name: p.read_bytes() for p in backup.iterdir()}
+    model = _small(seed=3)
+    before = [w.numpy() for w in model.weights]
+    with pytest.raises(ste.BackupError) as caught:
+        model.fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[ste.callbacks.BackupAndRestore(str(backup))])
+    assert isinstance(caught.value, ValueError)
+    message = str(caught.value)
+    for part in (repr(str(backup / name)), f"Fix: delete {str(backup)!r} to start training afresh"):
+        assert part in message
+    for got, want in zip(model.weights, before, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert int(model.optimizer.iterations.numpy()) == 0
+    assert {p.name: p.read_bytes() for p in backup.iterdir()} == files  # the backup is left as it was
+
+
+def test_a_backup_of_another_model_is_refused_and_every_weight_put_back(tmp_path: Path) -> None:
+    # the first layer fits and is loaded; the second does not, and Keras raises only after loading the first
+    backup = _backup(tmp_path)
+    model = _small(units=5, seed=3)
+    before = [w.numpy() for w in model.weights]
+    callback = ste.callbacks.BackupAndRestore(str(backup))
+    with pytest.raises(ste.BackupError) as caught:
+        model.fit(_X, np.zeros((16, 5), np.float32), batch_size=8, epochs=5, verbose=0, callbacks=[callback])
+    assert "another model wrote it" in str(caught.value) and repr(str(backup / "latest.weights.h5")) in str(
+        caught.value
+    )
+    for got, want in zip(model.weights, before, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+    loaded = _small(units=5, seed=3)  # Keras's own load changes the first layer before it fails
+    with pytest.raises(ValueError):
+        loaded.load_weights(backup / "latest.weights.h5")
+    assert not np.array_equal(loaded.weights[0].numpy(), before[0])
+
+
+def test_an_unreadable_backup_falls_back_to_the_previous_one_as_keras_does(tmp_path: Path) -> None:
+    backup = _backup(tmp_path, epochs=3, double_checkpoint=True)
+    _damage_weights(backup / "latest.weights.h5")
+    keras_copy = tmp_path / "keras_copy"
+    keras_copy.mkdir()
+    for path in backup.iterdir():
+        (keras_copy / path.name).write_bytes(path.read_bytes())
+    runs = {}
+    for callback in (
+        ste.callbacks.BackupAndRestore(str(backup), double_checkpoint=True),
+        keras.callbacks.BackupAndRestore(str(keras_copy), double_checkpoint=True),
+    ):
+        model = _small(seed=3)
+        history = model.fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[callback])
+        runs[type(callback).__module__] = (len(history.history["loss"]), [w.numpy() for w in model.weights])
+    (ste_epochs, ste_weights), (keras_epochs, keras_weights) = runs.values()
+    assert ste_epochs == keras_epochs == 3  # resumed at the previous backup's epoch 2
+    for a, b in zip(ste_weights, keras_weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    backup = _backup(tmp_path / "again", epochs=3, double_checkpoint=True)
+    _damage_weights(backup / "latest.weights.h5")
+    _damage_weights(backup / "latest.weights.h5.bkp")
+    callback = ste.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
+    with pytest.raises(ste.BackupError, match="latest.weights.h5"):
+        _small().fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[callback])
+
+
+def _qat_digits_model() -> keras.Model:
+    keras.utils.set_random_seed(5)
+    i = keras.Input((64,))
+    model = keras.Model(i, keras.layers.Dense(10)(keras.layers.Dense(16, activation="relu")(i)))
+    q = ste.quantize_model(model, strict=True)
+    q.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return q
+
+
+def test_a_second_mirrored_strategy_with_collective_ops_fits_after_a_first() -> None:
+    """Two MirroredStrategy objects with TensorFlow's default collective ops in one process: a flip-ratio model
+    fits under the first, then a QAT model (whose activation ranges are gathered across replicas) under the second.
+    Each strategy numbered its collectives from the same keys, and the second one's first collective failed against
+    the first one's record; with its own keys it runs, and one step on two replicas equals one step on one device."""
+    from ste import _collective_keys
+
+    assert _collective_keys.installed() and _collective_keys.install()  # idempotent
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    x, _, y, _ = _models.digits()
+    with tf.distribute.MirroredStrategy(devices).scope():  # no cross_device_ops: collective all-reduce
+        first = _models.binarized_mlp(hidden=16, metrics=["flip_ratio"])
+        first.compile("adam", "sparse_categorical_crossentropy")
+    first.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
+    single = _qat_digits_model()
+    single.fit(x[:32], y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    with tf.distribute.MirroredStrategy(devices).scope():
+        second = _qat_digits_model()
+    second.fit(x[:32], y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(single.weights, second.weights):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
