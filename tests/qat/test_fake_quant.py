@@ -413,3 +413,41 @@ def test_a_tied_zero_point_is_tensorflows_in_a_graph_in_every_dtype(dtype):
 
     got = gradient(tf.cast(x, dtype), tf.constant(-6.0), tf.constant(6.0))
     np.testing.assert_array_equal(np.asarray(tf.cast(got, tf.float32)), [1.0, 0.0])
+
+
+def largest_elements_clamped_by_a_wide_symmetric_nudge(count=3):
+    """Values m for which TFMOT's wide symmetric range of a tensor with max m (and min above −m·256/254),
+    [m/(−254/256), m] in float32, nudges (8 bits) to an upper bound below m."""
+    found, ratio = [], np.float32(-254 / 256)
+    for m in np.linspace(0.01, 4.0, 200_001, dtype=np.float32):
+        _, n_max, _ = tensorflow_nudge(m / ratio, m, 8, False, np.float32)
+        if n_max < m:
+            found.append(float(m))
+            if len(found) == count:
+                return found
+    raise AssertionError("no such value")
+
+
+@pytest.mark.parametrize("per_axis", [False, True], ids=["per-tensor", "per-axis"])
+@pytest.mark.parametrize("narrow_range", [True, False], ids=["narrow", "wide"])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=["float32", "float64"])
+def test_tfmots_symmetric_last_value_quantizer_gives_every_element_its_gradient(dtype, narrow_range, per_axis):
+    """TFMOT's symmetric widening of a tensor's own range holds every element (its zero point is 2^(b−1), the
+    nudged bounds are the range's own): the gradient is dy, the largest elements' included, where rounding puts a
+    nudged bound inside them in float32."""
+    extremes = (
+        largest_weights_clamped_by_their_own_nudge(np.float32)
+        if narrow_range
+        else largest_elements_clamped_by_a_wide_symmetric_nudge()
+    )
+    rng = np.random.default_rng(5)
+    w = rng.uniform(-0.9, 0.9, size=(6, 3)) * min(extremes)
+    for column, m in enumerate(extremes):
+        w[column, column] = m  # each column's (and the tensor's) largest element is positive
+    dy = tf.constant(rng.uniform(0.5, 1.5, w.shape), dtype)
+    quantizer = ste.qat.LastValueQuantizer(8, per_axis=per_axis, symmetric=True, narrow_range=narrow_range)
+    x = tf.constant(w, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = quantizer(x)
+    np.testing.assert_array_equal(tape.gradient(y, x, output_gradients=dy).numpy(), dy.numpy())
