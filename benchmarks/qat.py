@@ -19,6 +19,10 @@ same for the float network (a copy, fitted one untimed epoch before the QAT mode
 epochs after it: what each Keras costs without quantization), the QAT model's test accuracy, the int8 TFLite
 model's test accuracy (``tf.lite.Interpreter`` on both sides) and file size.
 
+With ``baseline`` (the path of another ste source tree, e.g. ``git worktree add ../ste-main main``; a relative path
+is read from the repository root), a third side, ``baseline``, runs the same steps with that tree's ste in this
+venv: the ratio of this tree's QAT step to it measures a change, side by side, in alternating epochs.
+
 As a script, in either venv (this module imports only the standard library at the top)::
 
     python benchmarks/qat.py '{"side": "tfmot", "data": "/tmp/digits.npz", "qat_epochs": 10, "batch": 32, "seed": 0}'
@@ -145,7 +149,7 @@ def _side(config: dict[str, Any]) -> dict[str, Any]:
     import tensorflow as tf
 
     example = _example()
-    if config["side"] == "ste":
+    if config["side"] in ("ste", "baseline"):
         import keras
 
         import ste
@@ -182,7 +186,7 @@ def _side(config: dict[str, Any]) -> dict[str, Any]:
     float_steps = _timed_fit(keras, twin, x_train, y_train, FLOAT_EPOCHS, batch, config.get("lockstep", False))
     _barrier(config.get("lockstep", False))  # the evaluation and conversion below must not overlap a timed epoch
     qat_accuracy = float(qat.evaluate(x_test, y_test, verbose=0)[1])
-    if config["side"] == "ste":
+    if config["side"] in ("ste", "baseline"):
         flatbuffer = ste.to_tflite(qat)
     else:
         converter = tf.lite.TFLiteConverter.from_keras_model(qat)
@@ -225,10 +229,12 @@ def _float_stage(example: Any, epochs: int, train_samples: int | None, path: str
     }
 
 
-def _command(side: str, venv: str | None, config: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+def _command(
+    side: str, venv: str | None, config: dict[str, Any], baseline: str | None = None
+) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    if side == "ste":
-        python, env["PYTHONPATH"] = sys.executable, str(ROOT)
+    if side in ("ste", "baseline"):
+        python, env["PYTHONPATH"] = sys.executable, str(ROOT if side == "ste" else baseline)
     else:
         python, env["PYTHONPATH"], env["TF_USE_LEGACY_KERAS"] = str(Path(str(venv)) / "bin" / "python"), "", "1"
     return [python, str(Path(__file__)), json.dumps({**config, "side": side})], env
@@ -308,11 +314,14 @@ def run(
     train_samples: int | None = None,
     tfmot_venv: str | None = None,
     timeout: float = 1800,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     from ._timing import load_average
 
     example = _example()
     sides = ["ste", "tfmot"] if tfmot_venv else ["ste"]
+    if baseline:
+        sides.append("baseline")
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as directory:
         data = os.path.join(directory, "digits.npz")
@@ -322,7 +331,9 @@ def run(
             order = sides if repeat % 2 == 0 else sides[::-1]  # who starts each round of epochs
             load = load_average()
             entries = _lockstep(
-                {side: _command(side, tfmot_venv, config) for side in order}, qat_epochs + FLOAT_EPOCHS, timeout
+                {side: _command(side, tfmot_venv, config, baseline) for side in order},
+                qat_epochs + FLOAT_EPOCHS,
+                timeout,
             )
             for side, entry in entries.items():
                 if entry["architecture"] != float_figures["architecture"]:
@@ -337,6 +348,16 @@ def run(
         "runs": runs,
         "summary": {side: _summary(entries) for side, entries in runs.items()},
     }
+    if baseline:
+        ratios = [a["qat_step"]["median_s"] / b["qat_step"]["median_s"] for a, b in zip(runs["ste"], runs["baseline"])]
+        floats = [
+            a["float_step"]["median_s"] / b["float_step"]["median_s"] for a, b in zip(runs["ste"], runs["baseline"])
+        ]
+        result["baseline_ratios"] = {
+            "qat_step": statistics.median(ratios),
+            "qat_step_range": [min(ratios), max(ratios)],
+            "float_step": statistics.median(floats),
+        }
     if not tfmot_venv:
         result["tfmot_skipped"] = "TFMOT not run: pass --tfmot-venv PATH (a venv with tf-keras and TFMOT 0.8)"
         return result

@@ -2,10 +2,11 @@
 
 TensorFlow's ``tf.custom_gradient`` checks none of this, and a broadcast-compatible wrong shape gives silently
 wrong gradients. Shapes known while tracing are compared right away and raise :class:`ste.GradientShapeError`.
-Where a dimension is unknown while tracing, two run-time checks are attached to the gradient:
-``tf.debugging.assert_equal`` on the shapes (graph mode; XLA drops asserts) and a ``tf.stack`` of zero-element
-views of the gradient and the input, whose kernel requires equal shapes (XLA checks it when compiling, for the
-concrete shapes, at no run-time cost).
+Where a dimension is unknown while tracing, the gradient that the rest of the backward pass reads depends on a
+run-time check: an assertion with ste's message in a graph (TensorFlow raises it as ``InvalidArgumentError``,
+before any op uses the gradient), and under XLA, which drops assertions, a ``tf.stack`` of zero-element views of
+the gradient and the input, whose kernel requires equal shapes (XLA checks it when compiling for the concrete
+shapes: a compile error at the node ``ste_gradient_shape_check``, at no run-time cost).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from ._errors import GradientCountError, GradientDtypeError, GradientShapeError, RuleError
+from ._xla import compiling_with_xla
 
 __all__ = ["InputSpec", "check_gradients"]
 
@@ -43,19 +45,35 @@ def _broadcastable(a: tf.TensorShape, b: tf.TensorShape) -> bool:
 
 
 def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor, message: str) -> tf.Tensor:
-    assert_op = tf.debugging.assert_equal(tf.shape(grad), x_dynamic, message=message)
-    # Zero-element views keep every dimension: Pack fails unless the two shapes are equal (XLA: at compile time).
-    grad_view = tf.expand_dims(grad, 0)[:0]
-    input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
-    with tf.control_dependencies([assert_op]):  # the assert, with its message, runs first (graph mode)
+    """``grad`` as a tensor of its input's static shape that exists only once its run-time shape has been checked.
+
+    In a graph: an ``Assert`` with ste's message, and the gradient reshaped to the input's shape under a control
+    dependency on it, so that no consumer of the gradient can run (and fail with its own error) first. Under XLA,
+    which drops assertions: a ``Pack`` of zero-element views of the gradient and of the input's shape (its kernel
+    requires equal shapes, which XLA checks when compiling for the concrete shapes), on which the reshape's target
+    data-depends. The ``Pack`` stays out of graphs that are not compiled: grappler's shape inference takes its two
+    inputs' shapes to be equal, then removes the reshape as a no-op, with its control dependency on the check.
+    """
+    if compiling_with_xla():
+        grad_view = tf.expand_dims(grad, 0)[:0]
+        input_view = tf.zeros(tf.concat([[0], x_dynamic], axis=0), dtype=grad.dtype)
         pack = tf.stack([grad_view, input_view], name="ste_gradient_shape_check")
-    with tf.control_dependencies([assert_op]):
-        # A data dependency on the Pack (a free reshape; adding zero times its shape): a control dependency alone is
-        # dropped when XLA folds a constant gradient. The target is the input's shape, so that the gradient's static
-        # shape is the input's: graph shape inference cannot unify the input's unknown dimensions with the wrong
-        # gradient's across the training step before the check has run.
+        # A data dependency (a free reshape; adding zero times the Pack's shape): XLA drops control dependencies.
         target = x_dynamic + 0 * tf.shape(pack, out_type=x_dynamic.dtype)[2:]
         checked = tf.reshape(grad, target)
+    else:
+        shape = tf.shape(grad, out_type=x_dynamic.dtype)
+        rank, expected_rank = tf.size(shape), tf.size(x_dynamic)
+        common = tf.minimum(rank, expected_rank)
+        same = tf.logical_and(
+            tf.equal(rank, expected_rank), tf.reduce_all(tf.equal(shape[:common], x_dynamic[:common]))
+        )
+        check = tf.debugging.Assert(same, [message, "gradient shape:", shape, "input shape:", x_dynamic])
+        with tf.control_dependencies([check]):
+            # The target is the input's shape, so that the gradient's static shape is the input's: graph shape
+            # inference cannot unify the input's unknown dimensions with the wrong gradient's across the training
+            # step before the check has run.
+            checked = tf.reshape(grad, x_dynamic)
     checked.set_shape(spec.shape)
     return checked
 
@@ -136,6 +154,12 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str, shape_hint
             checked.append(grad)
             continue
         x_dynamic = spec.dynamic_shape if spec.dynamic_shape is not None else tf.constant(xshape.as_list(), tf.int32)
-        message = f"ste: {where} does not have the shape of its input (checked at run time). {shape_hint}".rstrip()
+        message = (
+            f"{where} does not have the shape of its input (checked at run time: a dimension was unknown while "
+            f"tracing). "
+            + (shape_hint or "Fix: return a gradient of the shape of the input, e.g. tf.broadcast_to(g, tf.shape(x)).")
+        )
+        # TensorFlow prints the message C-escaped: no quotes, which would come out as \'
+        message = message.replace("'", "").replace('"', "")
         checked.append(_runtime_shape_check(grad, spec, x_dynamic, message))
     return checked

@@ -23,7 +23,7 @@ from ._api import (
     to_tflite,
 )
 from ._config import QuantizeConfig
-from ._fake_quant import fake_quant, fake_quant_op, nudged_range
+from ._fake_quant import fake_quant, fake_quant_op, nudged_range, symmetric_fake_quant, weight_fake_quant_op
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme, NBitScheme
 from ._io_range import fix_input_output_range, remove_input_range
@@ -70,5 +70,7 @@ __all__ = [
     "quantize_scope",
     "remove_input_range",
     "schemes",
+    "symmetric_fake_quant",
     "to_tflite",
+    "weight_fake_quant_op",
 ]

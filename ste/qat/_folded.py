@@ -7,7 +7,8 @@ z = conv(x, q(W·s))/s + b, then batch normalization of z with the batch's stati
 ones, with Keras's momentum and biased variance); computed without the division, as the equal batch norm of
 conv(x, q(W·s)) itself (see ``_train``). Inference: conv(x, q(W·s)) + β + s·(b − moving mean), the folded
 convolution the TFLite converter turns into one int8 kernel. Without quantization both equal the convolution
-followed by the batch norm. A channel with s = 0 (γ = 0) has a zero folded kernel and outputs β.
+followed by the batch norm, and so do their gradients. A channel with s = 0 (γ = 0) has a zero folded kernel and
+outputs β; its γ still gets the batch norm's gradient (see ``_train``).
 """
 
 from __future__ import annotations
@@ -139,11 +140,16 @@ class _BatchNormFolding:
         """The folded kernel W·s after the kernel quantizer."""
         return self._folded_kernel(self._fold_scale())
 
+    def _channels_of_kernel(self, channels: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+        """A per-output-channel tensor shaped to broadcast against the kernel (a depthwise kernel's channel is
+        in·multiplier)."""
+        if isinstance(self, keras.layers.DepthwiseConv2D):  # kernel (h, w, in, multiplier): channel in·multiplier
+            return tf.reshape(channels, kernel.shape[-2:])
+        return channels
+
     def _folded_kernel(self, scale: tf.Tensor) -> tf.Tensor:
         kernel = tf.cast(self.kernel.value, self.compute_dtype)
-        if isinstance(self, keras.layers.DepthwiseConv2D):  # kernel (h, w, in, multiplier): channel in·multiplier
-            scale = tf.reshape(scale, kernel.shape[-2:])
-        folded = kernel * scale
+        folded = kernel * self._channels_of_kernel(scale, kernel)
         quantizer = getattr(self, self.slots[0].quantizer)  # type: ignore[attr-defined]
         return folded if quantizer is None else quantizer(folded)
 
@@ -154,14 +160,20 @@ class _BatchNormFolding:
         norm of z is (raw − mean(raw))·|γ|/√(var(raw) + s²ε) + β: the sign of s is that of γ, and b cancels. That is
         the batch norm of ``raw`` itself, with scale |γ| and a per-channel ε' = s²ε (:func:`_batch_norm`): no
         division of the activation by s, whose four activation-size divisions (one forward, three backward) per
-        layer were the largest extra cost of the QAT step against TFMOT's (docs/performance.md). A channel with
-        s = 0 has raw = 0 (its folded kernel is 0) and takes ε' = ε: its output is β, as the batch norm of z = b.
-        The moving statistics are z's, with Keras's momentum and biased variance."""
+        layer were the largest extra cost of the QAT step against TFMOT's (docs/performance.md). The moving
+        statistics are z's, with Keras's momentum and biased variance.
+
+        A channel with s = 0 (γ = 0) has a zero folded kernel, so conv(x, q(W·s)) would hold nothing of z there,
+        whose normalized value x̂ is γ's gradient (Σ dy·x̂) and whose statistics the moving ones follow. In training
+        that channel convolves with the float kernel instead (``call``; the quantizer's straight-through stand-in,
+        and the limit of raw/s as γ → 0 without one): raw is z − b there, and the channel is the unfolded batch
+        norm with γ itself and ε, whose output is β and whose derivatives of every order are the batch norm's."""
         wide = tf.float64 if raw.dtype == tf.float64 else tf.float32
         s = tf.cast(scale, wide)
         zero = tf.equal(s, 0)
         epsilon = tf.where(zero, tf.ones_like(s), tf.square(s)) * self.batch_norm["epsilon"]
-        gamma = tf.abs(tf.cast(self.gamma.value, wide))
+        signed = tf.cast(self.gamma.value, wide)
+        gamma = tf.where(zero, signed, tf.abs(signed))
         beta = tf.cast(tf.convert_to_tensor(self.beta.value), wide)  # a tensor: the op takes no variables
         if self.use_bias:  # b cancels in the batch norm; 0·b keeps its gradient a zero tensor, as Keras's has
             beta = beta + 0.0 * tf.cast(self.bias.value, wide)
@@ -177,6 +189,9 @@ class _BatchNormFolding:
     def call(self, inputs: Any, training: Any = None) -> Any:
         scale = self._fold_scale()
         kernel = self._folded_kernel(scale)
+        if training:  # a channel with s = 0 convolves with its float kernel (see _train): one kernel-size select
+            dead = self._channels_of_kernel(tf.equal(scale, 0), kernel)
+            kernel = tf.where(dead, tf.cast(self.kernel.value, kernel.dtype), kernel)
         x, padding = self._padded(self.quantize_inputs(inputs))  # type: ignore[attr-defined]
         raw = self._convolve(x, [kernel], padding)  # type: ignore[attr-defined]
         if training:

@@ -1,8 +1,10 @@
-"""The two quantizers of the int8 scheme, as ``ste.quantizers.Quantizer`` layers around :data:`fake_quant_op`.
+"""The two quantizers of the int8 scheme, as ``ste.quantizers.Quantizer`` layers around :data:`fake_quant_op` and
+:data:`weight_fake_quant_op`.
 
 * :class:`WeightFakeQuant` (TFMOT's ``LastValueQuantizer(symmetric=True, narrow_range=True)``): the range is
   ±max|w| of the current weights, per tensor or per output channel; stateless (TFMOT stores the last value in
-  variables; here it is recomputed from the weights, the same number once they are fixed).
+  variables; here it is recomputed from the weights, the same number once they are fixed). Its gradient is dy:
+  every weight lies inside its range.
 * :class:`ActivationFakeQuant` (TFMOT's ``MovingAverageQuantizer``): asymmetric, per tensor, with non-trainable
   ``min``/``max`` starting at −6/6 that follow an exponential moving average (decay 0.999, no debiasing) of each
   training batch's min(x, 0) and max(x, 0) (under a distribution strategy, of the global batch: the replicas'
@@ -20,7 +22,7 @@ from .._arguments import check_number
 from .._errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits
-from ._fake_quant import fake_quant_op
+from ._fake_quant import fake_quant_op, weight_fake_quant_op
 
 __all__ = ["ActivationFakeQuant", "WeightFakeQuant"]
 
@@ -78,17 +80,11 @@ class WeightFakeQuant(Quantizer):
         super().__init__(**kwargs)
 
     def call(self, inputs: Any) -> tf.Tensor:
-        w = as_tensor(inputs)
-        # The range passes no gradient, as TFMOT's LastValueQuantizer (its min/max come through a variable assign):
-        # no element lies outside ±max|w|, so that gradient is zero but for rounding, and it cost ~80 ops a step.
-        if self.channel_axes == 0:
-            m = tf.reduce_max(tf.abs(tf.stop_gradient(w)))
-            return fake_quant_op(w, -m, m, bits=self.bits, narrow_range=self.narrow_range)
-        shape = tf.shape(w)
-        flat = w if self.channel_axes == 1 else tf.reshape(w, tf.concat([shape[:-2], [-1]], 0))
-        m = tf.reduce_max(tf.abs(tf.stop_gradient(flat)), axis=list(range(flat.shape.rank - 1)))
-        quantized = fake_quant_op(flat, -m, m, bits=self.bits, narrow_range=self.narrow_range)
-        return quantized if self.channel_axes == 1 else tf.reshape(quantized, shape)
+        # The range passes no gradient, as TFMOT's LastValueQuantizer (its min/max come through a variable assign),
+        # and no weight lies outside it: the gradient is dy (see ste.qat.weight_fake_quant_op).
+        return weight_fake_quant_op(
+            as_tensor(inputs), bits=self.bits, channel_axes=self.channel_axes, narrow_range=self.narrow_range
+        )
 
     def get_config(self) -> dict[str, Any]:
         return {

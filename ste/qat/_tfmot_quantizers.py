@@ -8,7 +8,10 @@ Each is a Keras layer (a :class:`ste.quantizers.Quantizer`) that owns its range 
   ``symmetric=False`` takes min(min, 0) and max(max, 0).
 * :class:`LastValueQuantizer`: the range of the tensor itself, each call (per last axis with ``per_axis``). TFMOT
   stores the last training batch's range in variables; on a weight the two are the same number once a training
-  step has run on it (here it is never stale). The range passes no gradient.
+  step has run on it (here it is never stale). The range passes no gradient. A symmetric range holds every element
+  (its zero point is 2^(b−1), so the nudged bounds are its own), and the gradient is dy, as
+  :data:`ste.qat.weight_fake_quant_op`'s: the clipped one would drop the largest element's where rounding puts a
+  nudged bound inside it.
 * :class:`MovingAverageQuantizer`: min/max start at −6/6 and follow an EMA (decay 0.999, no debiasing) of each
   training batch's range; inference reads them.
 * :class:`AllValuesQuantizer`: min/max start at 0 and take the running min and max of every training batch (and 0).
@@ -28,10 +31,11 @@ import keras
 import tensorflow as tf
 
 from .._arguments import check_bool
+from .._dsl import forward
 from .._errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits
-from ._fake_quant import fake_quant_op
+from ._fake_quant import fake_quant, fake_quant_op
 from ._quantizers import _global_range, range_variables
 
 __all__ = ["AllValuesQuantizer", "FixedQuantizer", "LastValueQuantizer", "MovingAverageQuantizer"]
@@ -41,6 +45,23 @@ def symmetric_range(low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bo
     """TFMOT's symmetric widening of [low, high] (see the module docstring)."""
     ratio = -1.0 if narrow_range else -((1 << bits) - 2) / (1 << bits)
     return tf.minimum(low, high / ratio), tf.maximum(high, low * ratio)
+
+
+def _range_dtype(x: tf.Tensor) -> tf.DType:
+    """The dtype a tensor's own range is taken in: float64 for float64 (float32 would round its ends inward, and
+    clamp its largest elements), else float32."""
+    return tf.float64 if x.dtype == tf.float64 else tf.float32
+
+
+def _own_symmetric_range_fake_quant(x: tf.Tensor, *, bits: int, narrow_range: bool, per_axis: bool) -> tf.Tensor:
+    """x fake-quantized on the symmetric widening of its own range (per last axis with ``per_axis``)."""
+    stats = tf.cast(x, _range_dtype(x))
+    axes = list(range(stats.shape.rank - 1)) if per_axis else None
+    low, high = symmetric_range(tf.reduce_min(stats, axis=axes), tf.reduce_max(stats, axis=axes), bits, narrow_range)
+    return fake_quant(x, low, high, bits=bits, narrow_range=narrow_range)
+
+
+_own_symmetric_range_op = forward(_own_symmetric_range_fake_quant).backward("identity")
 
 
 class _RangeQuantizer(Quantizer):
@@ -63,8 +84,10 @@ class _RangeQuantizer(Quantizer):
         self.bits = self.precision = self.num_bits
         super().__init__(**kwargs)
 
-    def batch_range(self, x: tf.Tensor, global_batch: bool) -> tuple[tf.Tensor, tf.Tensor]:
-        stats = tf.cast(tf.stop_gradient(x), tf.float32)
+    def batch_range(
+        self, x: tf.Tensor, global_batch: bool, dtype: tf.DType = tf.float32
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        stats = tf.cast(tf.stop_gradient(x), dtype)
         axes = list(range(stats.shape.rank - 1)) if self.per_axis else None
         low, high = tf.reduce_min(stats, axis=axes), tf.reduce_max(stats, axis=axes)
         if global_batch:
@@ -93,7 +116,11 @@ class LastValueQuantizer(_RangeQuantizer):
 
     def call(self, inputs: Any) -> tf.Tensor:
         x = as_tensor(inputs, self)
-        low, high = self.batch_range(x, global_batch=False)
+        if self.symmetric:  # every element is inside: gradient dy (see the module docstring)
+            return _own_symmetric_range_op(
+                x, bits=self.num_bits, narrow_range=self.narrow_range, per_axis=self.per_axis
+            )
+        low, high = self.batch_range(x, global_batch=False, dtype=_range_dtype(x))
         return self.fake_quantize(x, low, high)
 
 
