@@ -28,6 +28,7 @@ import tensorflow as tf
 from .._arguments import check_bool_arguments
 from .._configs import rebuild
 from .._errors import InputError
+from .._keras_versions import renormalizes
 from .._signatures import ClassSignature
 from .._xla import compiling_with_xla
 
@@ -57,7 +58,7 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
 
     def _fused_format(self, inputs: Any, training: Any, mask: Any) -> str | None:
         """``"NHWC"`` or ``"NCHW"`` when this call can use the fused kernel, else ``None``."""
-        if not (training and self.trainable) or mask is not None or self.renorm or self.synchronized:
+        if not (training and self.trainable) or mask is not None or renormalizes(self) or self.synchronized:
             return None
         if keras.backend.backend() != "tensorflow" or not isinstance(inputs, (tf.Tensor, tf.Variable)):
             return None

@@ -23,6 +23,7 @@ from typing import Any
 import keras
 
 from .._errors import NotBuiltError
+from .._keras_versions import complete_config
 from ._scheme import QuantizeConfig, Role, Scheme
 
 __all__ = ["ANNOTATION", "Rewrite", "rewrite"]
@@ -184,7 +185,7 @@ class _Graph:
         """A float copy of ``layer`` (one per layer, so that a shared layer stays shared)."""
         found = self.copies.get(id(layer))
         if found is None:
-            found = type(layer).from_config(layer.get_config())
+            found = type(layer).from_config(complete_config(layer, layer.get_config()))
             self.copies[id(layer)] = found
         return found
 
