@@ -9,6 +9,10 @@ from ._cli import answer_without_tensorflow as _answer_without_tensorflow
 
 _answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
 
+from ._requirements import check_requirements as _check_requirements
+
+_check_requirements()  # no TensorFlow, or one too old: ste.MissingDependencyError with the pip command
+
 from . import (
     activations,
     callbacks,

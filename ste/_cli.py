@@ -201,13 +201,21 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def _import_tensorflow_quietly() -> None:
+def _import_tensorflow_quietly(command: str) -> None:
+    from ._errors import MissingDependencyError
+    from ._requirements import check_requirements
+
     # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with _native_stderr_silenced():
-        import tensorflow as tf
+    try:
+        with _native_stderr_silenced():
+            check_requirements()  # imports TensorFlow and Keras, or says which is missing and the pip command
+            import tensorflow as tf
 
-        tf.config.list_physical_devices()  # device discovery logs too (e.g. a failed cuInit)
+            tf.config.list_physical_devices()  # device discovery logs too (e.g. a failed cuInit)
+    except MissingDependencyError as error:
+        print(f"ste {command}: error: {error}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
 
 
 def answer_without_tensorflow() -> None:
@@ -218,8 +226,8 @@ def answer_without_tensorflow() -> None:
     """
     if not _launched_as_command_line() or "tensorflow" in sys.modules:
         return
-    _parse(sys.argv[1:])  # argparse exits with status 0 (help, version) or 2 (usage error)
-    _import_tensorflow_quietly()
+    args = _parse(sys.argv[1:])  # argparse exits with status 0 (help, version) or 2 (usage error)
+    _import_tensorflow_quietly(args.command)
 
 
 def _import_user_modules(modules: Sequence[str]) -> None:

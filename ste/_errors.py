@@ -171,7 +171,9 @@ class ConversionError(STEError, ValueError):
 
 
 class MissingDependencyError(STEError, ImportError, ValueError):
-    """An optional dependency is not installed (e.g. matplotlib for :func:`ste.plot`: ``pip install 'ste[plot]'``).
+    """A dependency is not installed or too old: TensorFlow at ``import ste`` (``pip install 'ste[tensorflow]'``, or
+    the extra of the build in use), or an optional one (e.g. matplotlib for :func:`ste.plot`: ``pip install
+    'ste[plot]'``).
 
     An ``ImportError`` (what code that probes for optional packages catches) and, like every ``ste`` error, a
     ``TypeError`` or ``ValueError``.

@@ -34,6 +34,37 @@ def as_float64(values: Sequence[Any] | np.ndarray | tf.Tensor) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+def pyproject() -> dict[str, Any]:
+    """pyproject.toml, parsed by tomllib (Python 3.11 and later) or, on Python 3.10, by tomli (which pytest itself
+    requires there); a skip that says so if neither is installed."""
+    from pathlib import Path
+
+    try:
+        import tomllib as toml
+    except ModuleNotFoundError:  # Python 3.10
+        import pytest
+
+        toml = pytest.importorskip("tomli", reason="reading pyproject.toml needs tomllib (Python 3.11+) or tomli")
+    parsed: dict[str, Any] = toml.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    return parsed
+
+
+def extra_requirements(name: str) -> set[str]:
+    """The names of the requirements that pyproject.toml's extra ``name`` installs, following ``ste[other]``."""
+    import re
+
+    extras = pyproject()["project"]["optional-dependencies"]
+    found: set[str] = set()
+    for requirement in extras[name]:
+        base = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()  # type: ignore[union-attr]
+        if base == "ste":
+            for other in re.search(r"\[(.*)\]", requirement).group(1).split(","):  # type: ignore[union-attr]
+                found |= extra_requirements(other.strip())
+        else:
+            found.add(base)
+    return found
+
+
 def load_example(name: str) -> Any:
     """The module examples/<name>.py (examples/ is not a package)."""
     import importlib.util

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import ste
+from tests.helpers import extra_requirements
 from tests.jobs import BackgroundJob
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,22 +76,6 @@ def test_pages_and_api_reference_are_built(site):
     assert re.search(r"def.*learn_mask", recipe), "the recipe page includes its script"
 
 
-def _extra(name: str) -> set[str]:
-    """The requirement names an extra installs, following ``ste[other]`` self-references."""
-    import tomllib
-
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    found: set[str] = set()
-    for requirement in extras[name]:
-        base = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
-        if base == "ste":
-            for other in re.search(r"\[(.*)\]", requirement).group(1).split(","):
-                found |= _extra(other.strip())
-        else:
-            found.add(base)
-    return found
-
-
 def test_readme_docs_command_installs_everything_the_build_imports():
     """A fresh venv with only the docs extra must build: mkdocs, its plugins, and matplotlib for the gallery."""
     readme = (ROOT / "README.md").read_text()
@@ -98,7 +83,7 @@ def test_readme_docs_command_installs_everything_the_build_imports():
     assert readme.count("```bash") == 2
     command = re.search(r"`([^`]*mkdocs build[^`]*)`", readme).group(1)
     assert '.venv/bin/pip install -e ".[docs]"' in command and ".venv/bin/mkdocs build --strict" in command
-    assert {"mkdocs-material", "mkdocstrings", "matplotlib"} <= _extra("docs")
+    assert {"mkdocs-material", "mkdocstrings", "matplotlib"} <= extra_requirements("docs")
 
 
 @SITE.needed

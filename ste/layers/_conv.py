@@ -17,6 +17,7 @@ import keras
 import tensorflow as tf
 
 from .._errors import ParameterError
+from .._keras_versions import complete_config
 from ._base import KernelSlot, QuantLayerMixin
 
 __all__ = [
@@ -145,6 +146,10 @@ class _QuantConvTranspose(_QuantConv):
 
     def _op_arguments(self) -> dict[str, Any]:
         return {"output_padding": self.output_padding}
+
+    def get_config(self) -> dict[str, Any]:
+        """The quantized layer's config, ``output_padding`` included on every Keras release."""
+        return complete_config(self, super().get_config())
 
 
 class _QuantSeparableConv(_QuantConv):

@@ -29,6 +29,7 @@ import tensorflow as tf
 from .._arguments import check_bool_arguments
 from .._configs import rebuild
 from .._errors import InputError
+from .._keras_versions import renormalizes
 from .._signatures import ClassSignature
 from .._xla import compiling_with_xla
 
@@ -40,7 +41,7 @@ _FUSED_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
 def _fused_layout(layer: Any, rank: int | None, dtype: Any) -> str | None:
     """``"NHWC"`` or ``"NCHW"`` when a training call of batch norm ``layer`` on an input of ``rank`` and ``dtype``
     can run on the fused kernel (no mask, no renorm, not synchronized, not under XLA), else ``None``."""
-    if not layer.trainable or layer.renorm or layer.synchronized or keras.backend.backend() != "tensorflow":
+    if not layer.trainable or renormalizes(layer) or layer.synchronized or keras.backend.backend() != "tensorflow":
         return None
     if compiling_with_xla():  # XLA fuses Keras's own ops; it lowers the fused kernel less well
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 
 from .._errors import UnsupportedLayerError
+from .._keras_versions import complete_config
 
 __all__ = ["float_copy"]
 
@@ -27,7 +28,7 @@ def float_copy(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
             dtype=layer.dtype_policy,
         )
     try:
-        return type(layer).from_config(layer.get_config())
+        return type(layer).from_config(complete_config(layer, layer.get_config()))
     except Exception as error:  # a custom layer's own from_config/get_config: any exception
         raise UnsupportedLayerError(
             f"{owner}: cannot copy the layer '{layer.name}' ({type(layer).__name__}) into the quantized model: "

@@ -20,6 +20,7 @@ import keras
 
 from .. import layers as ste_layers
 from .._arguments import check_bool
+from .._keras_versions import complete_config, renormalizes
 from ..quantizers import Quantizer
 from ..quantizers._base import check_bits
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
@@ -125,7 +126,7 @@ class Int8Scheme(Scheme):
             return False
         axis = batch_norm.axis if isinstance(batch_norm.axis, int) else list(batch_norm.axis)
         last = axis in (-1, 3) or axis == [3]
-        plain = not (batch_norm.renorm or batch_norm.synchronized)
+        plain = not (renormalizes(batch_norm) or batch_norm.synchronized)
         return bool(last and plain and layer.data_format == "channels_last" and layer.activation in _FUSED[2:])
 
     def fuses(self, activation: Any) -> bool:
@@ -140,7 +141,7 @@ class Int8Scheme(Scheme):
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
     ) -> keras.layers.Layer:
         cls, slots = _COMPUTE[type(layer)]
-        config = layer.get_config()
+        config = complete_config(layer, layer.get_config())
         if "activation" in config:
             config["activation"] = keras.activations.serialize(activation)
         bits, per_axis = self.weight_bits, self.per_axis

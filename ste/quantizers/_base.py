@@ -25,6 +25,7 @@ from .._errors import ParameterError, SpecError, UnknownQuantizerError
 from .._inputs import to_input_tensor
 from .._keras_lookup import publish_activation
 from .._names import NameTable, build
+from .._signatures import keep_init_signature
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
@@ -50,6 +51,10 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
     """
 
     precision: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        keep_init_signature(cls)  # Sign, which inherits its __init__, shows it on Python 3.10 too
 
     def __init__(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("autocast", False)
