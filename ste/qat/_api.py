@@ -176,6 +176,7 @@ def quantize_apply(
     without a warning. A model without an annotated layer raises :class:`ste.ParameterError` (it would give a float
     copy). Names as :func:`quantize_model`."""
     owner = "ste.quantize_apply"
+    check_bool(owner, "strict", strict)
     _check_model(model, owner)
     _functional(model)  # a subclassed or unbuilt model: its own error first
     if not any(_annotated(layer) for layer in walk(model)):

@@ -14,6 +14,7 @@ from typing import Any
 
 import keras
 
+from .._arguments import check_bool
 from .._errors import ParameterError
 from ._cell import SpikingCell
 from ._dense import SpikingDense
@@ -91,6 +92,7 @@ def fuse(model: keras.Sequential, *, segment: int | None = None, jit_compile: bo
     >>> type(fast.layers[0]).__name__, len(fast.layers)
     ('Fused', 1)
     """
+    check_bool("ste.spiking.fuse", "jit_compile", jit_compile)
     if not isinstance(model, keras.Sequential):
         raise ParameterError(
             f"ste.spiking.fuse: expected a keras.Sequential model; received {type(model).__name__}. Fix: write the "
