@@ -129,7 +129,7 @@ def non_negative_feeds(
             if own is not None:
                 sign: str | None = f"'{prefix}{layer.name}' ({own})"
             elif all_known and _keeps_sign(layer):
-                sign = known[0]
+                sign = ", ".join(dict.fromkeys(known))
             else:
                 sign = None
             for tensor in node.outputs:
