@@ -158,7 +158,6 @@ def test_a_tiny_binary_net_with_relus_learns_above_chance():
     np.testing.assert_allclose(out, np.broadcast_to(out[:1], out.shape), rtol=1e-6, atol=1e-6)
 
 
-
 @pytest.mark.parametrize(
     ("between", "adapted"),
     [
