@@ -246,7 +246,9 @@ def test_the_result_converts_summarizes_saves_and_packs(tmp_path):
     q = quantize_quietly(conv_net())
     x, _ = toy_task(16, seed=7)
     flatbuffer = ste.to_tflite(q)
-    assert flatbuffer_ops(flatbuffer)["CONV_2D"] == 2  # the first conv and 'b1' (8-bit input, ±1 kernel)
+    ops = flatbuffer_ops(flatbuffer)
+    assert ops["CONV_2D"] == 2  # the first conv and 'b1' (8-bit input, ±1 kernel)
+    assert ops["QUANTIZE"] == 1 and ops["DEQUANTIZE"] == 1  # int8 from the float input to the float output
     run = interpreter(flatbuffer)
     detail_in, detail_out = run.get_input_details()[0], run.get_output_details()[0]
     want = keras.ops.convert_to_numpy(q(x))
