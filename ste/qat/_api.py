@@ -23,7 +23,7 @@ from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
-from ._transform import ANNOTATION, Rewrite, _functional, rewrite, walk
+from ._transform import ANNOTATION, FIX_INPUTS, Rewrite, _functional, adapted_layers, rewrite, walk
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 from ._wrapper import QuantizeWrapper
 
@@ -75,9 +75,9 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
     strict = check_bool(owner, "strict", strict)
     prefix = _prefix(owner, prefix)
     _check_model(model, owner)
-    job = Rewrite(_scheme(scheme), select, prefix, owner)
+    job = Rewrite(_scheme(scheme), select, prefix, owner, strict)
     if strict:
-        probe = Rewrite(job.scheme, select, prefix, owner)
+        probe = Rewrite(job.scheme, select, prefix, owner, strict)
         rewrite(model, probe)
         if probe.uncovered:
             raise UnsupportedLayerError(
@@ -88,6 +88,14 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
                 f"uncovered layers float with a warning."
             )
     new = rewrite(model, job)
+    if job.adapted:
+        warnings.warn(
+            f"{owner}: the scheme '{job.scheme.name}' quantizes the input of {len(job.adapted)} layer(s) otherwise, "
+            f"because a non-negative activation feeds them: {adapted_layers(job)}. Fix: {FIX_INPUTS}; or pass "
+            f"strict=True to make this an error.",
+            UserWarning,
+            stacklevel=3,
+        )
     if job.uncovered:
         warnings.warn(
             f"{owner}: the scheme '{job.scheme.name}' does not cover {len(job.uncovered)} layer(s), which stay "
