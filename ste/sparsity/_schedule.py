@@ -51,11 +51,6 @@ def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: 
             f"{owner}: end_step ({end}) is before begin_step ({begin}). Fix: pass end_step >= begin_step"
             f"{'' if not forever else ', or end_step=-1 to prune until training ends'}."
         )
-    if end == begin and not forever:
-        raise ParameterError(
-            f"{owner}: end_step equals begin_step ({begin}), which leaves no steps to decay over (TFMOT divides by "
-            f"zero here). Fix: pass end_step > begin_step, or use ConstantSparsity(final_sparsity, begin_step)."
-        )
     if every <= 0:
         raise ParameterError(f"{owner}: frequency must be > 0 (prune every `frequency` steps); received {every}.")
     return begin, end, every
@@ -131,6 +126,8 @@ class PolynomialDecay(PruningSchedule):
 
         p = clip((step - begin_step) / (end_step - begin_step), 0, 1)
         sparsity = final_sparsity + (initial_sparsity - final_sparsity) * (1 - p) ** power
+
+    With ``end_step == begin_step`` (where TFMOT divides zero by zero) ``p`` is 1 from ``begin_step`` on.
     """
 
     def __init__(
@@ -151,10 +148,11 @@ class PolynomialDecay(PruningSchedule):
         self.power = power
 
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
-        progress = tf.cast(tf.cast(step, tf.int64) - self.begin_step, tf.float32) / float(
-            self.end_step - self.begin_step
-        )
-        p = tf.clip_by_value(progress, 0.0, 1.0)
+        elapsed = tf.cast(tf.cast(step, tf.int64) - self.begin_step, tf.float32)
+        if self.end_step == self.begin_step:  # no steps to decay over: the final sparsity from begin_step on
+            p = tf.cast(elapsed >= 0, tf.float32)
+        else:
+            p = tf.clip_by_value(elapsed / float(self.end_step - self.begin_step), 0.0, 1.0)
         sparsity = self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * tf.pow(
             1.0 - p, float(self.power)
         )
