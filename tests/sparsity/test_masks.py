@@ -94,7 +94,7 @@ def numpy_n_by_m(w: np.ndarray, zeros: int, group: int, axis: int) -> np.ndarray
             cell = moved[index][start : start + group]
             dropped = np.argsort(cell, kind="stable")[:zeros]  # distinct values in these tests
             for d in dropped:
-                keep[index + (start + d,)] = False
+                keep[(*index, start + d)] = False
     return np.moveaxis(keep, -1, axis)
 
 
