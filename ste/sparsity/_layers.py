@@ -2,7 +2,7 @@
 built-in table of Keras 3 layers (TFMOT's ``prune_registry``).
 
 * Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose, EinsumDense: ``kernel``;
-* DepthwiseConv1D/2D: ``depthwise_kernel``; SeparableConv1D/2D: ``pointwise_kernel`` (as TFMOT);
+* DepthwiseConv1D/2D: their (depthwise) ``kernel``; SeparableConv1D/2D: ``pointwise_kernel`` (as TFMOT);
 * Embedding: ``embeddings``;
 * MultiHeadAttention: the kernels of its query, key, value and output projections.
 
@@ -63,7 +63,7 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
     if isinstance(layer, _KERNEL):
         return [layer.kernel]
     if isinstance(layer, _DEPTHWISE):
-        return [layer.depthwise_kernel]
+        return [layer.kernel]
     if isinstance(layer, _SEPARABLE):
         return [layer.pointwise_kernel]
     if isinstance(layer, keras.layers.Embedding):
