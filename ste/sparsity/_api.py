@@ -211,7 +211,14 @@ def _clone(model: keras.Model, replace: Any) -> keras.Model:
 
     def clone_function(layer: keras.layers.Layer) -> keras.layers.Layer:
         new, target, values = replace(layer)
-        pending.append((target, values if values is not None else layer.get_weights()))
+        values = values if values is not None else layer.get_weights()
+        source = layer.layer if isinstance(layer, PruneLowMagnitude) else layer
+        build = source.get_build_config() if source.built and not target.built else None
+        if build:  # built as the original was (a layer with several inputs, e.g. attention, needs every shape)
+            target.build_from_config(build)
+            target.set_weights(values)
+        else:
+            pending.append((target, values))
         return new
 
     new_model = keras.models.clone_model(model, clone_function=clone_function, recursive=True)

@@ -90,7 +90,9 @@ class PruningSchedule:
         return f"{type(self).__name__}({arguments})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.get_config() == other.get_config()  # type: ignore[attr-defined]
+        return (
+            isinstance(other, PruningSchedule) and type(self) is type(other) and self.get_config() == other.get_config()
+        )
 
     def __hash__(self) -> int:
         return hash((type(self), tuple(sorted(self.get_config().items()))))
@@ -145,7 +147,7 @@ class PolynomialDecay(PruningSchedule):
         self.begin_step, self.end_step, self.frequency = _steps(owner, begin_step, end_step, frequency, False)
         if isinstance(power, bool) or not isinstance(power, numbers.Real) or not float(power) > 0:
             raise ParameterError(f"{owner}: power must be a number > 0; received {power!r}.")
-        self.power = power
+        self.power: float = power
 
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
         elapsed = tf.cast(tf.cast(step, tf.int64) - self.begin_step, tf.float32)

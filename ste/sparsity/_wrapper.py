@@ -74,9 +74,11 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         super().__init__(**kwargs)
         self.layer = layer
         self.pruning_schedule = pruning_schedule
-        self.block_size = tuple(int(b) for b in block_size)
+        self.block_size: tuple[int, int] = (int(block_size[0]), int(block_size[1]))
         self.block_pooling_type = block_pooling_type
-        self.sparsity_m_by_n = None if sparsity_m_by_n is None else tuple(int(v) for v in sparsity_m_by_n)
+        self.sparsity_m_by_n: tuple[int, int] | None = None
+        if sparsity_m_by_n is not None:
+            self.sparsity_m_by_n = (int(sparsity_m_by_n[0]), int(sparsity_m_by_n[1]))
         self.m_by_n_axis = m_by_n_axis
         self.gradient = gradient
         self.decay = float(decay)

@@ -443,3 +443,45 @@ def test_pruning_summaries_log_each_mask_sparsity(tmp_path) -> None:
                     tags[value.tag] = float(tf.make_ndarray(value.tensor))
     sparsities = [v for k, v in tags.items() if k.endswith("/sparsity")]
     assert len(sparsities) == 2 and all(abs(v - 0.5) < 1e-6 for v in sparsities), tags
+
+
+def test_multi_head_attention_projections_are_pruned_saved_and_stripped(tmp_path) -> None:
+    keras.utils.set_random_seed(20)
+    q, v = keras.Input((5, 8)), keras.Input((6, 8))
+    model = keras.Model([q, v], L.MultiHeadAttention(2, 4, name="mha")(q, v))
+    rng = np.random.default_rng(21)
+    x = [rng.normal(size=(3, 5, 8)).astype(np.float32), rng.normal(size=(3, 6, 8)).astype(np.float32)]
+    pruned = S.prune_low_magnitude(model, S.ConstantSparsity(0.5, 0, frequency=1))
+    np.testing.assert_allclose(pruned.predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+    pruned.compile("sgd", "mse")
+    pruned.fit(x, np.zeros((3, 5, 8), np.float32), verbose=0, callbacks=[S.UpdatePruningStep()])
+    (wrapper,) = S._callbacks.pruned_layers(pruned)
+    assert len(wrapper.pruning_vars) == 4  # query, key, value and output projections
+    for weight, mask, _ in wrapper.pruning_vars:
+        assert (mask.numpy() == 0).mean() == 0.5 and (weight.numpy()[mask.numpy() == 0] == 0).all()
+    pruned.save(str(tmp_path / "mha.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "mha.keras"))
+    np.testing.assert_array_equal(loaded.predict(x, verbose=0), pruned.predict(x, verbose=0))
+    stripped = S.strip_pruning(loaded)
+    assert type(stripped.get_layer("mha")) is L.MultiHeadAttention
+    np.testing.assert_allclose(stripped.predict(x, verbose=0), pruned.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["QuantDense", "QuantConv2D"])
+def test_ste_quantized_layers_read_the_masked_kernel(kind: str) -> None:
+    keras.utils.set_random_seed(22)
+    quantizer = ste.quantizers.DoReFa(bits=4, mode="weights")
+    if kind == "QuantDense":
+        layer, shape = ste.layers.QuantDense(6, kernel_quantizer=quantizer), (8,)
+    else:
+        layer, shape = ste.layers.QuantConv2D(4, 3, kernel_quantizer=quantizer), (5, 5, 3)
+    model = keras.Sequential([keras.Input(shape), layer, L.Flatten(), L.Dense(2)])
+    pruned = S.prune_low_magnitude(model, S.ConstantSparsity(0.5, 0, frequency=1))
+    x = np.random.default_rng(23).normal(size=(4, *shape)).astype(np.float32)
+    one_step(pruned, x, np.ones((4, 2), np.float32))
+    wrapper = pruned.layers[0]
+    assert type(wrapper.layer).__name__ == kind and (wrapper.pruning_vars[0][1].numpy() == 0).mean() == 0.5
+    stripped = S.strip_pruning(pruned)
+    np.testing.assert_allclose(stripped.predict(x, verbose=0), pruned.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+    masked = wrapper.layer.kernel.numpy() * wrapper.pruning_vars[0][1].numpy()
+    np.testing.assert_array_equal(stripped.layers[0].kernel.numpy(), masked)
