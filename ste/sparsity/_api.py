@@ -13,12 +13,12 @@ import keras
 
 from .._arguments import check_bool
 from .._errors import ParameterError, UnsupportedLayerError
-from ._layers import input_channel_axis, is_prunable, prunable_weights
+from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights
 from ._mask import GRADIENTS
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
 from ._wrapper import PruneLowMagnitude
 
-__all__ = ["check_weights", "prune_low_magnitude", "prune_scope", "strip_pruning"]
+__all__ = ["prune_low_magnitude", "prune_scope", "strip_pruning"]
 
 _OWNER = "ste.sparsity.prune_low_magnitude"
 SR_STE_DECAY = 2e-4  # Zhou et al. (ICLR 2021)'s λ
@@ -75,43 +75,6 @@ def _check_arguments(
             raise ParameterError(f"{_OWNER}: decay must be a number >= 0; received {decay!r}.")
         rate = float(decay)
     return schedule, block, pooling, pattern, gradient, rate
-
-
-def check_weights(
-    layer: keras.layers.Layer,
-    weights: list[Any],
-    block: tuple[int, ...],
-    pattern: tuple[int, int] | None,
-    axis: int | None,
-    owner: str = _OWNER,
-) -> None:
-    """Refuse a built layer's prunable weights that the block or N:M pattern cannot cover."""
-    where = f"{owner}: layer '{layer.name}' ({type(layer).__name__})"
-    if not weights:
-        raise UnsupportedLayerError(
-            f"{where} has no weight to prune (no kernel). Fix: prune the layers that carry kernels (Dense, "
-            f"convolutions, Embedding, ...), or give a custom layer a get_prunable_weights() method."
-        )
-    for weight in weights:
-        if tuple(block) != (1, 1) and len(weight.shape) != 2:
-            raise ParameterError(
-                f"{where}: block_size={tuple(block)} needs rank-2 weights; '{weight.path}' has shape "
-                f"{tuple(weight.shape)}. Fix: use block_size=(1, 1) for this layer."
-            )
-        if pattern is not None:
-            if axis is None:
-                raise UnsupportedLayerError(
-                    f"{where}: sparsity_m_by_n needs an input-channel axis, which this layer's weight does not have "
-                    f"(N:M runs along a Dense or convolution kernel's input channels). Fix: prune it without "
-                    f"sparsity_m_by_n, or leave it dense."
-                )
-            channels = weight.shape[axis]
-            if channels % pattern[1]:
-                raise ParameterError(
-                    f"{where}: sparsity_m_by_n={pattern} groups {pattern[1]} input channels, but '{weight.path}' has "
-                    f"{channels} (shape {tuple(weight.shape)}), not a multiple of {pattern[1]}. Fix: give the layer "
-                    f"a multiple of {pattern[1]} input channels, or leave it dense."
-                )
 
 
 def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | None:

@@ -18,7 +18,9 @@ from typing import Any
 
 import keras
 
-__all__ = ["PrunableLayer", "input_channel_axis", "is_prunable", "prunable_weights"]
+from .._errors import ParameterError, UnsupportedLayerError
+
+__all__ = ["PrunableLayer", "check_weights", "input_channel_axis", "is_prunable", "prunable_weights"]
 
 
 class PrunableLayer(abc.ABC):
@@ -84,3 +86,40 @@ def input_channel_axis(layer: keras.layers.Layer) -> int | None:
     if isinstance(layer, _SEPARABLE):
         return -2
     return None
+
+
+def check_weights(
+    layer: keras.layers.Layer,
+    weights: list[Any],
+    block: tuple[int, ...],
+    pattern: tuple[int, int] | None,
+    axis: int | None,
+    owner: str = "ste.sparsity.prune_low_magnitude",
+) -> None:
+    """Refuse a built layer's prunable weights that the block or N:M pattern cannot cover."""
+    where = f"{owner}: layer '{layer.name}' ({type(layer).__name__})"
+    if not weights:
+        raise UnsupportedLayerError(
+            f"{where} has no weight to prune (no kernel). Fix: prune the layers that carry kernels (Dense, "
+            f"convolutions, Embedding, ...), or give a custom layer a get_prunable_weights() method."
+        )
+    for weight in weights:
+        if tuple(block) != (1, 1) and len(weight.shape) != 2:
+            raise ParameterError(
+                f"{where}: block_size={tuple(block)} needs rank-2 weights; '{weight.path}' has shape "
+                f"{tuple(weight.shape)}. Fix: use block_size=(1, 1) for this layer."
+            )
+        if pattern is not None:
+            if axis is None:
+                raise UnsupportedLayerError(
+                    f"{where}: sparsity_m_by_n needs an input-channel axis, which this layer's weight does not have "
+                    f"(N:M runs along a Dense or convolution kernel's input channels). Fix: prune it without "
+                    f"sparsity_m_by_n, or leave it dense."
+                )
+            channels = weight.shape[axis]
+            if channels % pattern[1]:
+                raise ParameterError(
+                    f"{where}: sparsity_m_by_n={pattern} groups {pattern[1]} input channels, but '{weight.path}' has "
+                    f"{channels} (shape {tuple(weight.shape)}), not a multiple of {pattern[1]}. Fix: give the layer "
+                    f"a multiple of {pattern[1]} input channels, or leave it dense."
+                )

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from .._errors import ParameterError, STEError
-from ._layers import prunable_weights
+from ._layers import check_weights, prunable_weights
 from ._mask import GRADIENTS, magnitude_mask, n_by_m_mask
 
 __all__ = ["MissingCallbackError", "PruneLowMagnitude"]
@@ -89,8 +89,6 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         if not self.layer.built:
             self.layer.build(input_shape)
         weights = prunable_weights(self.layer)
-        from ._api import check_weights
-
         check_weights(
             self.layer,
             weights,
