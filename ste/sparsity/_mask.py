@@ -42,7 +42,7 @@ def _masked_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
 
 def _sr_ste_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
     pruned = 1.0 - tf.cast(mask, dy.dtype)
-    return dy + tf.cast(decay, dy.dtype) * pruned * tf.cast(weight, dy.dtype), None
+    return dy + tf.convert_to_tensor(decay, dy.dtype) * pruned * tf.cast(weight, dy.dtype), None
 
 
 apply_mask = forward(masked_weight).backward(_masked_rule)

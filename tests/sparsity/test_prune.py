@@ -485,3 +485,16 @@ def test_ste_quantized_layers_read_the_masked_kernel(kind: str) -> None:
     np.testing.assert_allclose(stripped.predict(x, verbose=0), pruned.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     masked = wrapper.layer.kernel.numpy() * wrapper.pruning_vars[0][1].numpy()
     np.testing.assert_array_equal(stripped.layers[0].kernel.numpy(), masked)
+
+
+def test_second_order_gradients_through_sr_ste_are_the_derivative_of_its_rule() -> None:
+    w = tf.Variable(np.random.default_rng(24).normal(size=(4, 3)))
+    m = tf.constant(numpy_mask(w.numpy(), 0.5).astype(np.float64))
+    c = tf.constant(np.random.default_rng(25).normal(size=(4, 3)))
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            y = tf.reduce_sum(S.sr_ste(w, m, decay=0.3) * c)
+        g = inner.gradient(y, w)  # c + 0.3·(1 − m)·w
+        s = tf.reduce_sum(g)
+    np.testing.assert_allclose(g.numpy(), c.numpy() + 0.3 * (1 - m.numpy()) * w.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(outer.gradient(s, w).numpy(), 0.3 * (1 - m.numpy()), rtol=1e-12)
