@@ -13,22 +13,31 @@ Each row reports test accuracy, the fraction of zeros in the pruned kernels, and
 a float TFLite flatbuffer and as ``ste.to_tflite``'s (``Optimize.DEFAULT``: int8 weights), each raw and after
 ``gzip`` (TFMOT's measure: zeros compress), and TFLite's ``EXPERIMENTAL_SPARSITY`` flatbuffer where the converter
 accepts it. Sizes are in bytes; ratios are to the dense row.
+
+``--tfmot-venv PATH`` (a virtual environment with tensorflow-model-optimization and tf-keras) runs the same rows with
+TFMOT in a subprocess (``TF_USE_LEGACY_KERAS=1``): the same network, data, schedules, batch and epochs, TFMOT's
+``prune_low_magnitude`` on the same layers through ``clone_model``, ``strip_pruning``, and the converter on the
+stripped model. Each side also reports the median time of one pruning training step (between a callback's
+``on_train_batch_begin`` and ``on_train_batch_end``, the first 5 steps left out); the two sides run one after the
+other, so the step-time ratio is indicative only. This module imports only numpy and the standard library at the
+top, so that it runs in either environment (``python benchmarks/sparsity.py --side tfmot ...``).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
+import statistics
 import struct
+import subprocess
+import sys
 import tempfile
+import time
 from typing import Any
 
-import keras
 import numpy as np
-import tensorflow as tf
-
-import ste
 
 _FASHION = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist (the IDX files Keras downloads)
 
@@ -55,7 +64,7 @@ def load(train: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return x[:train], y[:train], x[train:], y[train:], "synthetic"
 
 
-def cnn() -> keras.Model:
+def cnn(keras: Any) -> Any:
     keras.utils.set_random_seed(0)
     L = keras.layers
     return keras.Sequential(
@@ -72,7 +81,7 @@ def cnn() -> keras.Model:
     )
 
 
-def compile_model(model: keras.Model) -> None:
+def compile_model(keras: Any, model: Any) -> None:
     model.compile(
         keras.optimizers.Adam(1e-3),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -80,9 +89,9 @@ def compile_model(model: keras.Model) -> None:
     )
 
 
-def prune(model: keras.Model, steps: int, sparsity: float | None, m_by_n: tuple[int, int] | None) -> keras.Model:
-    """TFMOT's per-layer route: clone the model, wrapping every layer but the first convolution."""
-    S = ste.sparsity
+def prune(keras: Any, S: Any, model: Any, steps: int, sparsity: float | None, m_by_n: tuple[int, int] | None) -> Any:
+    """TFMOT's per-layer route: clone the model, wrapping every layer but the first convolution (``S`` is
+    ``ste.sparsity`` or ``tfmot.sparsity.keras``)."""
     frequency = max(1, steps // 20)
     if m_by_n is not None:
         settings: dict[str, Any] = {
@@ -105,20 +114,36 @@ def prune(model: keras.Model, steps: int, sparsity: float | None, m_by_n: tuple[
     return keras.models.clone_model(model, clone_function=wrap)
 
 
-def sizes(model: keras.Model) -> dict[str, int]:
-    """Raw and gzipped sizes of the float TFLite model, ste.to_tflite's, and the EXPERIMENTAL_SPARSITY one."""
+def sizes(model: Any, side: str) -> dict[str, int]:
+    """Raw and gzipped sizes of the float TFLite model, the int8-weight one (``ste.to_tflite``; TFMOT's side:
+    ``Optimize.DEFAULT``) and the EXPERIMENTAL_SPARSITY one."""
+    import tensorflow as tf
+
     out: dict[str, int] = {}
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "saved")
-        model.export(path, verbose=False)
-        float_bytes = tf.lite.TFLiteConverter.from_saved_model(path).convert()
-        converter = tf.lite.TFLiteConverter.from_saved_model(path)
-        converter.optimizations = [tf.lite.Optimize.EXPERIMENTAL_SPARSITY]
-        try:
-            sparse_bytes: bytes | None = converter.convert()
-        except Exception:  # the converter refuses it: reported as absent
-            sparse_bytes = None
-    int8_bytes = ste.to_tflite(model)
+
+    def convert(optimization: Any) -> bytes | None:
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "saved")
+            if side == "ste":
+                model.export(path, verbose=False)
+            else:
+                tf.saved_model.save(model, path)
+            converter = tf.lite.TFLiteConverter.from_saved_model(path)
+            if optimization is not None:
+                converter.optimizations = [optimization]
+            try:
+                return bytes(converter.convert())
+            except Exception:  # the converter refuses it: reported as absent
+                return None
+
+    float_bytes = convert(None)
+    sparse_bytes = convert(tf.lite.Optimize.EXPERIMENTAL_SPARSITY)
+    if side == "ste":
+        import ste
+
+        int8_bytes: bytes | None = ste.to_tflite(model)
+    else:
+        int8_bytes = convert(tf.lite.Optimize.DEFAULT)
     for name, data in (("float", float_bytes), ("int8", int8_bytes), ("sparse", sparse_bytes)):
         if data is not None:
             out[name] = len(data)
@@ -126,37 +151,89 @@ def sizes(model: keras.Model) -> dict[str, int]:
     return out
 
 
-def zeros(model: keras.Model) -> float:
+def zeros(model: Any) -> float:
     kernels = [layer.kernel.numpy() for layer in model.layers if layer.name in ("conv2", "fc1", "fc2")]
     return float(sum((k == 0).sum() for k in kernels) / sum(k.size for k in kernels))
 
 
-def run(epochs: int, prune_epochs: int, train: int, batch: int) -> list[dict[str, Any]]:
+class StepTimer:
+    """Median seconds of one training step (``on_train_batch_begin`` to ``on_train_batch_end``), first 5 left out."""
+
+    def __init__(self, base: Any) -> None:
+        self.times: list[float] = []
+        self.base = base
+
+    def callback(self) -> Any:
+        timer = self
+
+        class _Timer(self.base):  # type: ignore[misc,name-defined]
+            def on_train_batch_begin(self, batch: Any, logs: Any = None) -> None:
+                timer.start = time.perf_counter()
+
+            def on_train_batch_end(self, batch: Any, logs: Any = None) -> None:
+                timer.times.append(time.perf_counter() - timer.start)
+
+        return _Timer()
+
+    def median(self) -> float:
+        return statistics.median(self.times[5:] or self.times)
+
+
+def run(side: str, epochs: int, prune_epochs: int, train: int, batch: int) -> list[dict[str, Any]]:
+    """The rows of one side: ``"ste"`` (Keras 3) or ``"tfmot"`` (tf-keras, TFMOT)."""
+    if side == "ste":
+        import keras
+
+        import ste
+
+        S: Any = ste.sparsity
+    else:
+        import tensorflow as tf
+        import tensorflow_model_optimization as tfmot
+
+        keras, S = tf.keras, tfmot.sparsity.keras
     x, y, x_test, y_test, source = load(train)
-    print(f"data: {source}, {len(x)} training and {len(x_test)} test images; batch {batch}")
-    base = cnn()
-    compile_model(base)
+    print(f"{side}: {source}, {len(x)} training and {len(x_test)} test images; batch {batch}", file=sys.stderr)
+    base = cnn(keras)
+    compile_model(keras, base)
     base.fit(x, y, batch_size=batch, epochs=epochs, verbose=0)
     steps = prune_epochs * int(np.ceil(len(x) / batch))
-    rows = [
-        {"row": "dense", "accuracy": base.evaluate(x_test, y_test, verbose=0)[1], "zeros": zeros(base), **sizes(base)}
-    ]
+    dense = {"row": "dense", "accuracy": base.evaluate(x_test, y_test, verbose=0)[1], "zeros": zeros(base)}
+    rows = [{**dense, **sizes(base, side)}]
     for name, sparsity, pattern in (("50 %", 0.5, None), ("80 %", 0.8, None), ("2:4", None, (2, 4))):
-        pruned = prune(base, steps, sparsity, pattern)
-        compile_model(pruned)
-        callbacks = [ste.sparsity.UpdatePruningStep()]
+        pruned = prune(keras, S, base, steps, sparsity, pattern)
+        compile_model(keras, pruned)
+        timer = StepTimer(keras.callbacks.Callback)
+        callbacks = [S.UpdatePruningStep(), timer.callback()]
         pruned.fit(x, y, batch_size=batch, epochs=prune_epochs, verbose=0, callbacks=callbacks)
-        stripped = ste.sparsity.strip_pruning(pruned)
-        compile_model(stripped)
+        stripped = S.strip_pruning(pruned)
+        compile_model(keras, stripped)
         accuracy = stripped.evaluate(x_test, y_test, verbose=0)[1]
-        rows.append({"row": name, "accuracy": accuracy, "zeros": zeros(stripped), **sizes(stripped)})
+        row = {"row": name, "accuracy": accuracy, "zeros": zeros(stripped), "step_s": timer.median()}
+        rows.append({**row, **sizes(stripped, side)})
     return rows
 
 
-def report(rows: list[dict[str, Any]]) -> str:
+def run_tfmot(venv: str, epochs: int, prune_epochs: int, train: int, batch: int) -> list[dict[str, Any]]:
+    """The TFMOT side, in ``venv``'s Python with ``TF_USE_LEGACY_KERAS=1``."""
+    python = os.path.join(venv, "bin", "python")
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
+    arguments = ["--side", "tfmot", "--epochs", str(epochs), "--prune-epochs", str(prune_epochs)]
+    arguments += ["--train", str(train), "--batch", str(batch)]
+    done = subprocess.run(
+        [python, os.path.abspath(__file__), *arguments], env=env, capture_output=True, text=True, check=False
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return list(json.loads(line[len("RESULT ") :]))
+    raise RuntimeError(f"the TFMOT side failed:\n{done.stderr[-3000:]}")
+
+
+def report(rows: list[dict[str, Any]], title: str = "ste") -> str:
     dense = rows[0]
     columns = ["float", "float_gz", "int8", "int8_gz", "sparse", "sparse_gz"]
-    lines = ["| row | accuracy | zeros | " + " | ".join(columns) + " |", "|---" * (3 + len(columns)) + "|"]
+    lines = [f"{title}:", "| row | accuracy | zeros | step (ms) | " + " | ".join(columns) + " |"]
+    lines.append("|---" * (4 + len(columns)) + "|")
     for row in rows:
         cells = []
         for column in columns:
@@ -165,7 +242,20 @@ def report(rows: list[dict[str, Any]]) -> str:
                 continue
             ratio = row[column] / dense[column] if column in dense else float("nan")
             cells.append(f"{row[column]:,} ({ratio:.2f}×)")
-        lines.append(f"| {row['row']} | {row['accuracy']:.4f} | {row['zeros']:.3f} | " + " | ".join(cells) + " |")
+        step = f"{1000 * row['step_s']:.1f}" if "step_s" in row else ""
+        lines.append(
+            f"| {row['row']} | {row['accuracy']:.4f} | {row['zeros']:.3f} | {step} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
+def side_by_side(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> str:
+    lines = ["ste vs TFMOT:", "| row | accuracy ste − TFMOT (points) | int8 gzip ste/TFMOT | step time ste/TFMOT |"]
+    lines.append("|---|---|---|---|")
+    for a, b in zip(ours, theirs):
+        step = f"{a['step_s'] / b['step_s']:.2f}×" if "step_s" in a and "step_s" in b else ""
+        gz = f"{a['int8_gz'] / b['int8_gz']:.2f}×" if "int8_gz" in a and "int8_gz" in b else ""
+        lines.append(f"| {a['row']} | {100 * (a['accuracy'] - b['accuracy']):+.2f} | {gz} | {step} |")
     return "\n".join(lines)
 
 
@@ -175,8 +265,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prune-epochs", type=int, default=2, help="pruning fine-tuning epochs")
     parser.add_argument("--train", type=int, default=20000, help="training images")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--tfmot-venv", default=None, help="a venv with TFMOT and tf-keras: run TFMOT's side too")
+    parser.add_argument("--side", choices=["ste", "tfmot"], default="ste", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    print(report(run(args.epochs, args.prune_epochs, args.train, args.batch)))
+    sizes_args = (args.epochs, args.prune_epochs, args.train, args.batch)
+    if args.side == "tfmot":  # the subprocess of --tfmot-venv
+        print("RESULT " + json.dumps(run("tfmot", *sizes_args), default=float))
+        return
+    ours = run("ste", *sizes_args)
+    print(report(ours))
+    if args.tfmot_venv:
+        theirs = run_tfmot(args.tfmot_venv, *sizes_args)
+        print(report(theirs, "TFMOT"))
+        print(side_by_side(ours, theirs))
 
 
 if __name__ == "__main__":
