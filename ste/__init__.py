@@ -24,6 +24,7 @@ from . import (
     qat,
     quantizers,
     registry,
+    sparsity,
     spiking,
     testing,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "registry",
     "remove_input_range",
     "set_bit_masks",
+    "sparsity",
     "spiking",
     "summary",
     "testing",
