@@ -62,3 +62,15 @@ def test_no_user_page_cites_an_internal_issue_number():
         for match in INTERNAL_ISSUE.finditer(text)
     ]
     assert not found, "internal issue numbers in user-facing pages:\n" + "\n".join(found)
+
+
+def test_the_home_page_install_table_lists_every_extra():
+    """docs/index.md's install table has one row per extra of pyproject.toml, no more."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"^([\w-]+) = \[", section, flags=re.MULTILINE))
+    assert {"tensorflow", "deploy", "litert", "nir", "test"} <= extras
+    page = (ROOT / "docs" / "index.md").read_text()
+    table = page.split("## Install", 1)[1]
+    rows = set(re.findall(r"^\| `([\w-]+)` \|", table, flags=re.MULTILINE))
+    assert rows == extras
