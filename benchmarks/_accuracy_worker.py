@@ -147,19 +147,22 @@ def _epoch(keras: Any, model: Any, x: Any, y: Any) -> list[float]:
     return timer.steps
 
 
-def _packed_bytes(ste: Any, model: Any) -> dict[str, int]:
+def _packed_bytes(ste: Any, model: Any) -> dict[str, Any]:
     """Bytes of the trainable weights with every binary / ternary kernel packed (1 or 2 bits a value, plus a float32
     scale each; ``ste.export_quantized_weights(packed=True)``) and every other weight float32; and all float32."""
     import numpy as np
 
     float_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_weights)
-    packed = float_bytes
-    for kernels in ste.export_quantized_weights(model, packed=True).values():
-        for entry in kernels.values():
+    packed, bits = float_bytes, {}
+    for layer, kernels in ste.export_quantized_weights(model, packed=True).items():
+        for name, entry in kernels.items():
             if isinstance(entry, dict):
                 size = int(np.prod(entry["shape"]))
                 packed += entry["codes"].nbytes + np.asarray(entry["scale"]).size * 4 - size * 4
-    return {"packed_bytes": int(packed), "float32_bytes": int(float_bytes)}
+                bits[f"{layer}/{name}"] = int(entry["bits"])
+            else:
+                bits[f"{layer}/{name}"] = 32
+    return {"packed_bytes": int(packed), "float32_bytes": int(float_bytes), "kernel_bits": bits}
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:

@@ -196,6 +196,10 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         r = found[name]
         out += [*_side_table(r), ""]
         out += [line + "\n" for line in _verdict(r)]
+        if name == "low_bit":
+            for side, f in r["sides"].items():
+                kernels = ", ".join(f"{k} {b} bits" for k, b in f.get("kernel_bits", {}).items())
+                out += [f"Kernels of the {side} model as stored packed: {kernels}.", ""]
         if name in NOTES:
             out += [NOTES[name], ""]
         out += [_provenance(r), "", f"![{name}: test accuracy per epoch](img/results/{name}.png)", ""]
