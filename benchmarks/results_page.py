@@ -200,7 +200,7 @@ def page(found: dict[str, dict[str, Any]]) -> str:
             for side, f in r["sides"].items():
                 kernels = ", ".join(f"{k} {b} bits" for k, b in f.get("kernel_bits", {}).items())
                 out += [f"Kernels of the {side} model as stored packed: {kernels}.", ""]
-        if name in NOTES:
+        if name == "low_bit" and r["sides"].get("binary", {}).get("test_accuracy", 1.0) < 0.2:
             out += [NOTES[name], ""]
         out += [_provenance(r), "", f"![{name}: test accuracy per epoch](img/results/{name}.png)", ""]
     out += [
