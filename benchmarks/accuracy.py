@@ -80,6 +80,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
     parser.add_argument("name", help=f"the row: one of {', '.join(ROWS)}")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs of every side (the QAT epochs)")
+    parser.add_argument("--float-epochs", type=int, default=None, help="int8_qat, low_bit: epochs of the float start")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a subset, one epoch, under a minute")
     parser.add_argument("--data", default=None, help="a folder with Fashion-MNIST's four IDX files")
     parser.add_argument("--larq-venv", default=None, help="a venv with larq 0.14 and tf-keras (binary_cnn's peer)")
@@ -92,8 +93,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
             f"unknown row {args.name!r}; expected one of {', '.join(ROWS)} (e.g. python -m benchmarks.accuracy "
             f"{next(iter(ROWS))} --quick)."
         )
-    if args.epochs is not None and args.epochs < 1:
-        _fail(f"--epochs must be at least 1, got {args.epochs}.")
+    for option in ("epochs", "float_epochs"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            _fail(f"--{option.replace('_', '-')} must be at least 1, got {value}.")
     for option in ("larq_venv", "tfmot_venv", "snntorch_venv"):
         venv = getattr(args, option)
         if venv is not None and not (Path(venv) / "bin" / "python").is_file():
@@ -152,6 +155,8 @@ def _command_line(args: argparse.Namespace) -> str:
     parts = ["python -m benchmarks.accuracy", args.name]
     if args.epochs is not None:
         parts.append(f"--epochs {args.epochs}")
+    if args.float_epochs is not None:
+        parts.append(f"--float-epochs {args.float_epochs}")
     if args.quick:
         parts.append("--quick")
     for option in ("larq_venv", "tfmot_venv", "snntorch_venv", "data"):
@@ -288,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         path = str(Path(directory) / "data.npz")
         float_stage = None
         if "float_epochs" in spec:
-            float_epochs = QUICK["float_epochs"] if args.quick else spec["float_epochs"]
+            float_epochs = args.float_epochs or (QUICK["float_epochs"] if args.quick else spec["float_epochs"])
             float_stage = _float_stage(data, spec, float_epochs, path)
         else:
             import numpy as np
