@@ -68,9 +68,12 @@ def _pct(value: float) -> str:
 def _provenance(r: dict[str, Any]) -> str:
     load = r["load_average"].get("during") or {}
     during = f"load average {load['min']}–{load['max']} (median {load['median']})" if load else "load not recorded"
+    epochs = f"{r['epochs']} epochs"
+    if r.get("float_stage"):
+        epochs = f"{len(r['float_stage']['curve'])} float epochs, then {r['epochs']} quantization-aware"
     return (
         f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
-        f"{r['epochs']} epochs, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
+        f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
         f"{r['test_samples']} test images; {r['minutes']} min in all, {during}. Command: `{r['command']}`"
     )
 
