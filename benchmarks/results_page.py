@@ -61,6 +61,10 @@ def results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _epochs(n: int, what: str = "") -> str:
+    return f"{n} {what}{'epoch' if n == 1 else 'epochs'}"
+
+
 def _pct(value: float) -> str:
     return f"{100 * value:.2f} %"
 
@@ -68,9 +72,9 @@ def _pct(value: float) -> str:
 def _provenance(r: dict[str, Any]) -> str:
     load = r["load_average"].get("during") or {}
     during = f"load average {load['min']}–{load['max']} (median {load['median']})" if load else "load not recorded"
-    epochs = f"{r['epochs']} epochs"
+    epochs = _epochs(r["epochs"])
     if r.get("float_stage"):
-        epochs = f"{len(r['float_stage']['curve'])} float epochs, then {r['epochs']} quantization-aware"
+        epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], 'QAT ')}"
     return (
         f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
         f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
@@ -145,7 +149,7 @@ def _verdict(r: dict[str, Any]) -> list[str]:
                 f"points (goal at least −0.2). QAT step time ste ÷ TFMOT {s['step_time_ratio']:.2f}, allocator "
                 f"peak {s['peak_memory_ratio']:.2f}"
             )
-        lines.append(text + f". All goals {'met' if s['goal_met'] else 'NOT met'}.")
+        lines.append(text + f". {'All goals met' if s['goal_met'] else 'Not every goal is met'}.")
     return lines
 
 
@@ -223,7 +227,7 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
     if "binary_cnn" in found:
         r = found["binary_cnn"]
         sides = r["sides"]
-        line = f"- Binarized CNN ({r['epochs']} epochs): ste {_pct(sides['ste']['test_accuracy'])}"
+        line = f"- Binarized CNN ({_epochs(r['epochs'])}): ste {_pct(sides['ste']['test_accuracy'])}"
         if "larq" in sides:
             line += f", larq 0.14 {_pct(sides['larq']['test_accuracy'])}"
         if "float" in sides:
@@ -235,7 +239,7 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
         r = found["int8_qat"]
         sides = r["sides"]
         line = (
-            f"- Int8 QAT ({r['epochs']} QAT epochs): float {_pct(r['float_stage']['test_accuracy'])}, ste int8 "
+            f"- Int8 QAT ({_epochs(r['epochs'], 'QAT ')}): float {_pct(r['float_stage']['test_accuracy'])}, ste int8 "
             f"TFLite {_pct(sides['ste']['int8_accuracy'])}"
         )
         if "tfmot" in sides:
@@ -247,7 +251,7 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
             f"{side} {_pct(f['test_accuracy'])} ({f['packed_bytes'] / 1024:.1f} KiB packed)"
             for side, f in r["sides"].items()
         ]
-        lines.append(f"- quantize_model schemes ({r['epochs']} epochs): " + ", ".join(parts) + ".")
+        lines.append(f"- quantize_model schemes ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
     return lines
 
 
