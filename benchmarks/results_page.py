@@ -131,10 +131,22 @@ def _verdict(r: dict[str, Any]) -> list[str]:
             f"ste {_pct(sides['ste']['test_accuracy'])} against larq {_pct(sides['larq']['test_accuracy'])} "
             f"({s['accuracy_gap_points']:+.2f} points; goal: at least larq's minus 0.3 points — "
             f"{'met' if s['goal_met'] else 'NOT met'}). Step time ste ÷ larq {s['step_time_ratio']:.2f}, allocator "
-            f"peak ste ÷ larq {s['peak_memory_ratio']:.2f} (side by side, epochs alternating)."
+            f"peak ste ÷ larq {s['peak_memory_ratio']:.2f}" + (" (side by side, epochs alternating)." if r["epochs"] > 1 else ".")
         )
         if "float" in sides:
             lines.append(f"Float Keras 3, same network: {_pct(sides['float']['test_accuracy'])}.")
+        if s["step_time_ratio"] > 1.05:
+            lines.append(
+                f"**ste trained slower than larq here** (step time ×{s['step_time_ratio']:.2f}); no cause specific "
+                "to this network is known yet. The step-by-step comparison on another binarized network, in "
+                "alternating rounds, is in [Performance](performance.md#binarized-training-against-larq)."
+            )
+    if r["epochs"] == 1 and len(sides) > 1:
+        lines.append(
+            "With one epoch per side the sides cannot alternate: each side's epoch ran in a different stretch of "
+            "time, so the step-time and memory ratios of this run carry the machine's load changes (see the load "
+            "average below) and are indicative only."
+        )
     if r["row"] == "int8_qat":
         ste_side = sides["ste"]
         text = (
