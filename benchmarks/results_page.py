@@ -131,7 +131,8 @@ def _verdict(r: dict[str, Any]) -> list[str]:
             f"ste {_pct(sides['ste']['test_accuracy'])} against larq {_pct(sides['larq']['test_accuracy'])} "
             f"({s['accuracy_gap_points']:+.2f} points; goal: at least larq's minus 0.3 points — "
             f"{'met' if s['goal_met'] else 'NOT met'}). Step time ste ÷ larq {s['step_time_ratio']:.2f}, allocator "
-            f"peak ste ÷ larq {s['peak_memory_ratio']:.2f}" + (" (side by side, epochs alternating)." if r["epochs"] > 1 else ".")
+            f"peak ste ÷ larq {s['peak_memory_ratio']:.2f}"
+            + (" (side by side, epochs alternating)." if r["epochs"] > 1 else ".")
         )
         if "float" in sides:
             lines.append(f"Float Keras 3, same network: {_pct(sides['float']['test_accuracy'])}.")
