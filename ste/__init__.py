@@ -9,14 +9,17 @@ from ._cli import answer_without_tensorflow as _answer_without_tensorflow
 
 _answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
 
+from ._deprecated import install_old_module_paths as _install_old_module_paths
+from ._deprecated import moved_name as _moved_name
 from ._requirements import check_requirements as _check_requirements
 
-_check_requirements()  # no TensorFlow, or one too old: ste.MissingDependencyError with the pip command
+_check_requirements()  # no TensorFlow, or one too old: ste.errors.MissingDependencyError with the pip command
 
 from . import (
     activations,
     callbacks,
     constraints,
+    errors,
     larq,
     layers,
     metrics,
@@ -31,37 +34,13 @@ from ._bitmask import bit_masks, set_bit_masks
 from ._collective_keys import install as _install_fresh_collective_keys
 from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
-from ._errors import (
-    BackupError,
-    CallError,
-    ConversionError,
-    GradientCountError,
-    GradientDtypeError,
-    GradientShapeError,
-    HigherOrderError,
-    InputError,
-    MissingBackwardError,
-    MissingDependencyError,
-    NotBuiltError,
-    ParameterError,
-    ParameterTypeError,
-    RegistrationError,
-    RuleError,
-    SerializationError,
-    SpecError,
-    STEError,
-    UnknownConstraintError,
-    UnknownQuantizerError,
-    UnknownSurrogateError,
-    UnsupportedLayerError,
-    VariableAssignmentError,
-)
 from ._export import export_quantized_weights, unpack_quantized_weights
 from ._maskrule import mask_rule
 from ._plot import plot
 from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
+from .errors import STEError
 from .qat import (
     fix_input_output_range,
     quantize_annotate_layer,
@@ -73,39 +52,18 @@ from .qat import (
     to_tflite,
 )
 
+_install_old_module_paths()  # pickles written before a private module moved name its old path
 _install_save_check()
 _install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
 _install_fresh_collective_keys()  # a second MirroredStrategy in one process (docs/distributed.md)
 
 __all__ = [
-    "BackupError",
-    "CallError",
-    "ConversionError",
     "Forward",
-    "GradientCountError",
-    "GradientDtypeError",
-    "GradientShapeError",
-    "HigherOrderError",
-    "InputError",
     "LayerSummary",
-    "MissingBackwardError",
-    "MissingDependencyError",
     "ModelSummary",
-    "NotBuiltError",
-    "ParameterError",
-    "ParameterTypeError",
-    "RegistrationError",
-    "RuleError",
     "RuleLike",
     "STEError",
     "STEFunction",
-    "SerializationError",
-    "SpecError",
-    "UnknownConstraintError",
-    "UnknownQuantizerError",
-    "UnknownSurrogateError",
-    "UnsupportedLayerError",
-    "VariableAssignmentError",
     "__version__",
     "activations",
     "backward",
@@ -113,6 +71,7 @@ __all__ = [
     "bit_masks",
     "callbacks",
     "constraints",
+    "errors",
     "export_quantized_weights",
     "fix_input_output_range",
     "forward",
@@ -138,3 +97,8 @@ __all__ = [
     "to_tflite",
     "unpack_quantized_weights",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A name that moved elsewhere (``ste.errors.ParameterError`` → ``ste.errors.ParameterError``), with a warning."""
+    return _moved_name(name)

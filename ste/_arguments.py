@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ParameterError
+from .errors import ParameterError
 
 __all__ = ["check_bool", "check_bool_arguments", "check_number"]
 
 
 def check_bool(owner: str, name: str, value: Any) -> bool:
-    """``value`` as a Python bool when it is a ``bool`` or ``numpy.bool_``; else :class:`ste.ParameterError`."""
+    """``value`` as a Python bool when it is a ``bool`` or ``numpy.bool_``; else :class:`ste.errors.ParameterError`."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     shown = repr(value) if len(repr(value)) <= 40 else f"{type(value).__name__} {repr(value)[:30]}..."
@@ -52,7 +52,7 @@ def check_bool_arguments(
 
 
 def check_number(owner: str, field: str, value: Any, *, positive: bool = False) -> float:
-    """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.ParameterError`."""
+    """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.errors.ParameterError`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
         raise ParameterError(f"{owner}: {field} must be a finite number; received {_short(value)}.")
     if positive and float(value) <= 0:

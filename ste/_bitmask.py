@@ -77,7 +77,7 @@ def _from_environment(value: str) -> bool | None:
     """``STE_BIT_MASKS``'s setting; an unknown word is refused (read at import: ``import ste`` fails with it)."""
     word = value.strip().lower()
     if word not in _WORDS:
-        from ._errors import ParameterError
+        from .errors import ParameterError
 
         raise ParameterError(
             f"the environment variable STE_BIT_MASKS={value!r} is not a setting of ste's bit masks: expected 0 "
@@ -180,7 +180,7 @@ def read_after(dy: Any, xs: Any) -> list[tf.Tensor]:
 
 def _checked(enabled: Any, where: str) -> bool | None:
     if enabled is not None and not isinstance(enabled, bool):
-        from ._errors import ParameterError
+        from .errors import ParameterError
 
         raise ParameterError(
             f"{where}: expected True (bits wherever they can be kept), False (keep float inputs, as in ste 0.1) or "
@@ -359,7 +359,7 @@ def higher_order_witness(x: tf.Tensor) -> tf.Tensor | None:
 def refuse_higher_order(
     tensor: tf.Tensor, witness: tf.Tensor | None, op: str, what: str, fix: str | None = None
 ) -> tf.Tensor:
-    """``tensor`` (rebuilt from bits in a backward pass), whose gradient raises :class:`ste.HigherOrderError`: a
+    """``tensor`` (rebuilt from bits in a backward pass), whose gradient raises :class:`ste.errors.HigherOrderError`: a
     tape that reaches it differentiates a packed backward pass (see above). ``fix`` replaces the default fix (turn
     bit masks off)."""
     if witness is None:
@@ -368,7 +368,7 @@ def refuse_higher_order(
     @tf.custom_gradient  # type: ignore[untyped-decorator]
     def tie(tensor: tf.Tensor, witness: tf.Tensor) -> Any:
         def grad(*_: Any) -> Any:
-            from ._errors import HigherOrderError
+            from .errors import HigherOrderError
 
             if fix is not None:
                 raise HigherOrderError(

@@ -111,7 +111,7 @@ def describe(entry: str | Surrogate) -> EntryInfo:
     """Describe a registry name, a spec string (``"sigmoid_surrogate(beta=4)"``) or a :class:`Surrogate`.
 
     A plain name describes the entry at its defaults; a spec string or an instance at its parameters.
-    Unknown names raise :class:`ste.UnknownSurrogateError` (with suggestions).
+    Unknown names raise :class:`ste.errors.UnknownSurrogateError` (with suggestions).
     """
     instance: Surrogate | None
     if isinstance(entry, str) and entry.strip().isidentifier():

@@ -202,8 +202,8 @@ def _native_stderr_silenced() -> Iterator[None]:
 
 
 def _import_tensorflow_quietly(command: str) -> None:
-    from ._errors import MissingDependencyError
     from ._requirements import check_requirements
+    from .errors import MissingDependencyError
 
     # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -232,7 +232,7 @@ def answer_without_tensorflow() -> None:
 
 def _import_user_modules(modules: Sequence[str]) -> None:
     """Import each ``--import`` argument: a dotted module name (found from the current directory too) or a file."""
-    from ._errors import CallError
+    from .errors import CallError
 
     if modules and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -383,7 +383,7 @@ def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: T
 
 def _message(error: Exception, imports: Sequence[str]) -> str:
     """The error as one line; an unknown name also says how to load the user's module that registers it."""
-    from ._errors import UnknownQuantizerError, UnknownSurrogateError
+    from .errors import UnknownQuantizerError, UnknownSurrogateError
 
     text = " ".join(str(error).split())
     if isinstance(error, (UnknownSurrogateError, UnknownQuantizerError)):
@@ -409,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as done:  # argparse: --help, --version (0) or a usage error (2), already printed
         return done.code if isinstance(done.code, int) else EXIT_USAGE
-    from ._errors import STEError
+    from .errors import STEError
 
     out, err = sys.stdout, sys.stderr
     try:

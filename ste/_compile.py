@@ -20,11 +20,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._errors import CallError, InputError
 from ._forwardmode import FORWARD_MODE, under_forward_accumulator
 from ._gradients import check_gradients, input_spec
 from ._rules import Rule, after_kept
 from ._vectorized import VECTORIZED_MAP, in_vectorized_map
+from .errors import CallError, InputError
 
 __all__ = ["compile_op"]
 

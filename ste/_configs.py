@@ -3,7 +3,7 @@
 Keras's ``from_config`` wraps any exception of the constructor in a bare ``TypeError("Error when deserializing
 ...")``, hiding the ste error (and its fix) inside the message. :func:`rebuild` runs the Keras ``from_config`` and
 re-raises the constructor's ste error itself, or turns another failure (Keras's own argument checks) into a
-:class:`ste.ParameterError` naming the class, the keys received and the fix.
+:class:`ste.errors.ParameterError` naming the class, the keys received and the fix.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._errors import ParameterError, STEError
+from .errors import ParameterError, STEError
 
 __all__ = ["rebuild"]
 

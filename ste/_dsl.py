@@ -19,10 +19,10 @@ from typing_extensions import ParamSpec
 
 from ._compile import compile_op
 from ._describe import callable_name
-from ._errors import CallError, MissingBackwardError, RuleError
 from ._inputs import to_input_tensor
 from ._rules import LikeRule, Rule, make_rule
 from ._serialization import op_config, op_parts, op_parts_from_config
+from .errors import CallError, MissingBackwardError, RuleError
 from .registry import Surrogate
 
 __all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward", "rebuild_op", "rule_of"]
@@ -91,7 +91,7 @@ class Forward(Generic[P, R]):
     """A forward function waiting for its backward rule: ``ste.forward(fn)``.
 
     Attach a rule with :meth:`backward` or :meth:`backward_like` (both also work as decorators). Calling a
-    ``Forward`` itself raises :class:`ste.MissingBackwardError`.
+    ``Forward`` itself raises :class:`ste.errors.MissingBackwardError`.
     """
 
     def __init__(self, fn: Callable[P, R]) -> None:
@@ -113,7 +113,7 @@ class Forward(Generic[P, R]):
         bound to the rule (a surrogate's hyperparameters, or extra keywords for a function). Works as a decorator.
         ``jvp`` (a VJP function only) declares the same derivative for forward mode: ``jvp(t, *inputs,
         **hyperparams)`` (``t`` a tuple of one tangent per input when there are several) returns the output tangent;
-        without it forward-mode autodiff raises :class:`ste.RuleError`.
+        without it forward-mode autodiff raises :class:`ste.errors.RuleError`.
         """
         made = STEFunction(self.forward_fn, make_rule(rule, params, jvp))
         if inspect.isfunction(rule):  # perhaps decorated: remember its name for the MissingBackwardError
@@ -208,7 +208,7 @@ class STEFunction(Generic[P, R]):
     def get_config(self) -> dict[str, Any]:
         """The Keras config: the names of the forward function and of the rule (see :mod:`ste._serialization`).
 
-        Raises :class:`ste.SerializationError` when a function has no importable name (a lambda, a closure).
+        Raises :class:`ste.errors.SerializationError` when a function has no importable name (a lambda, a closure).
         """
         return op_config(self)
 

@@ -10,8 +10,8 @@ import keras
 import numpy as np
 
 from ._arguments import check_bool
-from ._errors import ParameterError
 from ._packing import pack_kernel, unpack_kernel
+from .errors import ParameterError
 from .layers import QuantLayerMixin
 
 __all__ = ["export_quantized_weights", "unpack_quantized_weights", "walk_layers"]

@@ -13,7 +13,7 @@ for any of its inputs (``TFE_Py_PackJVPs``, what TensorFlow's own function calls
 microsecond). Then the compiler asks the rule to rebuild the op from ordinary differentiable ops
 (:meth:`ste._rules.Rule.rebuild`), whose JVP is the documented one: ``d(x)·t`` for a registry surrogate, the JVP
 of ``g`` for ``backward_like(g)``, the declared ``jvp=`` of a hand-written VJP; one without raises
-:class:`ste.RuleError`. The rebuilt op has the same
+:class:`ste.errors.RuleError`. The rebuilt op has the same
 reverse-mode gradient, so a ``GradientTape`` inside or outside the accumulator (Hessian-vector products) still
 gets the rule. Without an accumulator nothing changes.
 

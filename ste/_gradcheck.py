@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from ._describe import callable_name
 from ._dsl import Forward, STEFunction, rule_of
-from ._errors import CallError, ParameterError
 from ._targets import check_target
+from .errors import CallError, ParameterError
 from .quantizers import Quantizer
 from .registry import Surrogate, get
 

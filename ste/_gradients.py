@@ -1,7 +1,7 @@
 """Checking what a backward rule returns: one gradient per input, each of its input's dtype and exact shape.
 
 TensorFlow's ``tf.custom_gradient`` checks none of this, and a broadcast-compatible wrong shape gives silently
-wrong gradients. Shapes known while tracing are compared right away and raise :class:`ste.GradientShapeError`.
+wrong gradients. Shapes known while tracing are compared right away and raise :class:`ste.errors.GradientShapeError`.
 Where a dimension is unknown while tracing, the gradient that the rest of the backward pass reads depends on a
 run-time check: an assertion with ste's message in a graph (TensorFlow raises it as ``InvalidArgumentError``,
 before any op uses the gradient), and under XLA, which drops assertions, a ``tf.stack`` of zero-element views of
@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from ._errors import GradientCountError, GradientDtypeError, GradientShapeError, RuleError
 from ._xla import compiling_with_xla
+from .errors import GradientCountError, GradientDtypeError, GradientShapeError, RuleError
 
 __all__ = ["InputSpec", "check_gradients"]
 

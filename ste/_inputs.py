@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._errors import InputError
+from .errors import InputError
 
 __all__ = ["to_input_tensor"]
 
@@ -21,7 +21,7 @@ def _is_keras_tensor(value: Any) -> bool:
 
 
 def to_input_tensor(value: Any, position: int, op: str) -> tf.Tensor:
-    """Convert positional input ``position`` of ``op`` to a floating tensor or raise :class:`ste.InputError`.
+    """Convert positional input ``position`` of ``op`` to a floating tensor or raise :class:`ste.errors.InputError`.
 
     Variables (``tf.Variable`` and Keras 3 ``keras.Variable``) are read here, outside the custom-gradient function,
     so the gradient reaches them through their read op instead of them being captured.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._describe import callable_name
-from ._errors import RuleError
+from .errors import RuleError
 
 __all__ = ["declared_mask", "mask_rule"]
 

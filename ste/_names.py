@@ -6,14 +6,15 @@
 * a name must be reachable from a spec string: a Python identifier that is not a keyword;
 * names are NFKC-normalised the way Python normalises identifiers, so ``"µ_r"`` (micro sign) and ``"μ_r"``
   (Greek mu) are one name (``ast.parse`` of a spec string normalises the same way);
-* registering a name that exists (a built-in included) needs ``replace=True``, else :class:`ste.RegistrationError`;
+* registering a name that exists (a built-in included) needs ``replace=True``, else
+  :class:`ste.errors.RegistrationError`;
 * an unknown name raises the table's error class with did-you-mean suggestions;
 * :meth:`NameTable.unregister` removes a name;
 * an ``on_change`` callback hears of every change (the quantizer and constraint tables publish their names to
   Keras's own lookups through it, see :mod:`ste._keras_lookup`).
 
 :func:`build` calls a constructor with a spec string's arguments and turns Python's argument errors and
-overflowing numbers into :class:`ste.ParameterError` naming the bad keyword.
+overflowing numbers into :class:`ste.errors.ParameterError` naming the bad keyword.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ._arguments import check_bool
-from ._errors import ParameterError, RegistrationError, STEError
+from .errors import ParameterError, RegistrationError, STEError
 
 __all__ = ["NameTable", "build", "normalize_name"]
 
@@ -70,7 +71,7 @@ class NameTable(Generic[T]):
         return self._lock
 
     def check_name(self, name: Any) -> str:
-        """The normalised ``name``, or :class:`ste.RegistrationError` if a spec string cannot reach it."""
+        """The normalised ``name``, or :class:`ste.errors.RegistrationError` if a spec string cannot reach it."""
         if not isinstance(name, str):
             raise RegistrationError(f"a {self.kind} name must be a string; received {type(name).__name__} {name!r}.")
         normal = normalize_name(name)
@@ -166,9 +167,9 @@ def _describe(entry: Any) -> str:
 
 
 def build(owner: str, constructor: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
-    """``constructor(*args, **kwargs)`` with argument errors as :class:`ste.ParameterError` naming the keyword.
+    """``constructor(*args, **kwargs)`` with argument errors as :class:`ste.errors.ParameterError` naming the keyword.
 
-    A number too large for a float (``OverflowError``) also becomes a :class:`ste.ParameterError`.
+    A number too large for a float (``OverflowError``) also becomes a :class:`ste.errors.ParameterError`.
     """
     try:
         signature: inspect.Signature | None = inspect.signature(constructor)

@@ -17,8 +17,8 @@ import tensorflow as tf
 from ._catalog import plateau_edge
 from ._describe import callable_name
 from ._dsl import Forward, STEFunction
-from ._errors import CallError, MissingDependencyError
 from ._targets import as_quantizer
+from .errors import CallError, MissingDependencyError
 from .quantizers import Quantizer
 from .registry import Surrogate, get
 
@@ -241,8 +241,8 @@ def plot(
     (``ste.plot("atan", alpha=4)``) or the op's keyword hyperparameters. The peak of the lower curve is marked: a
     dot, or a bar over a plateau; nothing when the curve is constant.
 
-    Returns a ``matplotlib.figure.Figure`` (``fig.savefig("rule.png")``). Raises :class:`ste.MissingDependencyError`
-    when matplotlib is not installed.
+    Returns a ``matplotlib.figure.Figure`` (``fig.savefig("rule.png")``). Raises
+    :class:`ste.errors.MissingDependencyError` when matplotlib is not installed.
 
     >>> fig = ste.plot("sigmoid_surrogate", beta=4.0)  # doctest: +SKIP
     """

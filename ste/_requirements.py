@@ -3,15 +3,15 @@
 TensorFlow is not a requirement of the package (``pyproject.toml``): a user keeps the build installed
 (``tensorflow``, ``tensorflow-cpu``, ``tensorflow-macos``, ``tensorflow[and-cuda]``), and the extras of the same
 names install one. So ``import ste`` without TensorFlow, or with a release older than ste supports, raises
-:class:`ste.MissingDependencyError` naming the command, instead of Python's bare ``ModuleNotFoundError`` from deep
-inside Keras. This module imports nothing heavy at module level.
+:class:`ste.errors.MissingDependencyError` naming the command, instead of Python's bare ``ModuleNotFoundError`` from
+deep inside Keras. This module imports nothing heavy at module level.
 """
 
 from __future__ import annotations
 
 import re
 
-from ._errors import MissingDependencyError
+from .errors import MissingDependencyError
 
 __all__ = ["MIN_KERAS", "MIN_TENSORFLOW", "check_requirements"]
 
@@ -36,7 +36,7 @@ def _dotted(release: tuple[int, int]) -> str:
 
 
 def check_requirements() -> None:
-    """Import TensorFlow and Keras; raise :class:`ste.MissingDependencyError` if either is missing or too old."""
+    """Import TensorFlow and Keras; raise :class:`ste.errors.MissingDependencyError` if either is missing or too old."""
     try:
         import tensorflow as tf
     except ImportError as error:

@@ -20,7 +20,7 @@ gradients (``tf.vectorized_map`` and forward-mode autodiff)::
 * a hand-written VJP with a declared JVP (``.backward(vjp, jvp=jvp)``):
   ``term = jvp(x − stop_gradient(x), …, stop_gradient(x), …)``, linear in the zero-valued tangents, so its JVP is
   the declared one; its reverse-mode gradient is the VJP rule itself.
-* a hand-written VJP without one: :class:`ste.RuleError`, naming the situation and the fix.
+* a hand-written VJP without one: :class:`ste.errors.RuleError`, naming the situation and the fix.
 
 Where ``x`` (or ``g(x)``) is ±inf or NaN, ``x − stop_gradient(x)`` would be NaN, so those elements are masked with
 ``tf.where``: the forward value stays exactly ``f(x)`` and their derivative is 0.
@@ -48,9 +48,9 @@ from ._bitmask import (
     unpack_bits,
 )
 from ._describe import callable_name, format_params
-from ._errors import GradientShapeError, RuleError
 from ._gradients import InputSpec, check_gradients, input_spec
 from ._maskrule import declared_mask
+from .errors import GradientShapeError, RuleError
 from .registry import Surrogate, get
 
 __all__ = [
@@ -141,7 +141,7 @@ class Rule(Protocol):
         op: str,
         situation: Situation,
     ) -> Any:
-        """The op made of ordinary differentiable ops (no custom gradient), or :class:`ste.RuleError`."""
+        """The op made of ordinary differentiable ops (no custom gradient), or :class:`ste.errors.RuleError`."""
         ...
 
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:

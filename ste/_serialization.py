@@ -12,7 +12,7 @@ An op is saved by *naming* its parts, never by storing their code (Keras's defau
 Loading only looks names up: a module-level function is found in a module that is already imported (as a Keras
 registration needs its module imported) and is never one of the standard library; public names come from a short
 list of TensorFlow/Keras namespaces of tensor functions. A function without such a name (a lambda, a local function, a
-closure) makes saving raise :class:`ste.SerializationError`.
+closure) makes saving raise :class:`ste.errors.SerializationError`.
 
 Keras opens the ``.keras`` file before it serializes the model, so an error there would leave an empty file (or
 truncate an existing one). :func:`install_save_check` makes Keras's ``save_model`` serialize the model's config first
@@ -35,8 +35,8 @@ import keras
 import tensorflow as tf
 
 from ._describe import callable_name
-from ._errors import SerializationError, STEError
 from ._rules import RuleParts
+from .errors import SerializationError, STEError
 from .registry import Surrogate
 
 __all__ = ["OpParts", "install_save_check", "op_config", "op_parts", "op_parts_from_config"]
@@ -144,7 +144,7 @@ def _why_unnamed(fn: Any) -> str:
 
 
 def function_config(fn: Any, role: str, op: Any) -> dict[str, Any]:
-    """A JSON-serializable name for ``fn`` (the op's ``role``), or :class:`ste.SerializationError`."""
+    """A JSON-serializable name for ``fn`` (the op's ``role``), or :class:`ste.errors.SerializationError`."""
     public = _public_path(fn)
     if public is not None:
         return {"public": public}
@@ -277,7 +277,7 @@ def op_parts_from_config(config: Any) -> OpParts:
 
 
 def _check_picklable(obj: Any, role: str, op: Any) -> None:
-    """Raise :class:`ste.SerializationError` saying why pickle would fail on ``obj`` (a part of ``op``).
+    """Raise :class:`ste.errors.SerializationError` saying why pickle would fail on ``obj`` (a part of ``op``).
 
     Pickle stores a function by module and qualified name; any other object is tried (they are rare and small).
     """

@@ -27,8 +27,8 @@ from typing import Any
 import keras
 
 from ._arguments import check_bool
-from ._errors import NotBuiltError
 from ._export import walk_layers
+from .errors import NotBuiltError
 from .layers import QuantLayerMixin
 from .spiking import SpikingCell
 
@@ -368,7 +368,7 @@ def summary(model: Any, print_fn: Callable[[str], Any] | None = print, *, includ
     multiply-accumulates per sample by bit width (``include_macs=False`` leaves that column out); then totals,
     trainable and non-trainable parameters, model size, the compression ratio (float32 ÷ quantized) and the
     deployment view (batch normalization folded, the count ``larq.models.summary`` and larq-zoo publish). Returns a
-    :class:`ModelSummary` (its ``str()`` is the table). Raises :class:`ste.NotBuiltError` if the model or one of
+    :class:`ModelSummary` (its ``str()`` is the table). Raises :class:`ste.errors.NotBuiltError` if the model or one of
     its layers is not built.
     """
     include_macs = check_bool("summary", "include_macs", include_macs)

@@ -13,7 +13,7 @@ from typing import Any
 import tensorflow as tf
 
 from ._dsl import STEFunction, forward
-from ._errors import CallError, SpecError
+from .errors import CallError, SpecError
 from .quantizers import Quantizer
 from .quantizers import get as get_quantizer
 from .quantizers import names as quantizer_names

@@ -28,10 +28,10 @@ import tensorflow as tf
 
 from .._arguments import check_bool_arguments
 from .._configs import rebuild
-from .._errors import InputError
 from .._keras_versions import renormalizes
 from .._signatures import ClassSignature
 from .._xla import compiling_with_xla
+from ..errors import InputError
 
 __all__ = ["BatchNormalization", "hint_fused_batch_norm"]
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from .._arguments import check_number
 from .._configs import rebuild
-from .._errors import CallError, ParameterError
+from ..errors import CallError, ParameterError
 from ..layers import kernel_precision
 from . import _hyperparameters as hp
 

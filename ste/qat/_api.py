@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from .._arguments import check_bool
-from .._errors import ConversionError, ParameterError, UnsupportedLayerError
+from ..errors import ConversionError, ParameterError, UnsupportedLayerError
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
@@ -110,9 +110,9 @@ def quantize_model(
     The new model has the same inputs and outputs, and is ready to ``compile``/``fit``; functional and Sequential
     models (nested ones too) are supported, and a layer or nested model the float model calls more than once stays
     one layer, called as often. Layers the scheme does not cover stay float, named in one warning; ``strict=True``
-    raises :class:`ste.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use their
-    config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's default
-    prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
+    raises :class:`ste.errors.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use
+    their config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's
+    default prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
     """
     return _run(model, scheme, lambda layer: True, strict, quantized_layer_name_prefix, "ste.quantize_model")
 
@@ -173,8 +173,8 @@ def quantize_apply(
     quantized_layer_name_prefix: str | None = "",
 ) -> keras.Model:
     """Quantize only the annotated layers of ``model`` (TFMOT's ``quantize_apply``); the others stay float,
-    without a warning. A model without an annotated layer raises :class:`ste.ParameterError` (it would give a float
-    copy). Names as :func:`quantize_model`."""
+    without a warning. A model without an annotated layer raises :class:`ste.errors.ParameterError` (it would give a
+    float copy). Names as :func:`quantize_model`."""
     owner = "ste.quantize_apply"
     check_bool(owner, "strict", strict)
     _check_model(model, owner)

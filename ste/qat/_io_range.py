@@ -17,7 +17,7 @@ from typing import Any
 import keras
 
 from .._arguments import check_bool
-from .._errors import ParameterError
+from ..errors import ParameterError
 from ..quantizers import NoOp
 from ..quantizers._base import check_bits
 from ._int8 import Int8Scheme

@@ -35,7 +35,7 @@ from typing import Any
 
 import keras
 
-from .._errors import NotBuiltError
+from ..errors import NotBuiltError
 from ._config import QuantizeConfig
 from ._copy import float_copy
 from ._scheme import Role, Scheme

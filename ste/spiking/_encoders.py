@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from .._arguments import check_bool
-from .._errors import CallError, ParameterError
+from ..errors import CallError, ParameterError
 
 __all__ = ["delta_encode", "latency_encode", "rate_encode"]
 

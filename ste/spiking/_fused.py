@@ -24,8 +24,8 @@ Both loops are compiled with XLA by default (one kernel for the sequence instead
 step). The outputs are written into one ``[batch, time, units]`` buffer in place (outside XLA with
 ``TensorStridedSliceUpdate``, which forwards its input's buffer), the input's gradient likewise, and only when a
 tape watches the input (a network's input data is not differentiated, so its gradient is neither computed nor
-stored). Gradients of these gradients are refused with :class:`ste.HigherOrderError` (the backward pass is a loop of
-its own that a second tape would not see through).
+stored). Gradients of these gradients are refused with :class:`ste.errors.HigherOrderError` (the backward pass is a loop
+of its own that a second tape would not see through).
 """
 
 from __future__ import annotations
@@ -463,7 +463,7 @@ def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:
     silently give no JVP (in a graph the refusal comes from the backward pass, which forward mode transposes)."""
     from tensorflow.python.eager import forwardprop_util
 
-    from .._errors import HigherOrderError
+    from ..errors import HigherOrderError
 
     if tf.executing_eagerly() and forwardprop_util.pack_tangents([tf.convert_to_tensor(t) for t in tensors]).tangents:
         raise HigherOrderError(

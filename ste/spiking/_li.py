@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from .._arguments import check_bool
-from .._errors import ParameterError
+from ..errors import ParameterError
 from ._cell import LearnedValue, SpikingCell, checked_number
 from ._constraint import Interval
 from ._layer import SpikingRNN

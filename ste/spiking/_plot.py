@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import CallError
 from .._plot import _figure_class
+from ..errors import CallError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

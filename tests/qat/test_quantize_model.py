@@ -233,7 +233,7 @@ def test_uncovered_layers_are_named_in_one_warning_and_strict_raises():
     with pytest.warns(UserWarning, match=r"2 layer\(s\).*norm \(LayerNormalization\).*gru \(GRU\)"):
         q = ste.quantize_model(model)
     assert kinds(q).count("QuantDense") == 2
-    with pytest.raises(ste.UnsupportedLayerError, match="quantize_annotate_layer"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match="quantize_annotate_layer"):
         ste.quantize_model(model, strict=True)
 
 
@@ -252,11 +252,11 @@ def test_annotation_and_quantize_apply():
 
 
 def test_errors_for_bad_arguments():
-    with pytest.raises(ste.ParameterError, match="unknown scheme"):
+    with pytest.raises(ste.errors.ParameterError, match="unknown scheme"):
         ste.quantize_model(residual_net(), scheme="int7")
-    with pytest.raises(ste.NotBuiltError, match="not built"):
+    with pytest.raises(ste.errors.NotBuiltError, match="not built"):
         ste.quantize_model(keras.Sequential([L.Dense(2)]))
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.quantize_annotate_layer("dense")
 
 

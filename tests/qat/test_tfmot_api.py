@@ -45,7 +45,7 @@ def assert_within_one_step(got: np.ndarray, expected: np.ndarray, step: float = 
 
 def test_quantize_apply_refuses_a_model_without_annotated_layers():
     model = small_dense()
-    with pytest.raises(ste.ParameterError, match=r"no layer of model .* is annotated.*quantize_annotate_layer"):
+    with pytest.raises(ste.errors.ParameterError, match=r"no layer of model .* is annotated.*quantize_annotate_layer"):
         ste.quantize_apply(model)
     # the user annotated a layer object the model does not use (here: the model was cloned after annotating)
     i = keras.Input((5,))
@@ -56,14 +56,14 @@ def test_quantize_apply_refuses_a_model_without_annotated_layers():
 
 
 def test_quantize_annotate_layer_refuses_a_model_and_takes_tfmots_keyword():
-    with pytest.raises(ste.ParameterError, match="quantize_annotate_model"):
+    with pytest.raises(ste.errors.ParameterError, match="quantize_annotate_model"):
         ste.quantize_annotate_layer(small_dense())
     config = ste.qat.QuantizeConfig(float=True)
     layer = ste.quantize_annotate_layer(L.Dense(2), quantize_config=config)
     assert layer._ste_qat_annotation is config
-    with pytest.raises(ste.ParameterError, match="not both"):
+    with pytest.raises(ste.errors.ParameterError, match="not both"):
         ste.quantize_annotate_layer(L.Dense(2), config, quantize_config=config)
-    with pytest.raises(ste.ParameterError, match="QuantizeConfig"):
+    with pytest.raises(ste.errors.ParameterError, match="QuantizeConfig"):
         ste.quantize_annotate_layer(L.Dense(2), quantize_config=object())
 
 
@@ -76,7 +76,7 @@ def test_quantize_annotate_model_then_apply_is_quantize_model():
     got = ste.quantize_apply(annotated)
     assert kinds(got) == kinds(expected)
     np.testing.assert_array_equal(got.predict(x, verbose=0), expected.predict(x, verbose=0))
-    with pytest.raises(ste.ParameterError, match="quantize_annotate_layer"):
+    with pytest.raises(ste.errors.ParameterError, match="quantize_annotate_layer"):
         ste.quantize_annotate_model(L.Dense(2))
 
 
@@ -113,7 +113,7 @@ def test_quantized_layers_are_named_prefix_and_the_float_layers_name_stably():
     kept = [layer.name for layer in model.layers if isinstance(layer, (L.Add, L.Flatten, L.MaxPooling2D))]
     assert set(kept) <= {layer.name for layer in prefixed.layers}  # not quantized: the same names
     assert ste.quantize_model(model, quantized_layer_name_prefix=None).layers[2].name == conv
-    with pytest.raises(ste.ParameterError, match="quantized_layer_name_prefix"):
+    with pytest.raises(ste.errors.ParameterError, match="quantized_layer_name_prefix"):
         ste.quantize_model(model, quantized_layer_name_prefix=3)
 
 
@@ -313,7 +313,7 @@ def test_a_config_that_cannot_hold_is_refused_when_the_model_is_quantized():
     for config, message in ((Unsupported(), "activation 'elu'"), (NotAWeight(), "expected variables of the layer")):
         i = keras.Input((3,))
         model = keras.Model(i, ste.quantize_annotate_layer(L.Dense(2, activation="elu"), config)(i))
-        with pytest.raises(ste.ParameterError, match=message):
+        with pytest.raises(ste.errors.ParameterError, match=message):
             ste.quantize_apply(model)
 
 
@@ -322,7 +322,7 @@ def test_quantize_scope_adds_the_given_custom_objects():
         assert keras.saving.get_registered_object("CustomLayer") is CustomLayer
         assert keras.saving.get_registered_object("QuantizeWrapper") is ste.qat.QuantizeWrapper
     assert keras.saving.get_registered_object("CustomLayer") is None
-    with pytest.raises(ste.ParameterError, match=r"\{name: class\}"):
+    with pytest.raises(ste.errors.ParameterError, match=r"\{name: class\}"):
         with ste.quantize_scope(CustomLayer):
             pass
 
@@ -386,11 +386,11 @@ def test_fixed_quantizer_and_refusals():
     np.testing.assert_allclose(
         ste.qat.FixedQuantizer(4, -1.0, 2.0, False)(x).numpy(), numpy_fake_quant(x, -1.0, 2.0, bits=4)[0], atol=1e-6
     )
-    with pytest.raises(ste.ParameterError, match="must contain 0"):
+    with pytest.raises(ste.errors.ParameterError, match="must contain 0"):
         ste.qat.FixedQuantizer(8, 0.5, 1.0, False)
-    with pytest.raises(ste.ParameterError, match="per_axis"):
+    with pytest.raises(ste.errors.ParameterError, match="per_axis"):
         ste.qat.MovingAverageQuantizer(8, per_axis=True, symmetric=False, narrow_range=False)
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         ste.qat.LastValueQuantizer(9, per_axis=False, symmetric=True, narrow_range=True)
 
 
@@ -436,9 +436,9 @@ def test_n_bit_activations_train_but_tflite_has_no_kernels_for_them():
     x = np.random.default_rng(8).uniform(-1, 1, (8, 6, 6, 2)).astype(np.float32)
     levels = (quantizers[0](x).numpy() - quantizers[0].min.numpy()) / (12 / 15)
     assert np.unique(np.round(levels)).size <= 16
-    with pytest.raises(ste.ConversionError, match="4 bits.*8-bit activations only"):
+    with pytest.raises(ste.errors.ConversionError, match="4 bits.*8-bit activations only"):
         ste.to_tflite(q)
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         ste.qat.NBitScheme(num_bits_weight=1)
 
 
@@ -492,7 +492,7 @@ def test_fixed_ranges_do_not_move_in_training_and_remove_input_range_drops_the_i
     assert kinds(removed) == ["NoOp", "QuantDense", "ActivationFakeQuant", "Dropout"]
     dense, output = removed.layers[1], removed.layers[2]
     np.testing.assert_array_equal(removed.predict(x, verbose=0), output(dense(x)).numpy())
-    with pytest.raises(ste.ParameterError, match="not read by an activation quantizer"):
+    with pytest.raises(ste.errors.ParameterError, match="not read by an activation quantizer"):
         ste.fix_input_output_range(removed)
-    with pytest.raises(ste.ParameterError, match="must contain 0"):
+    with pytest.raises(ste.errors.ParameterError, match="must contain 0"):
         ste.fix_input_output_range(q, input_min=0.5, input_max=1.0)

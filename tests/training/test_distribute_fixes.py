@@ -121,7 +121,7 @@ def test_backup_and_restore_in_one_process_is_keras_s(tmp_path: Path) -> None:
     assert not (tmp_path / "backup").exists()
 
 
-# -- a damaged backup: ste.BackupError naming the file and what to delete, before any weight changes ----------------
+# -- a damaged backup: ste.errors.BackupError naming the file and what to delete, before any weight changes ---------
 
 
 def _small(units: int = 2, seed: int = 0) -> keras.Model:
@@ -177,7 +177,7 @@ def test_a_damaged_backup_is_refused_before_any_weight_changes(tmp_path: Path, d
     files = {p.name: p.read_bytes() for p in backup.iterdir()}
     model = _small(seed=3)
     before = [w.numpy() for w in model.weights]
-    with pytest.raises(ste.BackupError) as caught:
+    with pytest.raises(ste.errors.BackupError) as caught:
         model.fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[ste.callbacks.BackupAndRestore(str(backup))])
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
@@ -195,7 +195,7 @@ def test_a_backup_of_another_model_is_refused_and_every_weight_put_back(tmp_path
     model = _small(units=5, seed=3)
     before = [w.numpy() for w in model.weights]
     callback = ste.callbacks.BackupAndRestore(str(backup))
-    with pytest.raises(ste.BackupError) as caught:
+    with pytest.raises(ste.errors.BackupError) as caught:
         model.fit(_X, np.zeros((16, 5), np.float32), batch_size=8, epochs=5, verbose=0, callbacks=[callback])
     assert "another model wrote it" in str(caught.value) and repr(str(backup / "latest.weights.h5")) in str(
         caught.value
@@ -231,7 +231,7 @@ def test_an_unreadable_backup_falls_back_to_the_previous_one_as_keras_does(tmp_p
     _damage_weights(backup / "latest.weights.h5")
     _damage_weights(backup / "latest.weights.h5.bkp")
     callback = ste.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
-    with pytest.raises(ste.BackupError, match="latest.weights.h5"):
+    with pytest.raises(ste.errors.BackupError, match="latest.weights.h5"):
         _small().fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[callback])
 
 

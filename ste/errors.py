@@ -149,7 +149,7 @@ class ParameterError(STEError, ValueError):
 
 class ParameterTypeError(ParameterError, TypeError):
     """An argument has the wrong type where larq (or Python) raises ``TypeError``: both ``except TypeError`` and
-    ``except ste.ParameterError`` catch it."""
+    ``except ste.errors.ParameterError`` catch it."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -1,0 +1,107 @@
+"""Old spellings that keep working for one release: top-level names that moved, and private module paths.
+
+* A name that left ``ste``'s top level (``ste.ParameterError``, now ``ste.errors.ParameterError``) is still found by
+  ``ste.__getattr__``, which warns once per name with a :class:`DeprecationWarning` naming the new path.
+* A private module that moved (``ste._dsl``, now ``ste._core._dsl``) is still importable under its old path, without
+  a warning: pickles name the module of each function and class they hold, so a pickle written by an older ste
+  loads. ``import ste`` installs the finder that resolves those paths.
+
+``MODULE_MOVES`` is also read (as text) by ``.dev/move_modules.py``, which rewrites references to the old paths.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import warnings
+from types import ModuleType
+from typing import Any
+
+__all__ = ["MODULE_MOVES", "MOVED_NAMES", "install_old_module_paths", "moved_name"]
+
+#: Old dotted module path → new dotted module path.
+MODULE_MOVES: dict[str, str] = {
+    "ste._errors": "ste.errors",
+}
+
+#: A name that left ``ste``'s top level → where it lives now (``module:name``).
+MOVED_NAMES: dict[str, str] = {
+    "BackupError": "ste.errors:BackupError",
+    "CallError": "ste.errors:CallError",
+    "ConversionError": "ste.errors:ConversionError",
+    "GradientCountError": "ste.errors:GradientCountError",
+    "GradientDtypeError": "ste.errors:GradientDtypeError",
+    "GradientShapeError": "ste.errors:GradientShapeError",
+    "HigherOrderError": "ste.errors:HigherOrderError",
+    "InputError": "ste.errors:InputError",
+    "MissingBackwardError": "ste.errors:MissingBackwardError",
+    "MissingDependencyError": "ste.errors:MissingDependencyError",
+    "NotBuiltError": "ste.errors:NotBuiltError",
+    "ParameterError": "ste.errors:ParameterError",
+    "ParameterTypeError": "ste.errors:ParameterTypeError",
+    "RegistrationError": "ste.errors:RegistrationError",
+    "RuleError": "ste.errors:RuleError",
+    "SerializationError": "ste.errors:SerializationError",
+    "SpecError": "ste.errors:SpecError",
+    "UnknownConstraintError": "ste.errors:UnknownConstraintError",
+    "UnknownQuantizerError": "ste.errors:UnknownQuantizerError",
+    "UnknownSurrogateError": "ste.errors:UnknownSurrogateError",
+    "UnsupportedLayerError": "ste.errors:UnsupportedLayerError",
+    "VariableAssignmentError": "ste.errors:VariableAssignmentError",
+}
+
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def moved_name(name: str) -> Any:
+    """The object a moved top-level name stands for, with a DeprecationWarning the first time it is asked for."""
+    where = MOVED_NAMES.get(name)
+    if where is None:
+        raise AttributeError(f"module 'ste' has no attribute {name!r}")
+    module, attribute = where.split(":")
+    with _lock:
+        first = name not in _warned
+        _warned.add(name)
+    if first:
+        warnings.warn(
+            f"ste.{name} moved to {module}.{attribute}; the old spelling will be removed in the next release. "
+            f"Fix: use {module}.{attribute}.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return getattr(importlib.import_module(module), attribute)
+
+
+class _OldModulePaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a moved module's old path as the module itself (one module object, two names in sys.modules)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MODULE_MOVES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(MODULE_MOVES[spec.name])
+        self._specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # the import system has just set the module's __spec__ to the old path's: give it back its own
+        module.__spec__ = self._specs[module.__name__]
+
+
+_finder = _OldModulePaths()
+
+
+def install_old_module_paths() -> None:
+    """Make the old paths of moved modules importable (idempotent)."""
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)  # before any finder that might find a stale file at the old path
