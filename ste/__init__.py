@@ -41,16 +41,7 @@ from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
 from .errors import STEError
-from .qat import (
-    fix_input_output_range,
-    quantize_annotate_layer,
-    quantize_annotate_model,
-    quantize_apply,
-    quantize_model,
-    quantize_scope,
-    remove_input_range,
-    to_tflite,
-)
+from .qat import quantize_model, to_tflite
 
 _install_old_module_paths()  # pickles written before a private module moved name its old path
 _install_save_check()
@@ -73,7 +64,6 @@ __all__ = [
     "constraints",
     "errors",
     "export_quantized_weights",
-    "fix_input_output_range",
     "forward",
     "larq",
     "layers",
@@ -82,14 +72,9 @@ __all__ = [
     "optimizers",
     "plot",
     "qat",
-    "quantize_annotate_layer",
-    "quantize_annotate_model",
-    "quantize_apply",
     "quantize_model",
-    "quantize_scope",
     "quantizers",
     "registry",
-    "remove_input_range",
     "set_bit_masks",
     "spiking",
     "summary",

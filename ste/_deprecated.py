@@ -52,6 +52,12 @@ MOVED_NAMES: dict[str, str] = {
     "UnknownSurrogateError": "ste.errors:UnknownSurrogateError",
     "UnsupportedLayerError": "ste.errors:UnsupportedLayerError",
     "VariableAssignmentError": "ste.errors:VariableAssignmentError",
+    "fix_input_output_range": "ste.qat:fix_input_output_range",
+    "quantize_annotate_layer": "ste.qat:quantize_annotate_layer",
+    "quantize_annotate_model": "ste.qat:quantize_annotate_model",
+    "quantize_apply": "ste.qat:quantize_apply",
+    "quantize_scope": "ste.qat:quantize_scope",
+    "remove_input_range": "ste.qat:remove_input_range",
 }
 
 _warned: set[str] = set()

@@ -80,7 +80,7 @@ class QuantizeAwareActivation:
 class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
     """``layer`` quantized by the quantizers ``quantize_config`` (a :class:`ste.qat.QuantizeConfig` subclass)
     carries; see the module docstring. Saved with the layer's and the config's configs: loading needs both classes
-    registered with Keras, or passed to ``ste.quantize_scope({...})``."""
+    registered with Keras, or passed to ``ste.qat.quantize_scope({...})``."""
 
     def __init__(self, layer: Any, quantize_config: Any, **kwargs: Any) -> None:
         if isinstance(layer, dict):
