@@ -26,6 +26,8 @@ __all__ = ["MODULE_MOVES", "MOVED_NAMES", "install_old_module_paths", "moved_nam
 #: Old dotted module path → new dotted module path.
 MODULE_MOVES: dict[str, str] = {
     "ste._errors": "ste.errors",
+    "ste._arguments": "ste._common._arguments",
+    "ste._names": "ste._common._names",
 }
 
 #: A name that left ``ste``'s top level → where it lives now (``module:name``).

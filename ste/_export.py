@@ -9,7 +9,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from ._arguments import check_bool
+from ._common._arguments import check_bool
 from ._packing import pack_kernel, unpack_kernel
 from .errors import ParameterError
 from .layers import QuantLayerMixin

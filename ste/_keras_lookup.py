@@ -5,7 +5,7 @@ In Keras 3 (checked on 3.15) ``keras.activations.get(name)`` and ``keras.constra
 from the module's name table ``ALL_OBJECTS_DICT`` (``keras.src.activations`` / ``keras.src.constraints``); custom
 objects registered with ``keras.saving.register_keras_serializable`` are consulted for configs, not for plain
 strings. So the quantizer and constraint tables publish their names into those two dicts (through
-:class:`ste._names.NameTable`'s ``on_change``), never replacing a name Keras defines itself (``"relu"``,
+:class:`ste._common._names.NameTable`'s ``on_change``), never replacing a name Keras defines itself (``"relu"``,
 ``"max_norm"`` keep their Keras meaning) and removing only names they added.
 
 * A constraint name maps to its class (Keras instantiates it with default arguments, as for ``"max_norm"``).

@@ -26,7 +26,7 @@ from typing import Any
 
 import keras
 
-from ._arguments import check_bool
+from ._common._arguments import check_bool
 from ._export import walk_layers
 from .errors import NotBuiltError
 from .layers import QuantLayerMixin

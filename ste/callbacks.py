@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ._arguments import check_bool
+from ._common._arguments import check_bool
 from ._distribute import multi_worker
 from .errors import BackupError, ParameterError
 

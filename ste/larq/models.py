@@ -22,7 +22,7 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from .._export import walk_layers
 from .._summary import _check_built, _output_shape
 from ..errors import ParameterError

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool_arguments
+from .._common._arguments import check_bool_arguments
 from .._configs import rebuild
 from .._keras_versions import renormalizes
 from .._signatures import ClassSignature

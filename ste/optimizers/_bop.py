@@ -7,7 +7,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
+from .._common._arguments import check_number
 from .._configs import rebuild
 from ..errors import CallError, ParameterError
 from ..layers import kernel_precision

@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..errors import ConversionError, ParameterError, UnsupportedLayerError
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D

@@ -17,7 +17,7 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..quantizers import Quantizer
 from ._copy import float_copy
 from ._scheme import Role, Scheme

@@ -19,7 +19,7 @@ from typing import Any
 import keras
 
 from .. import layers as ste_layers
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from .._keras_versions import complete_config, renormalizes
 from ..quantizers import Quantizer
 from ..quantizers._base import check_bits

@@ -16,7 +16,7 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..errors import ParameterError
 from ..quantizers import NoOp
 from ..quantizers._base import check_bits

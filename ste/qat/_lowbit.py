@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import keras
 
 from .. import layers as ste_layers
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..constraints import WeightClip
 from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
 from ._int8 import Int8Scheme

@@ -18,7 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
+from .._common._arguments import check_number
 from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits

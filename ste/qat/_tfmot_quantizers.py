@@ -30,7 +30,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from .._dsl import forward
 from ..errors import ParameterError
 from ..quantizers import Quantizer

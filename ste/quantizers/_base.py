@@ -20,10 +20,10 @@ from typing import Any, TypeVar, Union
 import keras
 import tensorflow as tf
 
+from .._common._names import NameTable, build
 from .._configs import rebuild
 from .._inputs import to_input_tensor
 from .._keras_lookup import publish_activation
-from .._names import NameTable, build
 from .._signatures import keep_init_signature
 from ..errors import ParameterError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names

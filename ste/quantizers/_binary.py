@@ -12,7 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool, check_number
+from .._common._arguments import check_bool, check_number
 from .._dsl import STEFunction, forward
 from .._maskrule import mask_rule
 from .._signatures import NOT_GIVEN

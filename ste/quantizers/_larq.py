@@ -28,7 +28,7 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_number
+from .._common._arguments import check_number
 from ..errors import UnknownQuantizerError
 from ..registry import get as get_surrogate
 from ._base import Quantizer, add_form, register

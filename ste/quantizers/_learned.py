@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool, check_number
+from .._common._arguments import check_bool, check_number
 from .._dsl import forward
 from .._xla import compiling_with_xla
 from ..errors import NotBuiltError

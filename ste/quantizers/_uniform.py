@@ -11,7 +11,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
+from .._common._arguments import check_number
 from .._dsl import STEFunction, forward
 from .._maskrule import mask_rule
 from .._signatures import NOT_GIVEN

@@ -11,8 +11,8 @@ from typing import Any, TypeVar, Union, overload
 
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._names import build
+from .._common._arguments import check_bool
+from .._common._names import build
 from ..errors import ParameterError, RegistrationError, SpecError
 from ._spec import parse_spec
 from ._surrogate import Surrogate

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._names import NameTable
+from .._common._names import NameTable
 from ..errors import UnknownSurrogateError
 
 if TYPE_CHECKING:

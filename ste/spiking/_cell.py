@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from .._signatures import forwarding_signature, init_signature
 from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike

@@ -14,7 +14,7 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..errors import ParameterError
 from ._cell import SpikingCell
 from ._dense import SpikingDense

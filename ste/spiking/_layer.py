@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from .._signatures import forwarding_signature, init_signature
 from ..errors import CallError, InputError
 from ._cell import SpikingCell

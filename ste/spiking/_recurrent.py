@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from .._signatures import forwarding_signature, init_signature
 from ._cell import SpikingCell
 from ._layer import SpikingRNN

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike, get
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["check_bool", "check_bool_arguments", "check_number"]
 

@@ -27,8 +27,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ..errors import ParameterError, RegistrationError, STEError
 from ._arguments import check_bool
-from .errors import ParameterError, RegistrationError, STEError
 
 __all__ = ["NameTable", "build", "normalize_name"]
 
