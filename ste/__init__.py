@@ -11,7 +11,7 @@ _answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit h
 
 from ._deprecated import install_old_module_paths as _install_old_module_paths
 from ._deprecated import moved_name as _moved_name
-from ._requirements import check_requirements as _check_requirements
+from ._keras._requirements import check_requirements as _check_requirements
 
 _check_requirements()  # no TensorFlow, or one too old: ste.errors.MissingDependencyError with the pip command
 
@@ -31,10 +31,10 @@ from . import (
     testing,
 )
 from ._bitmask import bit_masks, set_bit_masks
-from ._collective_keys import install as _install_fresh_collective_keys
-from ._distribute import install as _install_multi_worker_fixes
 from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._export import export_quantized_weights, unpack_quantized_weights
+from ._keras._collective_keys import install as _install_fresh_collective_keys
+from ._keras._distribute import install as _install_multi_worker_fixes
 from ._maskrule import mask_rule
 from ._plot import plot
 from ._serialization import install_save_check as _install_save_check

@@ -202,7 +202,7 @@ def _native_stderr_silenced() -> Iterator[None]:
 
 
 def _import_tensorflow_quietly(command: str) -> None:
-    from ._requirements import check_requirements
+    from ._keras._requirements import check_requirements
     from .errors import MissingDependencyError
 
     # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)

@@ -28,6 +28,13 @@ MODULE_MOVES: dict[str, str] = {
     "ste._errors": "ste.errors",
     "ste._arguments": "ste._common._arguments",
     "ste._names": "ste._common._names",
+    "ste._requirements": "ste._keras._requirements",
+    "ste._keras_versions": "ste._keras._versions",
+    "ste._keras_lookup": "ste._keras._lookup",
+    "ste._configs": "ste._keras._configs",
+    "ste._signatures": "ste._keras._signatures",
+    "ste._distribute": "ste._keras._distribute",
+    "ste._collective_keys": "ste._keras._collective_keys",
 }
 
 #: A name that left ``ste``'s top level → where it lives now (``module:name``).

@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from ._common._arguments import check_number
-from ._keras_lookup import publish_function
+from ._keras._lookup import publish_function
 
 __all__ = ["hard_tanh", "leaky_tanh"]
 

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import keras
 
 from ._common._names import NameTable, build
-from ._keras_lookup import publish_constraint
+from ._keras._lookup import publish_constraint
 from .errors import ParameterError, SpecError, UnknownConstraintError
 from .registry import parse_spec
 

@@ -26,7 +26,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._requirements import MIN_KERAS, MIN_TENSORFLOW, check_requirements
+from ste._keras._requirements import MIN_KERAS, MIN_TENSORFLOW, check_requirements
 from tests.helpers import extra_requirements, pyproject
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@
 * an unknown name raises the table's error class with did-you-mean suggestions;
 * :meth:`NameTable.unregister` removes a name;
 * an ``on_change`` callback hears of every change (the quantizer and constraint tables publish their names to
-  Keras's own lookups through it, see :mod:`ste._keras_lookup`).
+  Keras's own lookups through it, see :mod:`ste._keras._lookup`).
 
 :func:`build` calls a constructor with a spec string's arguments and turns Python's argument errors and
 overflowing numbers into :class:`ste.errors.ParameterError` naming the bad keyword.

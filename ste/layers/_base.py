@@ -23,8 +23,8 @@ from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
 from .._common._arguments import check_bool_arguments
-from .._configs import rebuild
-from .._signatures import ClassSignature
+from .._keras._configs import rebuild
+from .._keras._signatures import ClassSignature
 from ..activations import LARQ_ACTIVATIONS
 from ..errors import InputError, NotBuiltError, ParameterError
 from ..quantizers._sharing import claim

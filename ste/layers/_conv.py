@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._keras_versions import complete_config
+from .._keras._versions import complete_config
 from ..errors import ParameterError
 from ._base import KernelSlot, QuantLayerMixin
 

@@ -27,9 +27,9 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool_arguments
-from .._configs import rebuild
-from .._keras_versions import renormalizes
-from .._signatures import ClassSignature
+from .._keras._configs import rebuild
+from .._keras._signatures import ClassSignature
+from .._keras._versions import renormalizes
 from .._xla import compiling_with_xla
 from ..errors import InputError
 

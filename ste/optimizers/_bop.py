@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_number
-from .._configs import rebuild
+from .._keras._configs import rebuild
 from ..errors import CallError, ParameterError
 from ..layers import kernel_precision
 from . import _hyperparameters as hp

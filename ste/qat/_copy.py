@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import keras
 
-from .._keras_versions import complete_config
+from .._keras._versions import complete_config
 from ..errors import UnsupportedLayerError
 
 __all__ = ["float_copy"]

@@ -21,10 +21,10 @@ import keras
 import tensorflow as tf
 
 from .._common._names import NameTable, build
-from .._configs import rebuild
 from .._inputs import to_input_tensor
-from .._keras_lookup import publish_activation
-from .._signatures import keep_init_signature
+from .._keras._configs import rebuild
+from .._keras._lookup import publish_activation
+from .._keras._signatures import keep_init_signature
 from ..errors import ParameterError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec

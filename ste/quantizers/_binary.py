@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from .._common._arguments import check_bool, check_number
 from .._dsl import STEFunction, forward
+from .._keras._signatures import NOT_GIVEN
 from .._maskrule import mask_rule
-from .._signatures import NOT_GIVEN
 from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike
 from ..registry import get as get_surrogate

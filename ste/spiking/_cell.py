@@ -27,7 +27,7 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool
-from .._signatures import forwarding_signature, init_signature
+from .._keras._signatures import forwarding_signature, init_signature
 from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike
 from ._constraint import Interval

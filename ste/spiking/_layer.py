@@ -22,7 +22,7 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool
-from .._signatures import forwarding_signature, init_signature
+from .._keras._signatures import forwarding_signature, init_signature
 from ..errors import CallError, InputError
 from ._cell import SpikingCell
 from ._loop import time_loop

@@ -1,7 +1,7 @@
-"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_distribute.py), fresh collective keys
-for every MirroredStrategy (ste/_collective_keys.py), and the saved training state a resumed run needs (FlipRatio's
-state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in tests/reliability/test_processes.py;
-here: what holds in one process."""
+"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_keras/_distribute.py), fresh collective keys
+for every MirroredStrategy (ste/_keras/_collective_keys.py), and the saved training state a resumed run needs
+(FlipRatio's state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in
+tests/reliability/test_processes.py; here: what holds in one process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste import _distribute
+from ste._keras import _distribute
 
 from . import _models
 
@@ -249,7 +249,7 @@ def test_a_second_mirrored_strategy_with_collective_ops_fits_after_a_first() -> 
     fits under the first, then a QAT model (whose activation ranges are gathered across replicas) under the second.
     Each strategy numbered its collectives from the same keys, and the second one's first collective failed against
     the first one's record; with its own keys it runs, and one step on two replicas equals one step on one device."""
-    from ste import _collective_keys
+    from ste._keras import _collective_keys
 
     assert _collective_keys.installed() and _collective_keys.install()  # idempotent
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]

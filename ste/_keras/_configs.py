@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from .errors import ParameterError, STEError
+from ..errors import ParameterError, STEError
 
 __all__ = ["rebuild"]
 

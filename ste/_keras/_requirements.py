@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import MissingDependencyError
+from ..errors import MissingDependencyError
 
 __all__ = ["MIN_KERAS", "MIN_TENSORFLOW", "check_requirements"]
 
