@@ -30,14 +30,14 @@ from . import (
     spiking,
     testing,
 )
-from ._bitmask import bit_masks, set_bit_masks
-from ._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
+from ._core._bitmask import bit_masks, set_bit_masks
+from ._core._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
+from ._core._maskrule import mask_rule
+from ._core._serialization import install_save_check as _install_save_check
 from ._export import export_quantized_weights, unpack_quantized_weights
 from ._keras._collective_keys import install as _install_fresh_collective_keys
 from ._keras._distribute import install as _install_multi_worker_fixes
-from ._maskrule import mask_rule
 from ._plot import plot
-from ._serialization import install_save_check as _install_save_check
 from ._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
 from .errors import STEError

@@ -35,6 +35,18 @@ MODULE_MOVES: dict[str, str] = {
     "ste._signatures": "ste._keras._signatures",
     "ste._distribute": "ste._keras._distribute",
     "ste._collective_keys": "ste._keras._collective_keys",
+    "ste._xla": "ste._core._xla",
+    "ste._gradients": "ste._core._gradients",
+    "ste._inputs": "ste._core._inputs",
+    "ste._bitmask": "ste._core._bitmask",
+    "ste._maskrule": "ste._core._maskrule",
+    "ste._forwardmode": "ste._core._forwardmode",
+    "ste._vectorized": "ste._core._vectorized",
+    "ste._rules": "ste._core._rules",
+    "ste._compile": "ste._core._compile",
+    "ste._dsl": "ste._core._dsl",
+    "ste._describe": "ste._core._describe",
+    "ste._serialization": "ste._core._serialization",
 }
 
 #: A name that left ``ste``'s top level → where it lives now (``module:name``).

@@ -13,8 +13,8 @@ from typing import Any, Union
 import numpy as np
 import tensorflow as tf
 
-from ._describe import callable_name
-from ._dsl import Forward, STEFunction, rule_of
+from ._core._describe import callable_name
+from ._core._dsl import Forward, STEFunction, rule_of
 from ._targets import check_target
 from .errors import CallError, ParameterError
 from .quantizers import Quantizer

@@ -15,8 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from ._catalog import plateau_edge
-from ._describe import callable_name
-from ._dsl import Forward, STEFunction
+from ._core._describe import callable_name
+from ._core._dsl import Forward, STEFunction
 from ._targets import as_quantizer
 from .errors import CallError, MissingDependencyError
 from .quantizers import Quantizer

@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._dsl import STEFunction, forward
+from ._core._dsl import STEFunction, forward
 from .errors import CallError, SpecError
 from .quantizers import Quantizer
 from .quantizers import get as get_quantizer

@@ -15,14 +15,14 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._bitmask import pack_bits, unpack_bits
-from ste._rules import PackedMask, make_rule
+from ste._core._bitmask import pack_bits, unpack_bits
+from ste._core._rules import PackedMask, make_rule
 
 
 @pytest.fixture(autouse=True)
 def _pack_small_eager_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eagerly, ops pack masks of large tensors only; these tests pack every size."""
-    monkeypatch.setattr(ste._bitmask, "EAGER_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(ste._core._bitmask, "EAGER_MIN_ELEMENTS", 0)
 
 
 DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
@@ -283,10 +283,10 @@ def test_binary_layer_under_mixed_precision() -> None:
 
 
 def test_the_switch() -> None:
-    assert ste._bitmask.bit_masks_enabled()
+    assert ste._core._bitmask.bit_masks_enabled()
     with ste.bit_masks(False):
-        assert not ste._bitmask.bit_masks_enabled()
-    assert ste._bitmask.bit_masks_enabled()
+        assert not ste._core._bitmask.bit_masks_enabled()
+    assert ste._core._bitmask.bit_masks_enabled()
     with pytest.raises(ste.errors.ParameterError):
         ste.set_bit_masks(0)  # type: ignore[arg-type]
     with pytest.raises(ste.errors.ParameterError):
@@ -294,10 +294,10 @@ def test_the_switch() -> None:
             pass
     ste.set_bit_masks(False)
     try:
-        assert not ste._bitmask.bit_masks_enabled()
+        assert not ste._core._bitmask.bit_masks_enabled()
     finally:
         ste.set_bit_masks(None)
-    read = ste._bitmask._from_environment  # STE_BIT_MASKS at import
+    read = ste._core._bitmask._from_environment  # STE_BIT_MASKS at import
     assert [read(v) for v in ("0", "off", "1", "True", "", "auto")] == [False, False, True, True, None, None]
     for word in ("2", "maybe", "disabled", "0.5"):  # a typo must not silently mean the default
         with pytest.raises(ste.errors.ParameterError, match=f"STE_BIT_MASKS='{word}'.*expected 0"):

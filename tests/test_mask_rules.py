@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._rules import PackedMask, make_rule
+from ste._core._rules import PackedMask, make_rule
 from ste.quantizers._uniform import dorefa_activations_vjp, uniform_vjp
 from tests.test_bit_masks import (  # noqa: F401  (the fixture applies here too)
     DTYPES,

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._rules import CallableRule, LikeRule, Rule, SurrogateRule
+from ste._core._rules import CallableRule, LikeRule, Rule, SurrogateRule
 from tests.references import reference_derivative, tf_sign
 
 MODES = ["eager", "tf.function", "jit_compile"]

@@ -21,8 +21,8 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
-from .._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
 from .._common._arguments import check_bool_arguments
+from .._core._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
 from ..activations import LARQ_ACTIVATIONS

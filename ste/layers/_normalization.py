@@ -27,10 +27,10 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool_arguments
+from .._core._xla import compiling_with_xla
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
 from .._keras._versions import renormalizes
-from .._xla import compiling_with_xla
 from ..errors import InputError
 
 __all__ = ["BatchNormalization", "hint_fused_batch_norm"]

@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool
-from .._dsl import forward
+from .._core._dsl import forward
 from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits

@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 from .._common._names import NameTable, build
-from .._inputs import to_input_tensor
+from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
 from .._keras._lookup import publish_activation
 from .._keras._signatures import keep_init_signature

@@ -13,9 +13,9 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool, check_number
-from .._dsl import STEFunction, forward
+from .._core._dsl import STEFunction, forward
+from .._core._maskrule import mask_rule
 from .._keras._signatures import NOT_GIVEN
-from .._maskrule import mask_rule
 from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike
 from ..registry import get as get_surrogate

@@ -14,8 +14,8 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool, check_number
-from .._dsl import forward
-from .._xla import compiling_with_xla
+from .._core._dsl import forward
+from .._core._xla import compiling_with_xla
 from ..errors import NotBuiltError
 from ._base import Quantizer, as_tensor, check_bits, register
 from ._dtypes import Levels, check_levels, wide

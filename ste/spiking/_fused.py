@@ -10,7 +10,7 @@ and surrogate; nothing of a neuron is written again here). The first stage's cur
 they are one product per segment (``[batch·segment, inputs]``).
 
 What is kept for the backward pass: the cells' states at the start of every segment of ``segment`` steps (a spike
-state as bits, ``ste._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
+state as bits, ``ste._core._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
 runs over the segments in reverse: it recomputes the segment's first-stage currents, the states every step starts
 from (spikes as one byte each) and the later stages' currents (the same ops as the forward pass, so the same values
 bit for bit), then steps back through it: each stage's cell under a ``GradientTape`` of its own (the cell's own
@@ -37,8 +37,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
-from .._xla import compiling_with_xla
+from .._core._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
+from .._core._xla import compiling_with_xla
 from ._cell import SpikingCell
 from ._synapse import Synapse
 

@@ -1,4 +1,5 @@
-"""``tf.vectorized_map``, ``tape.jacobian`` and ``batch_jacobian`` give the documented gradients (ste/_vectorized.py).
+"""``tf.vectorized_map``, ``tape.jacobian`` and ``batch_jacobian`` give the documented gradients
+(ste/_core/_vectorized.py).
 
 TensorFlow drops ``tf.custom_gradient`` inside ``tf.vectorized_map``; ste rebuilds surrogate and ``backward_like``
 ops from stop-gradient forms there and raises :class:`ste.errors.RuleError` for hand-written rules.

@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .errors import InputError
+from ..errors import InputError
 
 __all__ = ["to_input_tensor"]
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from ..errors import GradientCountError, GradientDtypeError, GradientShapeError, RuleError
 from ._xla import compiling_with_xla
-from .errors import GradientCountError, GradientDtypeError, GradientShapeError, RuleError
 
 __all__ = ["InputSpec", "check_gradients"]
 

@@ -11,7 +11,7 @@ recorded first), except in eager mode when the forward is not differentiable at 
 An ``ste`` op therefore asks, when it is called (eagerly) or traced, whether an active accumulator holds a tangent
 for any of its inputs (``TFE_Py_PackJVPs``, what TensorFlow's own function calls use; a C call costing well under a
 microsecond). Then the compiler asks the rule to rebuild the op from ordinary differentiable ops
-(:meth:`ste._rules.Rule.rebuild`), whose JVP is the documented one: ``d(x)·t`` for a registry surrogate, the JVP
+(:meth:`ste._core._rules.Rule.rebuild`), whose JVP is the documented one: ``d(x)·t`` for a registry surrogate, the JVP
 of ``g`` for ``backward_like(g)``, the declared ``jvp=`` of a hand-written VJP; one without raises
 :class:`ste.errors.RuleError`. The rebuilt op has the same
 reverse-mode gradient, so a ``GradientTape`` inside or outside the accumulator (Hessian-vector products) still

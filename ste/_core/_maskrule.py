@@ -2,7 +2,7 @@
 
 A rule such as ``dy·1[low <= x <= high]`` needs one bit per element of ``x``, not ``x``. Declared with
 ``@ste.mask_rule(predicate)``, the op evaluates ``predicate(x, **hyperparams)`` in the forward pass and keeps the
-boolean result bit-packed (``ste/_bitmask.py``); the rule is then called as ``rule(dy, mask, *kept,
+boolean result bit-packed (``ste/_core/_bitmask.py``); the rule is then called as ``rule(dy, mask, *kept,
 **hyperparams)``. ``predicate`` returns the boolean mask, or a tuple ``(mask, *kept)`` whose other tensors are kept
 as they are (small ones, e.g. a per-channel scale held constant in the backward pass). With bit masks off (or an
 eager tensor too small to pack) the op keeps ``x`` and evaluates the predicate in the backward pass instead: the
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..errors import RuleError
 from ._describe import callable_name
-from .errors import RuleError
 
 __all__ = ["declared_mask", "mask_rule"]
 

@@ -34,10 +34,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from ..errors import SerializationError, STEError
+from ..registry import Surrogate
 from ._describe import callable_name
 from ._rules import RuleParts
-from .errors import SerializationError, STEError
-from .registry import Surrogate
 
 __all__ = ["OpParts", "install_save_check", "op_config", "op_parts", "op_parts_from_config"]
 
@@ -253,8 +253,8 @@ def op_config(op: Any) -> dict[str, Any]:
 
 
 def op_parts_from_config(config: Any) -> OpParts:
-    """``STEFunction.from_config``'s parts: ``(forward_fn, kind, rule, params, jvp)``, which ``ste._dsl.rebuild_op``
-    makes an op of."""
+    """``STEFunction.from_config``'s parts: ``(forward_fn, kind, rule, params, jvp)``, which
+    ``ste._core._dsl.rebuild_op`` makes an op of."""
     rule_config = config.get("rule") if isinstance(config, Mapping) else None
     if not isinstance(rule_config, Mapping) or "forward" not in config:
         raise SerializationError(
@@ -299,7 +299,7 @@ def _check_picklable(obj: Any, role: str, op: Any) -> None:
 
 
 def op_parts(op: Any) -> OpParts:
-    """``STEFunction.__reduce__``'s arguments (``ste._dsl.rebuild_op`` rebuilds the op from them): its forward
+    """``STEFunction.__reduce__``'s arguments (``ste._core._dsl.rebuild_op`` rebuilds the op from them): its forward
     function, rule, bound hyperparameters and declared JVP, each checked to pickle."""
     kind, rule, params = _rule_parts(op)
     _check_picklable(op.forward_fn, "forward function", op)

@@ -1,7 +1,7 @@
 """Whether the ops being built now will be compiled by XLA.
 
 Some ops have two exact spellings of the same result, one that TensorFlow's kernels run fastest and one that XLA
-fuses best (``ste._bitmask``), and ``ste.layers.BatchNormalization`` leaves XLA Keras's own ops. TensorFlow has no
+fuses best (``ste._core._bitmask``), and ``ste.layers.BatchNormalization`` leaves XLA Keras's own ops. TensorFlow has no
 public way to tell: this reads ``control_flow_util.GraphOrParentsInXlaContext`` and, if that private function is
 missing, answers "not XLA" (still correct, only slower under XLA).
 """

@@ -7,7 +7,7 @@ differentiates the forward function instead (a sign STE silently gets all-zero g
 
 An ``ste`` op therefore checks, while it is traced, whether a ``pfor`` loop body is being traced (the conversion
 machinery, ``parallel_for.control_flow_ops._pfor_impl``, is on the Python stack). There the compiler asks the rule to
-rebuild the op from ordinary differentiable ops, which the converter keeps (:meth:`ste._rules.Rule.rebuild`: exact
+rebuild the op from ordinary differentiable ops, which the converter keeps (:meth:`ste._core._rules.Rule.rebuild`: exact
 for registry surrogates and ``backward_like``; :class:`ste.errors.RuleError` for a hand-written rule).
 
 Limitation: a ``tf.function`` that was already traced outside ``tf.vectorized_map`` and is then called inside it is

@@ -20,11 +20,11 @@ from typing import Any
 
 import tensorflow as tf
 
+from ..errors import CallError, InputError
 from ._forwardmode import FORWARD_MODE, under_forward_accumulator
 from ._gradients import check_gradients, input_spec
 from ._rules import Rule, after_kept
 from ._vectorized import VECTORIZED_MAP, in_vectorized_map
-from .errors import CallError, InputError
 
 __all__ = ["compile_op"]
 
@@ -85,7 +85,7 @@ def compile_op(
 
     def op(*xs: tf.Tensor) -> tuple[Any, Callable[..., Any]]:
         # What the backward keeps first: the forward then reads its inputs only once a packed mask exists (see
-        # ste._rules.after_kept), so that a chain of ops never holds more than one input waiting for its mask.
+        # ste._core._rules.after_kept), so that a chain of ops never holds more than one input waiting for its mask.
         saved = rule.saved_for_backward(xs, bound) if needs_inputs else None
         result = forward_fn(*after_kept(xs, saved), **bound)
         if not (isinstance(result, tf.Tensor) and result.dtype.is_floating):  # one floating tensor passes at once

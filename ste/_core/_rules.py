@@ -35,6 +35,8 @@ from typing import Any, NamedTuple, Protocol
 
 import tensorflow as tf
 
+from ..errors import GradientShapeError, RuleError
+from ..registry import Surrogate, get
 from ._bitmask import (
     CallerHeld,
     held_by_caller,
@@ -50,8 +52,6 @@ from ._bitmask import (
 from ._describe import callable_name, format_params
 from ._gradients import InputSpec, check_gradients, input_spec
 from ._maskrule import declared_mask
-from .errors import GradientShapeError, RuleError
-from .registry import Surrogate, get
 
 __all__ = [
     "CallableRule",
@@ -205,10 +205,12 @@ def _check_same_shape(out: tf.Tensor, ref: tf.Tensor, what: str, op: str, situat
 class PackedMask(NamedTuple):
     """What a mask-only rule keeps for the backward pass: its predicate, 1 bit per element, and the shape."""
 
-    bits: tf.Tensor  # uint8, ceil(size / 8) bytes (ste._bitmask.pack_bits)
+    bits: tf.Tensor  # uint8, ceil(size / 8) bytes (ste._core._bitmask.pack_bits)
     shape: tf.Tensor  # int32 shape of the mask
     kept: tuple[tf.Tensor, ...] = ()  # other tensors a ste.mask_rule predicate returned, kept as they are
-    witness: tf.Tensor | None = None  # with kept tensors: ties them to the input (ste._bitmask.refuse_higher_order)
+    witness: tf.Tensor | None = (
+        None  # with kept tensors: ties them to the input (ste._core._bitmask.refuse_higher_order)
+    )
 
 
 def _packed(mask: tf.Tensor, kept: tuple[tf.Tensor, ...] = (), x: tf.Tensor | None = None) -> PackedMask:

@@ -17,13 +17,13 @@ import numpy as np
 import tensorflow as tf
 from typing_extensions import ParamSpec
 
+from ..errors import CallError, MissingBackwardError, RuleError
+from ..registry import Surrogate
 from ._compile import compile_op
 from ._describe import callable_name
 from ._inputs import to_input_tensor
 from ._rules import LikeRule, Rule, make_rule
 from ._serialization import op_config, op_parts, op_parts_from_config
-from .errors import CallError, MissingBackwardError, RuleError
-from .registry import Surrogate
 
 __all__ = ["Forward", "RuleLike", "STEFunction", "backward", "backward_like", "forward", "rebuild_op", "rule_of"]
 
@@ -203,10 +203,10 @@ class STEFunction(Generic[P, R]):
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ste.STEFunction is immutable; .backward(...) returns a new one")
 
-    # -- saving and copying (ste/_serialization.py) ----------------------------------------------------------
+    # -- saving and copying (ste/_core/_serialization.py) ----------------------------------------------------------
 
     def get_config(self) -> dict[str, Any]:
-        """The Keras config: the names of the forward function and of the rule (see :mod:`ste._serialization`).
+        """The Keras config: the names of the forward function and of the rule (see :mod:`ste._core._serialization`).
 
         Raises :class:`ste.errors.SerializationError` when a function has no importable name (a lambda, a closure).
         """
@@ -352,13 +352,14 @@ def rebuild_op(
     fn: Callable[..., Any], kind: str, rule: Any, params: Mapping[str, Any], jvp: Callable[..., Any] | None = None
 ) -> STEFunction[..., Any]:
     """The op ``forward(fn)`` with the rule of ``kind`` (``"surrogate"``, ``"like"`` or ``"function"``): what a
-    pickle and a Keras config hold (``ste._serialization.op_parts``, ``op_parts_from_config``) made an op again."""
+    pickle and a Keras config hold (``ste._core._serialization.op_parts``, ``op_parts_from_config``) made an op
+    again."""
     if kind == "like":
         return forward(fn).backward_like(rule)
     return forward(fn).backward(rule, jvp=jvp, **params)
 
 
 def rule_of(op: STEFunction[..., Any]) -> Rule:
-    """The :class:`ste._rules.Rule` behind an op (for ``ste.testing``; users see :attr:`STEFunction.rule`)."""
+    """The :class:`ste._core._rules.Rule` behind an op (for ``ste.testing``; users see :attr:`STEFunction.rule`)."""
     rule: Rule = op._rule  # type: ignore[attr-defined]
     return rule

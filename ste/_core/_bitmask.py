@@ -77,7 +77,7 @@ def _from_environment(value: str) -> bool | None:
     """``STE_BIT_MASKS``'s setting; an unknown word is refused (read at import: ``import ste`` fails with it)."""
     word = value.strip().lower()
     if word not in _WORDS:
-        from .errors import ParameterError
+        from ..errors import ParameterError
 
         raise ParameterError(
             f"the environment variable STE_BIT_MASKS={value!r} is not a setting of ste's bit masks: expected 0 "
@@ -180,7 +180,7 @@ def read_after(dy: Any, xs: Any) -> list[tf.Tensor]:
 
 def _checked(enabled: Any, where: str) -> bool | None:
     if enabled is not None and not isinstance(enabled, bool):
-        from .errors import ParameterError
+        from ..errors import ParameterError
 
         raise ParameterError(
             f"{where}: expected True (bits wherever they can be kept), False (keep float inputs, as in ste 0.1) or "
@@ -311,7 +311,7 @@ def opaque(gradient: Any) -> Any:
 
     Without it Grappler's ``constant_folding`` and ``arithmetic_optimization`` regroup the backward products of a
     chain with constant factors between the ops (``y = op(y) * 0.999``: ``((g·m₅)·c)·m₄`` becomes ``g·(c²·m₅)·m₄``),
-    and the node each unpacking waits for (``ste._rules._after``) disappears with its control dependency: every
+    and the node each unpacking waits for (``ste._core._rules._after``) disappears with its control dependency: every
     mask is then unpacked into floats during the forward pass and kept (a 50-op chain of 2^20 float32 values: 30
     input sizes with bits, against 13-22 with bit masks off and 7.5 with either rewrite turned off). The opaque op
     ends each product where the rule computed it, so the rewrites stay on for the rest of the graph. Eagerly
@@ -368,7 +368,7 @@ def refuse_higher_order(
     @tf.custom_gradient  # type: ignore[untyped-decorator]
     def tie(tensor: tf.Tensor, witness: tf.Tensor) -> Any:
         def grad(*_: Any) -> Any:
-            from .errors import HigherOrderError
+            from ..errors import HigherOrderError
 
             if fix is not None:
                 raise HigherOrderError(
