@@ -5,7 +5,7 @@
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 """
 
-from ._cli import answer_without_tensorflow as _answer_without_tensorflow
+from ._tools._cli import answer_without_tensorflow as _answer_without_tensorflow
 
 _answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
 
@@ -34,11 +34,11 @@ from ._core._bitmask import bit_masks, set_bit_masks
 from ._core._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
 from ._core._maskrule import mask_rule
 from ._core._serialization import install_save_check as _install_save_check
-from ._export import export_quantized_weights, unpack_quantized_weights
 from ._keras._collective_keys import install as _install_fresh_collective_keys
 from ._keras._distribute import install as _install_multi_worker_fixes
-from ._plot import plot
-from ._summary import LayerSummary, ModelSummary, summary
+from ._tools._export import export_quantized_weights, unpack_quantized_weights
+from ._tools._plot import plot
+from ._tools._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
 from .errors import STEError
 from .qat import quantize_model, to_tflite

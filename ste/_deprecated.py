@@ -47,6 +47,14 @@ MODULE_MOVES: dict[str, str] = {
     "ste._dsl": "ste._core._dsl",
     "ste._describe": "ste._core._describe",
     "ste._serialization": "ste._core._serialization",
+    "ste._cli": "ste._tools._cli",
+    "ste._plot": "ste._tools._plot",
+    "ste._gradcheck": "ste._tools._gradcheck",
+    "ste._summary": "ste._tools._summary",
+    "ste._export": "ste._tools._export",
+    "ste._packing": "ste._tools._packing",
+    "ste._catalog": "ste._tools._catalog",
+    "ste._targets": "ste._tools._targets",
 }
 
 #: A name that left ``ste``'s top level → where it lives now (``module:name``).

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._cli import main
+from ste._tools._cli import main
 from tests.jobs import BackgroundJob
 
 
@@ -249,7 +249,7 @@ def test_every_image_type_offered_is_one_matplotlib_writes():
     pytest.importorskip("matplotlib")
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from ste._cli import IMAGE_TYPES
+    from ste._tools._cli import IMAGE_TYPES
 
     assert set(IMAGE_TYPES) <= set(FigureCanvasBase.get_supported_filetypes())
 
@@ -324,7 +324,7 @@ def test_exit_statuses_are_documented():
 
 
 def test_the_points_bound_is_inclusive_and_in_the_help(capsys):
-    from ste._cli import MAX_POINTS, _parse
+    from ste._tools._cli import MAX_POINTS, _parse
 
     assert _parse(["check", "atan", "--points", str(MAX_POINTS)]).points == MAX_POINTS
     assert _parse(["plot", "atan", "-o", "a.png", "--points", "2"]).points == 2

@@ -23,8 +23,8 @@ from typing import Any
 import keras
 
 from .._common._arguments import check_bool
-from .._export import walk_layers
-from .._summary import _check_built, _output_shape
+from .._tools._export import walk_layers
+from .._tools._summary import _check_built, _output_shape
 from ..errors import ParameterError
 from .utils import memory_as_readable_str
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._plot import _figure_class
+from .._tools._plot import _figure_class
 from ..errors import CallError
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import keras
 import pytest
 
 import ste
-from ste._cli import main
+from ste._tools._cli import main
 
 HUGE = int("9" * 400)  # float(HUGE) raises OverflowError
 SPEC = "sigmoid_surrogate(beta=" + "9" * 400 + ")"

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import tensorflow as tf
 
+from .._core._describe import callable_name
+from .._core._dsl import Forward, STEFunction
+from ..errors import CallError, MissingDependencyError
+from ..quantizers import Quantizer
+from ..registry import Surrogate, get
 from ._catalog import plateau_edge
-from ._core._describe import callable_name
-from ._core._dsl import Forward, STEFunction
 from ._targets import as_quantizer
-from .errors import CallError, MissingDependencyError
-from .quantizers import Quantizer
-from .registry import Surrogate, get
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

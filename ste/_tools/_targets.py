@@ -12,13 +12,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._core._dsl import STEFunction, forward
-from .errors import CallError, SpecError
-from .quantizers import Quantizer
-from .quantizers import get as get_quantizer
-from .quantizers import names as quantizer_names
-from .registry import Surrogate, parse_spec
-from .registry import names as surrogate_names
+from .._core._dsl import STEFunction, forward
+from ..errors import CallError, SpecError
+from ..quantizers import Quantizer
+from ..quantizers import get as get_quantizer
+from ..quantizers import names as quantizer_names
+from ..registry import Surrogate, parse_spec
+from ..registry import names as surrogate_names
 
 __all__ = ["as_quantizer", "quantizer_op", "quantizer_surrogate", "quantizer_variables"]
 

@@ -87,7 +87,7 @@ def _image_path(text: str) -> str:
 
 
 def _parser() -> _Parser:
-    from ._version import __version__
+    from .._version import __version__
 
     parser = _Parser(
         prog="ste",
@@ -202,8 +202,8 @@ def _native_stderr_silenced() -> Iterator[None]:
 
 
 def _import_tensorflow_quietly(command: str) -> None:
-    from ._keras._requirements import check_requirements
-    from .errors import MissingDependencyError
+    from .._keras._requirements import check_requirements
+    from ..errors import MissingDependencyError
 
     # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -232,7 +232,7 @@ def answer_without_tensorflow() -> None:
 
 def _import_user_modules(modules: Sequence[str]) -> None:
     """Import each ``--import`` argument: a dotted module name (found from the current directory too) or a file."""
-    from .errors import CallError
+    from ..errors import CallError
 
     if modules and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -268,10 +268,10 @@ def _plain(doc: str) -> str:
 
 
 def _list(out: TextIO) -> int:
+    from ..quantizers import names as quantizer_names
+    from ..registry import names
     from ._catalog import describe
     from ._targets import as_quantizer, quantizer_surrogate
-    from .quantizers import names as quantizer_names
-    from .registry import names
 
     rows = [("name", "parameters", "primitive", "d(x)")]
     for name in names():
@@ -341,9 +341,9 @@ def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: T
     import numpy as np
     import tensorflow as tf
 
+    from ..registry import get
     from ._gradcheck import check_finite, check_gradient
     from ._targets import as_quantizer, quantizer_variables
-    from .registry import get
 
     quantizer = as_quantizer(spec)
     variables = quantizer_variables(quantizer, tf.zeros([1])) if quantizer is not None else []
@@ -383,7 +383,7 @@ def _check(spec: str, x_range: Sequence[float], points: int, out: TextIO, err: T
 
 def _message(error: Exception, imports: Sequence[str]) -> str:
     """The error as one line; an unknown name also says how to load the user's module that registers it."""
-    from .errors import UnknownQuantizerError, UnknownSurrogateError
+    from ..errors import UnknownQuantizerError, UnknownSurrogateError
 
     text = " ".join(str(error).split())
     if isinstance(error, (UnknownSurrogateError, UnknownQuantizerError)):
@@ -409,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as done:  # argparse: --help, --version (0) or a usage error (2), already printed
         return done.code if isinstance(done.code, int) else EXIT_USAGE
-    from .errors import STEError
+    from ..errors import STEError
 
     out, err = sys.stdout, sys.stderr
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .registry import Surrogate, get, lookup
+from ..registry import Surrogate, get, lookup
 
 __all__ = ["REQUIRED", "EntryInfo", "Peak", "describe", "find_peak", "format_value", "plateau_edge"]
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import keras
 
-from ._common._arguments import check_bool
+from .._common._arguments import check_bool
+from ..errors import NotBuiltError
+from ..layers import QuantLayerMixin
+from ..spiking import SpikingCell
 from ._export import walk_layers
-from .errors import NotBuiltError
-from .layers import QuantLayerMixin
-from .spiking import SpikingCell
 
 __all__ = ["LayerSummary", "ModelSummary", "summary"]
 

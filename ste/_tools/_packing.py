@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["pack_kernel", "unpack_kernel"]
 

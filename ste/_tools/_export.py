@@ -9,10 +9,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from ._common._arguments import check_bool
+from .._common._arguments import check_bool
+from ..errors import ParameterError
+from ..layers import QuantLayerMixin
 from ._packing import pack_kernel, unpack_kernel
-from .errors import ParameterError
-from .layers import QuantLayerMixin
 
 __all__ = ["export_quantized_weights", "unpack_quantized_weights", "walk_layers"]
 

@@ -13,12 +13,12 @@ from typing import Any, Union
 import numpy as np
 import tensorflow as tf
 
-from ._core._describe import callable_name
-from ._core._dsl import Forward, STEFunction, rule_of
+from .._core._describe import callable_name
+from .._core._dsl import Forward, STEFunction, rule_of
+from ..errors import CallError, ParameterError
+from ..quantizers import Quantizer
+from ..registry import Surrogate, get
 from ._targets import check_target
-from .errors import CallError, ParameterError
-from .quantizers import Quantizer
-from .registry import Surrogate, get
 
 __all__ = ["CheckTarget", "check_finite", "check_gradient", "default_tolerances"]
 
