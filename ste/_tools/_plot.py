@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import tensorflow as tf
 
+from .._common._matplotlib import figure_class as _figure_class
 from .._core._describe import callable_name
 from .._core._dsl import Forward, STEFunction
-from ..errors import CallError, MissingDependencyError
+from ..errors import CallError
 from ..quantizers import Quantizer
 from ..registry import Surrogate, get
 from ._catalog import plateau_edge
@@ -51,17 +52,6 @@ class _Curves:
     lower_label: str
     lower: np.ndarray
     gradient: Callable[[np.ndarray], np.ndarray]  # the lower curve at other points (to locate a plateau's ends)
-
-
-def _figure_class() -> type[Figure]:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingDependencyError(
-            "ste.plot needs matplotlib, which is not installed. "
-            "Fix: pip install 'ste[plot]' (or pip install matplotlib)."
-        ) from None
-    return Figure
 
 
 def _nice(value: float) -> float:
