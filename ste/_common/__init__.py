@@ -7,5 +7,5 @@
 Layers, from the bottom: ``ste.errors`` < ``ste._common`` < ``ste.registry`` < ``ste._core`` < ``ste._keras`` < the
 families (``ste.quantizers``, ``ste.layers``, ``ste.qat``, ``ste.spiking``, ...) < the tools (``ste._tools``,
 ``ste.testing``) < the compatibility views (``ste.larq``). No module imports one of a higher layer
-(``tests/test_static_checks.py`` checks it).
+(``tests/test_layering.py`` checks it).
 """
