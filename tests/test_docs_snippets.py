@@ -9,6 +9,7 @@ give its reason. Blocks that include a file (``--8<--``) show the example script
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import types
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT)))
 BLOCK = re.compile(r"^(?:(?P<marker><!--[^\n]*-->)\n)?```python\n(?P<code>.*?)^```", re.S | re.M)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
-RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
+RAISES = re.compile(r"#\s*raises\s+ste\.((?:\w+\.)*\w+)")
 MAX_NOT_RUN = 4  # fragments are the exception: more than this means pages are drifting from runnable code (larq's
 # two, which need Keras 2; distributed.md's multi-worker script and TPU recipe, which need a cluster and a TPU)
 # Pages whose blocks need an optional tool: the module, and why the page is skipped without it.
@@ -61,7 +62,7 @@ def run_page(name: str) -> None:
         if expected is None:
             exec(code, scope)
         else:
-            with pytest.raises(getattr(ste, expected.group(1))):
+            with pytest.raises(functools.reduce(getattr, expected.group(1).split("."), ste)):
                 exec(code, scope)
         namespace.update(scope)
 
