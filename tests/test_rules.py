@@ -225,7 +225,7 @@ def test_no_module_outside_rules_branches_on_rule_classes() -> None:
 
     root = pathlib.Path(ste.__file__).parent
     for path in root.rglob("*.py"):
-        if path.name == "_rules.py":
+        if "_rules" in path.relative_to(root).parts:  # the rule kinds themselves
             continue
         text = path.read_text()
         patterns = (

@@ -311,10 +311,10 @@ def opaque(gradient: Any) -> Any:
 
     Without it Grappler's ``constant_folding`` and ``arithmetic_optimization`` regroup the backward products of a
     chain with constant factors between the ops (``y = op(y) * 0.999``: ``((g·m₅)·c)·m₄`` becomes ``g·(c²·m₅)·m₄``),
-    and the node each unpacking waits for (``ste._core._rules._after``) disappears with its control dependency: every
-    mask is then unpacked into floats during the forward pass and kept (a 50-op chain of 2^20 float32 values: 30
-    input sizes with bits, against 13-22 with bit masks off and 7.5 with either rewrite turned off). The opaque op
-    ends each product where the rule computed it, so the rewrites stay on for the rest of the graph. Eagerly
+    and the node each unpacking waits for (``ste._core._rules._saved.read_after_mask``) disappears with its control
+    dependency: every mask is then unpacked into floats during the forward pass and kept (a 50-op chain of 2^20 float32
+    values: 30 input sizes with bits, against 13-22 with bit masks off and 7.5 with either rewrite turned off). The
+    opaque op ends each product where the rule computed it, so the rewrites stay on for the rest of the graph. Eagerly
     (Grappler does not run) and under XLA (which fuses the product into its consumers) it is left out.
     """
     if tf.executing_eagerly() or compiling_with_xla():
