@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+from move_modules import tracked_files  # this folder is on sys.path when the script runs
+
 ROOT = Path(__file__).resolve().parent.parent
-SKIP = {"CHANGELOG.md", "ste/_deprecated.py"}
-SUFFIXES = {".py", ".md", ".pyi", ".txt", ".yml"}
 
 
 def read_names() -> dict[str, str]:
@@ -31,17 +30,8 @@ def read_names() -> dict[str, str]:
 def main() -> int:
     names = read_names()
     pattern = re.compile(rf"(?<![\w.])ste\.({'|'.join(map(re.escape, sorted(names, key=len, reverse=True)))})(?!\w)")
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    for name in listed:
-        path = ROOT / name
-        if name in SKIP or path.suffix not in SUFFIXES or not path.exists():
-            continue
+    for path in tracked_files():  # the project's text files, CHANGELOG.md and ste/_deprecated.py left out
+        name = path.relative_to(ROOT)
         text = path.read_text()
         lines = [
             line if "old path" in line else pattern.sub(lambda m: names[m.group(1)].replace(":", "."), line)
