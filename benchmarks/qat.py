@@ -25,7 +25,7 @@ venv: the ratio of this tree's QAT step to it measures a change, side by side, i
 
 As a script, in either venv (this module imports only the standard library at the top)::
 
-    python benchmarks/qat.py '{"side": "tfmot", "data": "/tmp/digits.npz", "qat_epochs": 10, "batch": 32, "seed": 0}'
+    python benchmarks/qat.py '{"side": "tfmot", "data": "digits.npz", "qat_epochs": 10, "batch": 32, "seed": 0}'
 
 prints one ``RESULT {json}`` line (with ``"lockstep": true`` it also waits for ``go`` on stdin before every timed
 epoch and before its evaluation, and prints ``WAIT`` and ``EPOCH DONE`` around them).

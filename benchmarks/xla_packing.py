@@ -25,8 +25,8 @@ import keras
 import tensorflow as tf
 
 import ste
-import ste._compile as compile_
-import ste._rules as rules
+import ste._core._compile as compile_
+import ste._core._rules as rules
 import ste.layers._base as layers_base
 
 from ._bireal import build, train_step
@@ -47,7 +47,7 @@ def _or_uint8(weighted: tf.Tensor) -> tf.Tensor:
 
 
 def _packer(reduce: Callable[[tf.Tensor], tf.Tensor]) -> Callable[[tf.Tensor], tf.Tensor]:
-    """``ste._bitmask.pack_bits`` for a traced XLA function, with ``reduce`` instead of the sum."""
+    """``ste._core._bitmask.pack_bits`` for a traced XLA function, with ``reduce`` instead of the sum."""
 
     def pack(mask: tf.Tensor) -> tf.Tensor:
         flat = tf.reshape(tf.cast(mask, tf.uint8), [-1])  # the benchmark's sizes are multiples of 8

@@ -30,7 +30,7 @@ _THUMBNAIL_WIDTH = 448  # px in the overview's plot column (at least 240, so tha
 
 def _entries() -> list[Any]:
     import ste
-    from ste._catalog import describe
+    from ste._tools._catalog import describe
 
     return [describe(name) for name in ste.registry.names()]
 
@@ -38,7 +38,7 @@ def _entries() -> list[Any]:
 def _range(name: str) -> tuple[float, float]:
     """The x range ste.plot chooses for the entry at its defaults: the peak ± 4 half-widths at half-maximum."""
     import ste
-    from ste._plot import auto_range
+    from ste._tools._plot import auto_range
 
     return auto_range(ste.registry.get(name))
 

@@ -1,10 +1,10 @@
-"""``python -m ste`` and the ``ste`` console script: see :mod:`ste._cli`."""
+"""``python -m ste`` and the ``ste`` console script: see :mod:`ste._tools._cli`."""
 
 from __future__ import annotations
 
 import sys
 
-from ._cli import main
+from ._tools._cli import main
 
 __all__ = ["main"]
 

@@ -12,9 +12,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ._arguments import check_bool
-from ._distribute import multi_worker
-from ._errors import BackupError, ParameterError
+from ._common._arguments import check_bool
+from ._keras._distribute import multi_worker
+from .errors import BackupError, ParameterError
 
 __all__ = ["BackupAndRestore", "HyperparameterScheduler"]
 
@@ -45,7 +45,7 @@ class HyperparameterScheduler(keras.callbacks.Callback):  # type: ignore[misc]
 
     The hyperparameter must be held in a variable (``learning_rate`` and Bop's ``gamma``/``threshold`` given as
     numbers are): a Python number such as Adam's ``beta_1`` is fixed when the training step is traced, and a
-    hyperparameter given as a schedule is already scheduled; both raise :class:`ste.ParameterError` when training
+    hyperparameter given as a schedule is already scheduled; both raise :class:`ste.errors.ParameterError` when training
     starts. ``verbose=1`` prints each change.
     """
 
@@ -146,7 +146,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
     the middle of it; keep ``save_freq="epoch"`` for a run that ends as an uninterrupted one). See docs/distributed.md.
 
     A backup it cannot resume from (a weights file that cannot be read or does not fit the model, metadata that is
-    not JSON or whose epoch is not a count, metadata without its weights) raises :class:`ste.BackupError` when
+    not JSON or whose epoch is not a count, metadata without its weights) raises :class:`ste.errors.BackupError` when
     training starts, naming the file and what to delete, before any weight changes. As in Keras, a weights file that
     cannot be read is first replaced by the previous backup when ``double_checkpoint=True`` kept one.
     """
@@ -191,7 +191,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
 
     def _restore(self) -> None:
         """Keras's ``on_train_begin``: the latest backup, else (its weights cannot be read, and ``double_checkpoint``
-        kept a previous one) the previous one; every kind of damage is a :class:`ste.BackupError`."""
+        kept a previous one) the previous one; every kind of damage is a :class:`ste.errors.BackupError`."""
         try:
             self._load_checked()
         except BackupError as damage:

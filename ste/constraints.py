@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import keras
 
-from ._errors import ParameterError, SpecError, UnknownConstraintError
-from ._keras_lookup import publish_constraint
-from ._names import NameTable, build
+from ._common._names import NameTable, build
+from ._keras._lookup import publish_constraint
+from .errors import ParameterError, SpecError, UnknownConstraintError
 from .registry import parse_spec
 
 __all__ = ["WeightClip", "get", "names", "register", "unregister", "weight_clip"]

@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ._errors import ParameterError
+from .errors import ParameterError
 
 __all__ = ["METRIC_NAMES", "FlipRatio", "check_metric_names"]
 
@@ -139,7 +139,7 @@ class FlipRatio(keras.metrics.Metric):  # type: ignore[misc]
 
 
 def check_metric_names(owner: str, metrics: Sequence[str] | None) -> tuple[str, ...]:
-    """A layer's ``metrics=`` argument as a tuple of known names, or :class:`ste.ParameterError`."""
+    """A layer's ``metrics=`` argument as a tuple of known names, or :class:`ste.errors.ParameterError`."""
     if metrics is None:
         return ()
     if isinstance(metrics, str) or not all(isinstance(m, str) for m in metrics):

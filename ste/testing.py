@@ -4,6 +4,6 @@
 >>> ste.testing.check_gradient("sigmoid_surrogate(beta=4.0)", np.linspace(-3, 3, 101))
 """
 
-from ._gradcheck import CheckTarget, check_finite, check_gradient, default_tolerances
+from ._tools._gradcheck import CheckTarget, check_finite, check_gradient, default_tolerances
 
 __all__ = ["CheckTarget", "check_finite", "check_gradient", "default_tolerances"]

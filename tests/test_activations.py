@@ -63,5 +63,5 @@ def test_activations_save_and_load_in_a_model(tmp_path):
 
 
 def test_leaky_tanh_rejects_a_bad_alpha():
-    with pytest.raises(ste.ParameterError, match="alpha"):
+    with pytest.raises(ste.errors.ParameterError, match="alpha"):
         ste.activations.leaky_tanh(X, alpha=float("nan"))

@@ -15,14 +15,14 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._bitmask import pack_bits, unpack_bits
-from ste._rules import PackedMask, make_rule
+from ste._core._bitmask import pack_bits, unpack_bits
+from ste._core._rules import PackedMask, make_rule
 
 
 @pytest.fixture(autouse=True)
 def _pack_small_eager_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eagerly, ops pack masks of large tensors only; these tests pack every size."""
-    monkeypatch.setattr(ste._bitmask, "EAGER_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(ste._core._bitmask, "EAGER_MIN_ELEMENTS", 0)
 
 
 DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
@@ -283,24 +283,24 @@ def test_binary_layer_under_mixed_precision() -> None:
 
 
 def test_the_switch() -> None:
-    assert ste._bitmask.bit_masks_enabled()
+    assert ste._core._bitmask.bit_masks_enabled()
     with ste.bit_masks(False):
-        assert not ste._bitmask.bit_masks_enabled()
-    assert ste._bitmask.bit_masks_enabled()
-    with pytest.raises(ste.ParameterError):
+        assert not ste._core._bitmask.bit_masks_enabled()
+    assert ste._core._bitmask.bit_masks_enabled()
+    with pytest.raises(ste.errors.ParameterError):
         ste.set_bit_masks(0)  # type: ignore[arg-type]
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         with ste.bit_masks("no"):  # type: ignore[arg-type]
             pass
     ste.set_bit_masks(False)
     try:
-        assert not ste._bitmask.bit_masks_enabled()
+        assert not ste._core._bitmask.bit_masks_enabled()
     finally:
         ste.set_bit_masks(None)
-    read = ste._bitmask._from_environment  # STE_BIT_MASKS at import
+    read = ste._core._bitmask._from_environment  # STE_BIT_MASKS at import
     assert [read(v) for v in ("0", "off", "1", "True", "", "auto")] == [False, False, True, True, None, None]
     for word in ("2", "maybe", "disabled", "0.5"):  # a typo must not silently mean the default
-        with pytest.raises(ste.ParameterError, match=f"STE_BIT_MASKS='{word}'.*expected 0"):
+        with pytest.raises(ste.errors.ParameterError, match=f"STE_BIT_MASKS='{word}'.*expected 0"):
             read(word)
 
 
@@ -501,7 +501,7 @@ def test_binary_input_layers_refuse_second_order_with_bits_and_are_exact_without
         return tf.reduce_sum(layer(x) ** 2)
 
     for mode in HIGHER_MODES:
-        with ste.bit_masks(True), pytest.raises(ste.HigherOrderError, match="ste.bit_masks\\(False\\)"):
+        with ste.bit_masks(True), pytest.raises(ste.errors.HigherOrderError, match="ste.bit_masks\\(False\\)"):
             _gradient_of_gradient(loss, x, mode, lambda: [layer.kernel])
     with ste.bit_masks(False):
         plain = _gradient_of_gradient(loss, x, "function", lambda: [layer.kernel])
@@ -529,7 +529,7 @@ def test_mask_rules_with_kept_tensors_refuse_second_order_with_bits() -> None:
         return tf.reduce_sum(quantizer(x) * x)
 
     for mode in HIGHER_MODES:
-        with ste.bit_masks(True), pytest.raises(ste.HigherOrderError, match="predicate mask_and_scale keeps"):
+        with ste.bit_masks(True), pytest.raises(ste.errors.HigherOrderError, match="predicate mask_and_scale keeps"):
             _gradient_of_gradient(loss, x, mode)
     with ste.bit_masks(False):
         eager, function = (_gradient_of_gradient(loss, x, mode) for mode in ("eager", "function"))

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._cli import main
+from ste._tools._cli import main
 from tests.jobs import BackgroundJob
 
 
@@ -123,21 +123,23 @@ def test_help_answers_without_importing_tensorflow():
     assert "ste" in modules and "tensorflow" not in modules and "keras" not in modules and "numpy" not in modules
 
 
-REGENERATE = 'python -c "from ste._cli import write_catalog; write_catalog()" && ruff format ste/_cli_catalog.py'
+REGENERATE = (
+    'python -c "from ste._tools._cli import write_catalog; write_catalog()" && ruff format ste/_tools/_cli_catalog.py'
+)
 
 
 def test_the_static_catalog_is_what_the_live_registry_prints():
-    """``list`` and ``show NAME`` of built-in names answer from ste/_cli_catalog.py without TensorFlow: it must be
-    exactly what the commands print with the registry loaded, for every built-in surrogate and quantizer name."""
-    from ste import _cli_catalog
-    from ste._cli import render_catalog
+    """``list`` and ``show NAME`` of built-in names answer from ste/_tools/_cli_catalog.py without TensorFlow: it must
+    be exactly what the commands print with the registry loaded, for every built-in surrogate and quantizer name."""
+    from ste._tools import _cli_catalog
+    from ste._tools._cli import render_catalog
 
     listing, shows = render_catalog()
     assert set(shows) == set(ste.registry.names()) | set(ste.quantizers.names())
-    assert _cli_catalog.LIST == listing, f"ste/_cli_catalog.py is out of date: {REGENERATE}"
-    assert set(_cli_catalog.SHOW) == set(shows), f"ste/_cli_catalog.py is out of date: {REGENERATE}"
+    assert _cli_catalog.LIST == listing, f"ste/_tools/_cli_catalog.py is out of date: {REGENERATE}"
+    assert set(_cli_catalog.SHOW) == set(shows), f"ste/_tools/_cli_catalog.py is out of date: {REGENERATE}"
     for name, text in shows.items():
-        assert _cli_catalog.SHOW[name] == text, f"show {name}: ste/_cli_catalog.py is out of date: {REGENERATE}"
+        assert _cli_catalog.SHOW[name] == text, f"show {name}: ste/_tools/_cli_catalog.py is out of date: {REGENERATE}"
 
 
 @pytest.mark.parametrize("args", [["list"], ["show", "atan"], ["show", "ste_sign"], ["show", "approx_sign"]])
@@ -151,7 +153,7 @@ def test_list_and_show_of_built_ins_answer_without_tensorflow(args, capsys):
 
 
 def test_a_spec_string_and_an_import_still_load_the_registry():
-    from ste._cli import _parse, _static_answer
+    from ste._tools._cli import _parse, _static_answer
 
     assert _static_answer(_parse(["list"])) is not None
     assert _static_answer(_parse(["show", "atan(alpha=4)"])) is None  # computed: the peak depends on alpha
@@ -286,7 +288,7 @@ def test_every_image_type_offered_is_one_matplotlib_writes():
     pytest.importorskip("matplotlib")
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from ste._cli import IMAGE_TYPES
+    from ste._tools._cli import IMAGE_TYPES
 
     assert set(IMAGE_TYPES) <= set(FigureCanvasBase.get_supported_filetypes())
 
@@ -361,7 +363,7 @@ def test_exit_statuses_are_documented():
 
 
 def test_the_points_bound_is_inclusive_and_in_the_help(capsys):
-    from ste._cli import MAX_POINTS, _parse
+    from ste._tools._cli import MAX_POINTS, _parse
 
     assert _parse(["check", "atan", "--points", str(MAX_POINTS)]).points == MAX_POINTS
     assert _parse(["plot", "atan", "-o", "a.png", "--points", "2"]).points == 2

@@ -11,6 +11,7 @@ include a file (``--8<--``) show the example scripts, which tests/test_recipes.p
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -28,7 +29,7 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda 
 BLOCK = re.compile(r"^(?:(?P<marker><!--[^\n]*-->)\n)?```python\n(?P<code>.*?)^```", re.S | re.M)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>.*?)\s*-->")
 NEEDS_MARKER = re.compile(r"<!--\s*needs:\s*(?P<need>\w+)\s*-->")
-RAISES = re.compile(r"#\s*raises\s+ste\.(\w+)")
+RAISES = re.compile(r"#\s*raises\s+ste\.((?:\w+\.)*\w+)")
 MAX_NOT_RUN = 4  # fragments are the exception: more than this means pages are drifting from runnable code (larq's
 # two, which need Keras 2; distributed.md's multi-worker script and TPU recipe, which need a cluster and a TPU)
 # Pages whose blocks need an optional tool: the module, and why the page is skipped without it.
@@ -99,7 +100,7 @@ def run_page(name: str) -> None:
         if expected is None:
             exec(code, scope)
         else:
-            with pytest.raises(getattr(ste, expected.group(1))):
+            with pytest.raises(functools.reduce(getattr, expected.group(1).split("."), ste)):
                 exec(code, scope)
         namespace.update(scope)
 

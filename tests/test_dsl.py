@@ -110,7 +110,7 @@ def test_backward_like_decorator() -> None:
 
 def test_forward_without_backward_raises() -> None:
     fwd = ste.forward(tf.sign)
-    with pytest.raises(ste.MissingBackwardError, match=r"ste.forward\(sign\) has no backward rule"):
+    with pytest.raises(ste.errors.MissingBackwardError, match=r"ste.forward\(sign\) has no backward rule"):
         fwd(tf.constant(1.0))
     assert repr(fwd) == "ste.forward(sign)"
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any
 
 import pytest
 import tensorflow as tf
 
 import ste
-import ste._errors as errors
+import ste.errors as errors
 
 ERROR_CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, Exception)]
 
@@ -19,9 +20,39 @@ def test_every_error_derives_from_ste_error_and_a_builtin() -> None:
     for cls in ERROR_CLASSES:
         assert issubclass(cls, ste.STEError)
         assert cls.__init__ is Exception.__init__
-        assert getattr(ste, cls.__name__) is cls
         if cls is not ste.STEError:
             assert issubclass(cls, (TypeError, ValueError))
+
+
+def test_the_top_level_keeps_ste_error_and_no_other_error() -> None:
+    assert ste.STEError is errors.STEError and "STEError" in ste.__all__ and "errors" in ste.__all__
+    assert [name for name in ste.__all__ if name.endswith("Error")] == ["STEError"]
+    assert set(errors.__all__) == {cls.__name__ for cls in ERROR_CLASSES}
+
+
+@pytest.mark.parametrize("cls", [c for c in ERROR_CLASSES if c is not errors.STEError], ids=lambda c: c.__name__)
+def test_an_old_top_level_spelling_works_and_warns_once_with_the_new_path(cls: type[Exception]) -> None:
+    import ste._deprecated
+
+    ste._deprecated._warned.discard(cls.__name__)
+    with pytest.warns(DeprecationWarning, match=rf"ste\.{cls.__name__} moved to ste\.errors\.{cls.__name__}"):
+        assert getattr(ste, cls.__name__) is cls  # old path
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert getattr(ste, cls.__name__) is cls  # old path, second time: no warning
+
+
+def test_an_unknown_top_level_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        ste.NoSuchName  # noqa: B018
+    assert not hasattr(ste, "ParameterErrors")
+
+
+def test_an_old_private_module_path_imports_the_moved_module() -> None:
+    import importlib
+
+    assert importlib.import_module("ste._errors") is errors  # old path
+    assert errors.__spec__ is not None and errors.__spec__.name == "ste.errors"
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
@@ -46,7 +77,7 @@ def test_library_error_survives_autograph_in_user_code() -> None:
                 y = y * 2.0
         return tape.gradient(y, x)
 
-    with pytest.raises(ste.GradientDtypeError, match="float64"):
+    with pytest.raises(ste.errors.GradientDtypeError, match="float64"):
         step(tf.constant([1.0]))
 
 
@@ -75,16 +106,16 @@ def test_eager_checks_run_on_every_call_not_only_the_first() -> None:
     good, bad = tf.constant([1.0, 2.0]), tf.constant([-1.0, -2.0])
     three = tf.constant([0.5, -0.5, 2.0])
     cases: list[tuple[Any, tf.Tensor, tf.Tensor, type[Exception], str]] = [
-        (ste.forward(sign_or_int).backward("straight_through"), good, bad, ste.CallError, "int32"),
-        (ste.forward(sign_or_doubled).backward("straight_through"), good, bad, ste.RuleError, "elementwise"),
-        (ste.forward(tf.sign).backward(first_only), good, three, ste.GradientShapeError, r"\(1,\).*\(3,\)"),
-        (ste.forward(tf.sign).backward(float64_for_3), good, three, ste.GradientDtypeError, "float64"),
+        (ste.forward(sign_or_int).backward("straight_through"), good, bad, ste.errors.CallError, "int32"),
+        (ste.forward(sign_or_doubled).backward("straight_through"), good, bad, ste.errors.RuleError, "elementwise"),
+        (ste.forward(tf.sign).backward(first_only), good, three, ste.errors.GradientShapeError, r"\(1,\).*\(3,\)"),
+        (ste.forward(tf.sign).backward(float64_for_3), good, three, ste.errors.GradientDtypeError, "float64"),
         # fits float64, overflows float32: the dtype check is cached per dtype, for dtypes that passed
         (
             ste.forward(tf.sign).backward("sigmoid_surrogate", beta=1e39),
             tf.constant([1.0, 2.0], tf.float64),
             good,
-            ste.ParameterError,
+            ste.errors.ParameterError,
             "float32",
         ),
     ]

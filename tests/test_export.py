@@ -123,12 +123,12 @@ def test_packed_int8_export_and_errors():
     np.testing.assert_array_equal(
         restored["binary"]["kernel"], ste.export_quantized_weights(model, "int8")["binary"]["kernel"]
     )
-    with pytest.raises(ste.ParameterError, match="packed must be True or False"):
+    with pytest.raises(ste.errors.ParameterError, match="packed must be True or False"):
         ste.export_quantized_weights(model, packed="yes")
-    with pytest.raises(ste.ParameterError, match="binary/kernel.*neither an array nor a packed kernel"):
+    with pytest.raises(ste.errors.ParameterError, match="binary/kernel.*neither an array nor a packed kernel"):
         ste.unpack_quantized_weights({"binary": {"kernel": {"bits": 3}}})
     cut = {**as_int["binary"]["kernel"], "codes": as_int["binary"]["kernel"]["codes"][:-1]}
-    with pytest.raises(ste.ParameterError, match=r"binary/kernel holds .* code bytes"):
+    with pytest.raises(ste.errors.ParameterError, match=r"binary/kernel holds .* code bytes"):
         ste.unpack_quantized_weights({"binary": {"kernel": cut}})
-    with pytest.raises(ste.ParameterError, match="expected the dict"):
+    with pytest.raises(ste.errors.ParameterError, match="expected the dict"):
         ste.unpack_quantized_weights([1, 2])

@@ -3,7 +3,7 @@
 Registry surrogates: ``d(x)·t`` (d from the shared numpy table); ``backward_like(g)``: the JVP of g (autodiff of g
 itself, a different code path from the op); a hand-written VJP rule: its declared ``jvp=`` (the built-in quantizers
 DoReFa, Uniform, MagnitudeAwareSign, LSQ, PACT: numpy formulas, and the transpose of the tape gradient), else
-:class:`ste.RuleError`. Eager, ``tf.function``
+:class:`ste.errors.RuleError`. Eager, ``tf.function``
 (accumulator inside the function, and a function traced outside called under it) and ``jit_compile=True``.
 """
 
@@ -186,7 +186,7 @@ def test_hessian_vector_products_differentiate_the_surrogate(name: str, params: 
 def test_hand_written_rule_raises_under_an_accumulator() -> None:
     op = ste.forward(tf_sign).backward(lambda dy, x: dy * tf.cast(tf.abs(x) <= 1.0, dy.dtype))
     x, t = tf.constant(X64), tf.constant(T64)
-    with pytest.raises(ste.RuleError, match="ForwardAccumulator") as info:
+    with pytest.raises(ste.errors.RuleError, match="ForwardAccumulator") as info:
         with tf.autodiff.ForwardAccumulator(x, t):
             op(x)
     assert "backward_like" in str(info.value) and "vector-Jacobian" in str(info.value)
@@ -197,9 +197,9 @@ def test_hand_written_rule_raises_under_an_accumulator() -> None:
             y = op(x)
         return acc.jvp(y)
 
-    with pytest.raises(ste.RuleError, match="ForwardAccumulator"):
+    with pytest.raises(ste.errors.RuleError, match="ForwardAccumulator"):
         inside(x)
-    with pytest.raises(ste.RuleError, match="ForwardAccumulator"):
+    with pytest.raises(ste.errors.RuleError, match="ForwardAccumulator"):
         keras.ops.jvp(op, (x,), (t,))
     # the same op without an accumulator (or on an input the accumulator does not watch) is unaffected
     with tf.autodiff.ForwardAccumulator(tf.constant(1.0), tf.constant(1.0)):
@@ -321,13 +321,13 @@ def test_a_user_rule_declares_its_jvp() -> None:
 
 
 def test_declared_jvp_misuse_is_a_rule_error() -> None:
-    with pytest.raises(ste.RuleError, match="already"):
+    with pytest.raises(ste.errors.RuleError, match="already"):
         ste.forward(tf_sign).backward("straight_through", jvp=_clipped_jvp)
-    with pytest.raises(ste.RuleError, match="jvp must be a function"):
+    with pytest.raises(ste.errors.RuleError, match="jvp must be a function"):
         ste.forward(_signed_product).backward(_clipped_vjp, jvp=3)
     wrong = ste.forward(_signed_product).backward(_clipped_vjp, jvp=lambda t, x, b: (t[0], t[1]))
     x = tf.constant(X64)
-    with pytest.raises(ste.RuleError, match="returned 2 tangent"):
+    with pytest.raises(ste.errors.RuleError, match="returned 2 tangent"):
         with tf.autodiff.ForwardAccumulator(x, tf.constant(T64)):
             wrong(x, x)
 

@@ -31,7 +31,7 @@ def test_wrong_gradient_count(run) -> None:  # type: ignore[no-untyped-def]
         return dy, dy
 
     op = ste.forward(tf.sign).backward(two_grads)
-    with pytest.raises(ste.GradientCountError) as info:
+    with pytest.raises(ste.errors.GradientCountError) as info:
         run(op, X)
     message = str(info.value)
     assert "ste op 'sign'" in message and "two_grads" in message
@@ -44,7 +44,7 @@ def test_broadcast_compatible_wrong_shape_is_an_error(run) -> None:  # type: ign
         return tf.reduce_sum(dy, axis=0, keepdims=True)  # shape (1, 3): would broadcast silently
 
     op = ste.forward(tf.sign).backward(summed)
-    with pytest.raises(ste.GradientShapeError) as info:
+    with pytest.raises(ste.errors.GradientShapeError) as info:
         run(op, X)
     message = str(info.value)
     assert "positional input 0" in message and "summed" in message
@@ -53,7 +53,7 @@ def test_broadcast_compatible_wrong_shape_is_an_error(run) -> None:  # type: ign
 
 def test_wrong_rank_is_an_error_without_broadcast_note() -> None:
     op = ste.forward(tf.sign).backward(lambda dy, x: tf.reshape(dy, [-1]))
-    with pytest.raises(ste.GradientShapeError) as info:
+    with pytest.raises(ste.errors.GradientShapeError) as info:
         _grad_of(op, X)
     assert "(6,)" in str(info.value) and "broadcast-compatible" not in str(info.value)
 
@@ -61,7 +61,7 @@ def test_wrong_rank_is_an_error_without_broadcast_note() -> None:
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float64])
 def test_float32_gradient_for_lower_or_higher_precision_input(dtype: tf.DType) -> None:
     op = ste.forward(tf.sign).backward(lambda dy, x: tf.cast(dy, tf.float32))
-    with pytest.raises(ste.GradientDtypeError) as info:
+    with pytest.raises(ste.errors.GradientDtypeError) as info:
         _grad_of(op, tf.cast(X, dtype))
     message = str(info.value)
     assert "float32" in message and dtype.name in message and "tf.cast" in message
@@ -69,13 +69,13 @@ def test_float32_gradient_for_lower_or_higher_precision_input(dtype: tf.DType) -
 
 def test_non_tensor_gradient_is_an_error() -> None:
     op = ste.forward(tf.sign).backward(lambda dy, x: np.ones((2, 3), np.float32))
-    with pytest.raises(ste.RuleError, match="ndarray"):
+    with pytest.raises(ste.errors.RuleError, match="ndarray"):
         _grad_of(op, X)
 
 
 def test_second_input_is_named_in_the_error() -> None:
     op = ste.forward(lambda x, w: x * w).backward(lambda dy, x, w: (dy * w, dy * x))  # w grad has x's shape
-    with pytest.raises(ste.GradientShapeError, match="positional input 1"):
+    with pytest.raises(ste.errors.GradientShapeError, match="positional input 1"):
         _grad_of(op, X, tf.constant([1.0, 2.0, 3.0]))
 
 

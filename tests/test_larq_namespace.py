@@ -102,7 +102,7 @@ def test_larq_weights_give_larqs_outputs(name):
 def test_names_are_stes_objects():
     for name in lq.layers.__all__:  # larq's conventions on ste's layers (the construction-time warning)
         assert issubclass(getattr(lq.layers, name), getattr(ste.layers, name)), name
-    with pytest.raises(ste.UnsupportedLayerError, match="Keras 3"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match="Keras 3"):
         lq.layers.QuantLocallyConnected2D  # noqa: B018
     assert lq.quantizers.SteSign is ste.quantizers.SteSign and lq.quantizers.DoReFaQuantizer is ste.quantizers.DoReFa
     assert lq.constraints.WeightClip is ste.constraints.WeightClip is lq.constraints.weight_clip

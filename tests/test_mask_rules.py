@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._rules import PackedMask, make_rule
+from ste._core._rules import PackedMask, make_rule
 from ste.quantizers._uniform import dorefa_activations_vjp, uniform_vjp
 from tests.test_bit_masks import (  # noqa: F401  (the fixture applies here too)
     DTYPES,
@@ -95,14 +95,14 @@ def test_a_users_rule_declares_its_mask() -> None:
 
 
 def test_mask_rule_misuse_is_refused() -> None:
-    with pytest.raises(ste.RuleError, match="expected a function of the input"):
+    with pytest.raises(ste.errors.RuleError, match="expected a function of the input"):
         ste.mask_rule(3)  # type: ignore[arg-type]
 
     @ste.mask_rule(lambda x: tf.cast(x > 0, x.dtype))
     def float_mask(dy: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
         return dy * mask
 
-    with pytest.raises(ste.RuleError, match="must return a boolean tensor"):
+    with pytest.raises(ste.errors.RuleError, match="must return a boolean tensor"):
         op = ste.forward(tf.sign).backward(float_mask)
         tf.function(lambda x: op(x)).get_concrete_function(tf.TensorSpec([3]))
 
@@ -110,5 +110,5 @@ def test_mask_rule_misuse_is_refused() -> None:
     def two(dy: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
         return dy
 
-    with pytest.raises(ste.RuleError, match="one positional input; this op has 2"):
+    with pytest.raises(ste.errors.RuleError, match="one positional input; this op has 2"):
         ste.forward(tf.add).backward(two)(tf.ones([2]), tf.ones([2]))

@@ -65,11 +65,11 @@ def test_savefig_writes_a_png(tmp_path):
 @pytest.mark.parametrize(
     ("obj", "kwargs", "error", "needle"),
     [
-        (42, {}, ste.CallError, "received int"),
-        ("sigmoid_surogate", {}, ste.UnknownSurrogateError, "sigmoid_surrogate"),
-        ("identity", {"x": (3.0, -3.0)}, ste.CallError, "low < high"),
-        ("identity", {"x": [1.0]}, ste.CallError, "at least 2"),
-        ("sigmoid_surrogate", {"beta": -1.0}, ste.ParameterError, "beta"),
+        (42, {}, ste.errors.CallError, "received int"),
+        ("sigmoid_surogate", {}, ste.errors.UnknownSurrogateError, "sigmoid_surrogate"),
+        ("identity", {"x": (3.0, -3.0)}, ste.errors.CallError, "low < high"),
+        ("identity", {"x": [1.0]}, ste.errors.CallError, "at least 2"),
+        ("sigmoid_surrogate", {"beta": -1.0}, ste.errors.ParameterError, "beta"),
     ],
 )
 def test_errors(obj, kwargs, error, needle):
@@ -78,20 +78,20 @@ def test_errors(obj, kwargs, error, needle):
 
 
 def test_forward_without_rule_says_how_to_attach_one():
-    with pytest.raises(ste.MissingBackwardError, match="backward"):
+    with pytest.raises(ste.errors.MissingBackwardError, match="backward"):
         ste.plot(ste.forward(tf.sign))
 
 
 def test_non_elementwise_op_is_refused():
     op = ste.forward(tf.reduce_sum).backward(lambda dy, x: dy * tf.ones_like(x))
-    with pytest.raises(ste.CallError, match="elementwise"):
+    with pytest.raises(ste.errors.CallError, match="elementwise"):
         ste.plot(op)
 
 
 def test_missing_matplotlib_raises_an_ste_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ste.MissingDependencyError, match=r"pip install 'ste\[plot\]'") as caught:
+    with pytest.raises(ste.errors.MissingDependencyError, match=r"pip install 'ste\[plot\]'") as caught:
         ste.plot("identity")
     assert isinstance(caught.value, ImportError) and isinstance(caught.value, ValueError)
 
@@ -163,5 +163,5 @@ def test_multi_bit_quantizer_and_a_shared_name_means_the_surrogate():
 
 
 def test_quantizer_with_keyword_parameters_is_refused():
-    with pytest.raises(ste.CallError, match="spec string"):
+    with pytest.raises(ste.errors.CallError, match="spec string"):
         ste.plot("ste_sign", clip_value=2.0)

@@ -273,7 +273,7 @@ def test_unsaveable_op_fails_at_save_and_leaves_no_file(name, tmp_path):
     op, why = UNSAVEABLE[name]
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=op)])
     path = tmp_path / "model.keras"
-    with pytest.raises(ste.SerializationError) as info:
+    with pytest.raises(ste.errors.SerializationError) as info:
         model.save(path)
     message = str(info.value)
     assert repr(op) in message and why in message
@@ -281,13 +281,13 @@ def test_unsaveable_op_fails_at_save_and_leaves_no_file(name, tmp_path):
     assert not path.exists()
 
     path.write_bytes(b"an earlier model")
-    with pytest.raises(ste.SerializationError):
+    with pytest.raises(ste.errors.SerializationError):
         keras.saving.save_model(model, path)
     assert path.read_bytes() == b"an earlier model"  # not truncated
-    with pytest.raises(ste.SerializationError):
+    with pytest.raises(ste.errors.SerializationError):
         model.to_json()
     legacy = tmp_path / "model.h5"  # Keras's legacy HDF5 saver opens its file first too
-    with pytest.raises(ste.SerializationError):
+    with pytest.raises(ste.errors.SerializationError):
         model.save(legacy)
     assert not legacy.exists()
 
@@ -295,7 +295,7 @@ def test_unsaveable_op_fails_at_save_and_leaves_no_file(name, tmp_path):
 def test_standard_library_function_is_refused_at_save_but_pickles(tmp_path):
     op = ste.forward(operator.neg).backward("identity")  # saved files name no os.system-like function
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation=op)])
-    with pytest.raises(ste.SerializationError, match="operator.neg") as info:
+    with pytest.raises(ste.errors.SerializationError, match="operator.neg") as info:
         model.save(tmp_path / "neg.keras")
     assert "Wrap it in a function of your own" in str(info.value)
     assert not (tmp_path / "neg.keras").exists()
@@ -309,7 +309,7 @@ def test_standard_library_function_is_refused_at_save_but_pickles(tmp_path):
 
 def test_loading_needs_the_module_imported_under_safe_mode():
     config = {"forward": {"module": "ste_tests_not_imported_module", "qualname": "f"}, "rule": {"like": {}}}
-    with pytest.raises(ste.SerializationError, match="is not imported"):
+    with pytest.raises(ste.errors.SerializationError, match="is not imported"):
         ste.STEFunction.from_config(config)
     forbidden_names = (
         {"module": "os", "qualname": "system"},
@@ -318,14 +318,14 @@ def test_loading_needs_the_module_imported_under_safe_mode():
         {"module": __name__, "qualname": "os.system"},  # re-exported names do not count
     )
     for forbidden in forbidden_names:
-        with pytest.raises(ste.SerializationError):
+        with pytest.raises(ste.errors.SerializationError):
             ste.STEFunction.from_config({"forward": forbidden, "rule": {"surrogate": {"name": "identity"}}})
 
 
 def test_keras_tensor_hint_points_to_a_layer_that_saves(tmp_path):
     op, f, d = OPS["tf_function_registry_name"]
     inputs = keras.Input((4,))
-    with pytest.raises(ste.InputError) as info:
+    with pytest.raises(ste.errors.InputError) as info:
         op(inputs)
     assert "keras.layers.Activation(op)" in str(info.value) and "Lambda" not in str(info.value)
     model = keras.Model(inputs, keras.layers.Activation(op)(inputs))
@@ -400,7 +400,7 @@ def test_op_with_unregistered_surrogate_subclass_pickles_by_class():
 @pytest.mark.parametrize("name", sorted(UNSAVEABLE))
 def test_unpicklable_op_says_why(name):
     op, why = UNSAVEABLE[name]
-    with pytest.raises(ste.SerializationError, match="cannot be pickled") as info:
+    with pytest.raises(ste.errors.SerializationError, match="cannot be pickled") as info:
         pickle.dumps(op)
     assert why in str(info.value)
     assert copy.deepcopy(op) is op  # immutable, like a function: copies are the op itself
@@ -505,7 +505,7 @@ def test_a_quantizer_with_variables_belongs_to_one_layer():
     inputs = keras.Input((4,))
     hidden = ste.layers.QuantDense(4, kernel_quantizer=lsq, name="first")(inputs)
     second = ste.layers.QuantDense(2, kernel_quantizer=lsq, name="second")
-    with pytest.raises(ste.ParameterError) as info:
+    with pytest.raises(ste.errors.ParameterError) as info:
         second(hidden)  # built here: before any training step or save
     message = str(info.value)
     assert "'first'" in message and "'second'" in message and "kernel_quantizer" in message

@@ -76,7 +76,7 @@ def test_dense_on_a_sequence_counts_every_position():
 
 
 def test_unbuilt_model_raises():
-    with pytest.raises(ste.NotBuiltError, match="not built"):
+    with pytest.raises(ste.errors.NotBuiltError, match="not built"):
         ste.summary(keras.Sequential([keras.layers.Dense(2)]))
 
 
@@ -130,12 +130,12 @@ def test_subclassed_model_built_without_building_its_layers_raises():
         def call(self, x):
             return self.dense(x)
 
-    with pytest.raises(ste.NotBuiltError, match="not built"):
+    with pytest.raises(ste.errors.NotBuiltError, match="not built"):
         ste.summary(Net())
     net = Net()
     with pytest.warns(UserWarning):  # Keras: build() without a build method leaves the sublayers unbuilt
         net.build((None, 4))
-    with pytest.raises(ste.NotBuiltError, match="call the model on a batch"):
+    with pytest.raises(ste.errors.NotBuiltError, match="call the model on a batch"):
         ste.summary(net)
     net(keras.ops.zeros((1, 4)))
     assert ste.summary(net, print_fn=None).params == {1: 12, 32: 3}

@@ -110,21 +110,21 @@ def test_backward_like_is_checked_against_autodiff_of_g_with_hyperparameters():
 
 def test_what_cannot_be_checked_is_an_ste_error(registered):
     op = ste.forward(tf.sign).backward(lambda dy, x: dy)
-    with pytest.raises(ste.CallError, match="reference="):
+    with pytest.raises(ste.errors.CallError, match="reference="):
         check_gradient(op, GRID)
     name = registered("no_primitive", lambda x: tf.ones_like(x))
-    with pytest.raises(ste.CallError, match="no primitive"):
+    with pytest.raises(ste.errors.CallError, match="no primitive"):
         check_gradient(name, GRID)
     check_gradient(name, GRID, reference=lambda x: x)
-    with pytest.raises(ste.CallError, match="no backward rule"):
+    with pytest.raises(ste.errors.CallError, match="no backward rule"):
         check_gradient(ste.forward(tf.sign), GRID)
-    with pytest.raises(ste.CallError):
+    with pytest.raises(ste.errors.CallError):
         check_gradient(3.0, GRID)
-    with pytest.raises(ste.CallError, match="int"):
+    with pytest.raises(ste.errors.CallError, match="int"):
         check_gradient("identity", tf.constant([1, 2]))
     sum_op = ste.forward(tf.reduce_sum).backward(lambda dy, x: dy * tf.ones_like(x))
     check_gradient(sum_op, GRID[:20], reference=np.sum)  # not elementwise: each element perturbed on its own
-    with pytest.raises(ste.CallError, match="elementwise"):
+    with pytest.raises(ste.errors.CallError, match="elementwise"):
         check_gradient(
             ste.forward(tf.reduce_sum).backward(lambda dy, x: dy * tf.ones_like(x)),
             GRID,

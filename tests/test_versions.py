@@ -7,7 +7,7 @@
   tests, and the layer, QAT and saving tests, on the real one.
 * The floors that ``pyproject.toml``, the README, ``ste`` and ``.ci/run`` state are the same.
 * TensorFlow is no requirement of the package (a user keeps the build installed), and ``import ste`` without it
-  raises ``ste.MissingDependencyError`` with the pip command.
+  raises ``ste.errors.MissingDependencyError`` with the pip command.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._requirements import MIN_KERAS, MIN_TENSORFLOW, check_requirements
+from ste._keras._requirements import MIN_KERAS, MIN_TENSORFLOW, check_requirements
 from tests.helpers import extra_requirements, pyproject
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,13 +160,13 @@ def test_too_old_tensorflow_or_keras_is_refused_with_the_fix(monkeypatch: pytest
     check_requirements()  # the installed releases pass
     monkeypatch.setattr(tf, "__version__", "2.15.1")
     fix = rf"TensorFlow 2\.15\.1\. Fix: pip install -U 'tensorflow>={TF_FLOOR}'"
-    with pytest.raises(ste.MissingDependencyError, match=fix):
+    with pytest.raises(ste.errors.MissingDependencyError, match=fix):
         check_requirements()
     monkeypatch.setattr(tf, "__version__", f"{TF_FLOOR}.0-rc1")
     check_requirements()
     monkeypatch.setattr(keras, "__version__", "3.11.3")
     fix = rf"Keras 3\.11\.3\. Fix: pip install -U 'keras>={KERAS_FLOOR}'"
-    with pytest.raises(ste.MissingDependencyError, match=fix):
+    with pytest.raises(ste.errors.MissingDependencyError, match=fix):
         check_requirements()
 
 
@@ -197,7 +197,7 @@ def test_import_without_tensorflow_names_the_pip_command(tmp_path: Path) -> None
     )
     done = _without_tensorflow(tmp_path, "-c", "import ste")
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == f"ste._errors.MissingDependencyError: {message}"
+    assert done.stderr.strip().splitlines()[-1] == f"ste.errors.MissingDependencyError: {message}"
     probe = "try:\n    import ste\nexcept ImportError as error:\n    print(type(error).__name__)"
     done = _without_tensorflow(tmp_path, "-c", probe)  # code that probes for optional packages catches it
     assert (done.returncode, done.stdout) == (0, "MissingDependencyError\n")

@@ -25,7 +25,7 @@ _TRAINING_METRICS: set[str] = set()  # process-wide, as larq's
 @contextlib.contextmanager
 def metrics_scope(metrics: Iterable[str] = ()) -> Iterator[set[str]]:
     """Add ``metrics`` (only ``"flip_ratio"`` exists) to the quantized layers and kernel quantizers created inside
-    the block; an unknown name raises :class:`ste.ParameterError` (a ``ValueError``, as larq)."""
+    the block; an unknown name raises :class:`ste.errors.ParameterError` (a ``ValueError``, as larq)."""
     names = check_metric_names("lq.context.metrics_scope", list(metrics))
     backup = set(_TRAINING_METRICS)
     _TRAINING_METRICS.update(names)

@@ -8,7 +8,7 @@ Each ``lq.layers.X`` subclasses ``ste.layers.X`` and differs only where larq dif
 - a layer constructed inside ``lq.context.metrics_scope(["flip_ratio"])`` tracks its kernels' flip ratio.
 
 They compute, save and load exactly as their ``ste.layers`` parents (``isinstance(lq_layer, ste.layers.X)``).
-``QuantLocallyConnected1D`` / ``2D`` raise :class:`ste.UnsupportedLayerError` (Keras 3 has no locally connected
+``QuantLocallyConnected1D`` / ``2D`` raise :class:`ste.errors.UnsupportedLayerError` (Keras 3 has no locally connected
 layers).
 """
 

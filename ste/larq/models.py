@@ -22,10 +22,10 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
-from .._errors import ParameterError
-from .._export import walk_layers
-from .._summary import _check_built, _output_shape
+from .._common._arguments import check_bool
+from .._tools._export import walk_layers
+from .._tools._summary import _check_built, _output_shape
+from ..errors import ParameterError
 from .utils import memory_as_readable_str
 
 __all__ = ["LayerProfile", "ModelProfile", "WeightProfile", "summary"]
@@ -319,7 +319,7 @@ def _table(rows: Sequence[Sequence[Any]], title: str, *, layers: bool) -> str:
 def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_macs: bool = True) -> ModelProfile:
     """Print larq's two tables for ``model`` with ``print_fn`` (default ``print``): per layer the input precision,
     outputs, weights by bit width, memory (kB) and MACs by precision, then the model's totals. Raises
-    :class:`ste.NotBuiltError` (a ``ValueError``, as larq) for a model that is not built.
+    :class:`ste.errors.NotBuiltError` (a ``ValueError``, as larq) for a model that is not built.
 
     The figures follow larq's conventions (module docstring); ``ste.summary(model)`` gives ste's. Returns the
     :class:`ModelProfile` (larq returns ``None``).

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import keras
 
-from .._keras_lookup import publish_function
-from .._summary import _fmt_bytes
+from .._keras._lookup import publish_function
+from .._tools._summary import _fmt_bytes
 
 __all__ = ["memory_as_readable_str", "register_keras_custom_object", "set_precision"]
 

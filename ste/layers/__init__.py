@@ -7,7 +7,7 @@
 
 from typing import Any
 
-from .._errors import UnsupportedLayerError
+from ..errors import UnsupportedLayerError
 from ._base import KernelSlot, QuantLayerMixin, kernel_precision
 from ._conv import (
     QuantConv1D,

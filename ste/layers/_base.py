@@ -21,12 +21,12 @@ import tensorflow as tf
 from .. import constraints as ste_constraints
 from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
-from .._arguments import check_bool_arguments
-from .._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
-from .._configs import rebuild
-from .._errors import InputError, NotBuiltError, ParameterError
-from .._signatures import ClassSignature
+from .._common._arguments import check_bool_arguments
+from .._core._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
+from .._keras._configs import rebuild
+from .._keras._signatures import ClassSignature
 from ..activations import LARQ_ACTIVATIONS
+from ..errors import InputError, NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
 from ._kernel_view import view_kernel
 from ._normalization import hint_fused_batch_norm
@@ -384,8 +384,8 @@ class QuantLayerMixin:
     def quantize_inputs(self, inputs: Any) -> Any:
         """The layer's input after its ``input_quantizer`` (unchanged without one).
 
-        A non-floating input (string, integer, bool, complex) raises :class:`ste.InputError` naming the layer, with
-        or without an input quantizer (the convolutions of the Keras parents have no such kernels, and a quantizer
+        A non-floating input (string, integer, bool, complex) raises :class:`ste.errors.InputError` naming the layer,
+        with or without an input quantizer (the convolutions of the Keras parents have no such kernels, and a quantizer
         computes on floats), instead of a TensorFlow kernel error.
         """
         dtype = getattr(inputs, "dtype", None)

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError
-from .._keras_versions import complete_config
+from .._keras._versions import complete_config
+from ..errors import ParameterError
 from ._base import KernelSlot, QuantLayerMixin
 
 __all__ = [

@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["QuantizedVariable", "quantized_scope", "should_quantize", "view_kernel"]
 

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool_arguments
-from .._configs import rebuild
-from .._errors import InputError
-from .._keras_versions import renormalizes
-from .._signatures import ClassSignature
-from .._xla import compiling_with_xla
+from .._common._arguments import check_bool_arguments
+from .._core._xla import compiling_with_xla
+from .._keras._configs import rebuild
+from .._keras._signatures import ClassSignature
+from .._keras._versions import renormalizes
+from ..errors import InputError
 
 __all__ = ["BatchNormalization", "hint_fused_batch_norm"]
 

@@ -7,9 +7,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
-from .._configs import rebuild
-from .._errors import CallError, ParameterError
+from .._common._arguments import check_number
+from .._keras._configs import rebuild
+from ..errors import CallError, ParameterError
 from ..layers import kernel_precision
 from . import _hyperparameters as hp
 

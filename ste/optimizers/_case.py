@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from .._errors import ParameterError, ParameterTypeError, VariableAssignmentError
+from ..errors import ParameterError, ParameterTypeError, VariableAssignmentError
 
 __all__ = ["CaseOptimizer"]
 
@@ -43,8 +43,8 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
 
     The assignment is made when the optimizer is built (``model.compile``/``fit`` build it on the model's trainable
     variables): a variable claimed by two predicates, or a pair whose predicate claims no variable, raises
-    :class:`ste.VariableAssignmentError` then, before any variable changes. Each optimizer keeps its own state and
-    iteration count; ``variables`` lists this optimizer's own (its iteration count) followed by each optimizer's.
+    :class:`ste.errors.VariableAssignmentError` then, before any variable changes. Each optimizer keeps its own state
+    and iteration count; ``variables`` lists this optimizer's own (its iteration count) followed by each optimizer's.
     ``learning_rate`` reads and sets the default optimizer's (the first pair's without one), so Keras's
     learning-rate callbacks act on it. Saving: the predicates are saved by name when Keras can find them again
     (registered with ``keras.saving.register_keras_serializable``, or module-level functions); the assignment

@@ -9,7 +9,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["Hyperparameter", "current", "make", "serialize_value"]
 

@@ -14,8 +14,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import ConversionError, ParameterError, UnsupportedLayerError
+from .._common._arguments import check_bool
+from ..errors import ConversionError, ParameterError, UnsupportedLayerError
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
@@ -83,7 +83,7 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
         if probe.uncovered:
             raise UnsupportedLayerError(
                 f"{owner}(strict=True): the scheme '{job.scheme.name}' does not cover {', '.join(probe.uncovered)}. "
-                f"Fix: annotate each such layer before quantizing, ste.quantize_annotate_layer(layer, "
+                f"Fix: annotate each such layer before quantizing, ste.qat.quantize_annotate_layer(layer, "
                 f"config=ste.qat.QuantizeConfig(quantize_output=True)) to quantize around it, or "
                 f"config=ste.qat.QuantizeConfig(float=True) to keep it float; or pass strict=False to keep the "
                 f"uncovered layers float with a warning."
@@ -100,7 +100,7 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
     if job.uncovered:
         warnings.warn(
             f"{owner}: the scheme '{job.scheme.name}' does not cover {len(job.uncovered)} layer(s), which stay "
-            f"float: {', '.join(job.uncovered)}. Annotate them (ste.quantize_annotate_layer(layer, config=...)) "
+            f"float: {', '.join(job.uncovered)}. Annotate them (ste.qat.quantize_annotate_layer(layer, config=...)) "
             f"or pass strict=True to make this an error.",
             UserWarning,
             stacklevel=3,
@@ -119,9 +119,9 @@ def quantize_model(
     The new model has the same inputs and outputs, and is ready to ``compile``/``fit``; functional and Sequential
     models (nested ones too) are supported, and a layer or nested model the float model calls more than once stays
     one layer, called as often. Layers the scheme does not cover stay float, named in one warning; ``strict=True``
-    raises :class:`ste.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use their
-    config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's default
-    prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
+    raises :class:`ste.errors.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use
+    their config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's
+    default prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
     """
     return _run(model, scheme, lambda layer: True, strict, quantized_layer_name_prefix, "ste.quantize_model")
 
@@ -135,15 +135,16 @@ def quantize_annotate_layer(
     (``quantize_config=`` is TFMOT's name for the same argument). The mark lives on the layer object (it is not
     saved): annotate the layer objects the model calls, then quantize in the same program.
     """
-    owner = "ste.quantize_annotate_layer"
+    owner = "ste.qat.quantize_annotate_layer"
     if quantize_config is not None:
         if config is not None:
             raise ParameterError(f"{owner}: pass config or quantize_config (TFMOT's name for it), not both.")
         config = quantize_config
     if isinstance(layer, keras.Model):
         raise ParameterError(
-            f"{owner}: expected a Keras layer; received the model '{layer.name}' ({type(layer).__name__}). Fix: "
-            f"ste.quantize_annotate_model(model) annotates every layer of a model, or annotate its layers one by one."
+            f"{owner}: expected a Keras layer; received the model '{layer.name}' ({type(layer).__name__}). "
+            "Fix: ste.qat.quantize_annotate_model(model) annotates every layer of a model, or annotate its layers one "
+            "by one."
         )
     if not isinstance(layer, keras.layers.Layer):
         raise ParameterError(f"{owner}: expected a Keras layer; received {type(layer).__name__}.")
@@ -159,11 +160,11 @@ def quantize_annotate_model(model: keras.Model) -> keras.Model:
 
     ``quantize_apply(quantize_annotate_model(model))`` is ``quantize_model(model)``. The marks live on the layer
     objects, as :func:`quantize_annotate_layer`'s."""
-    owner = "ste.quantize_annotate_model"
+    owner = "ste.qat.quantize_annotate_model"
     if not isinstance(model, keras.Model):
         raise ParameterError(
             f"{owner}: expected a Keras model (functional or Sequential); received {type(model).__name__}. Fix: "
-            f"ste.quantize_annotate_layer(layer) annotates one layer."
+            f"ste.qat.quantize_annotate_layer(layer) annotates one layer."
         )
     for layer in walk(model):
         if not _annotated(layer):
@@ -182,17 +183,17 @@ def quantize_apply(
     quantized_layer_name_prefix: str | None = "",
 ) -> keras.Model:
     """Quantize only the annotated layers of ``model`` (TFMOT's ``quantize_apply``); the others stay float,
-    without a warning. A model without an annotated layer raises :class:`ste.ParameterError` (it would give a float
-    copy). Names as :func:`quantize_model`."""
-    owner = "ste.quantize_apply"
+    without a warning. A model without an annotated layer raises :class:`ste.errors.ParameterError` (it would give a
+    float copy). Names as :func:`quantize_model`."""
+    owner = "ste.qat.quantize_apply"
     check_bool(owner, "strict", strict)
     _check_model(model, owner)
     _functional(model)  # a subclassed or unbuilt model: its own error first
     if not any(_annotated(layer) for layer in walk(model)):
         raise ParameterError(
             f"{owner}: no layer of model '{model.name}' is annotated, so the result would be a float copy. Expected "
-            f"layers marked by ste.quantize_annotate_layer(layer) or ste.quantize_annotate_model(model). Fix: "
-            f"annotate with ste.quantize_annotate_layer(layer) the layer objects the model uses (a layer annotated "
+            f"layers marked by ste.qat.quantize_annotate_layer(layer) or ste.qat.quantize_annotate_model(model). Fix: "
+            f"annotate with ste.qat.quantize_annotate_layer(layer) the layer objects the model uses (a layer annotated "
             f"after the model was cloned or rebuilt is another object), or call ste.quantize_model(model)."
         )
     return _run(model, scheme, _annotated, strict, quantized_layer_name_prefix, owner)
@@ -224,7 +225,7 @@ _CUSTOM_OBJECTS = {
 def quantize_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
     """TFMOT's ``quantize_scope``: ste's QAT layers as Keras custom objects, plus the ``{name: class}`` dicts given
     (a custom layer, a :class:`ste.qat.QuantizeConfig` subclass, a custom quantizer), e.g.
-    ``with ste.quantize_scope({"MyConfig": MyConfig, "MyLayer": MyLayer}): keras.models.load_model(path)``.
+    ``with ste.qat.quantize_scope({"MyConfig": MyConfig, "MyLayer": MyLayer}): keras.models.load_model(path)``.
 
     ``import ste`` already registers ste's classes (as ``"ste>FoldedConv2D"`` ...), so loading a ``.keras`` file of
     built-in layers needs only that import; a model with your own classes needs them here (or registered with
@@ -235,8 +236,8 @@ def quantize_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
     for objects in custom_objects:
         if not isinstance(objects, Mapping):
             raise ParameterError(
-                f"ste.quantize_scope: expected dicts of {{name: class}}; received {type(objects).__name__} "
-                f"{objects!r}. Fix: e.g. ste.quantize_scope({{'MyConfig': MyConfig}})."
+                f"ste.qat.quantize_scope: expected dicts of {{name: class}}; received {type(objects).__name__} "
+                f"{objects!r}. Fix: e.g. ste.qat.quantize_scope({{'MyConfig': MyConfig}})."
             )
         merged.update(objects)
     with keras.saving.custom_object_scope(merged):

@@ -17,7 +17,7 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..quantizers import Quantizer
 from ._copy import float_copy
 from ._scheme import Role, Scheme
@@ -29,7 +29,7 @@ _OWN = ("get_weights_and_quantizers", "get_activations_and_quantizers", "get_out
 
 
 class QuantizeConfig:
-    """A per-layer choice for :func:`ste.quantize_annotate_layer` (see the module docstring).
+    """A per-layer choice for :func:`ste.qat.quantize_annotate_layer` (see the module docstring).
 
     ``quantize_output=True`` quantizes the layer's inputs and its output (the layer itself is kept as it is, e.g. a
     custom activation); ``quantize_output=False`` passes a quantized input through; ``float=True`` keeps the layer

@@ -3,15 +3,15 @@
 A ``Lambda`` layer is rebuilt around the same function object: its config round-trip would look a named function
 up by name (which fails unless it is registered with Keras) and refuses a Python lambda under safe mode, although
 the layer itself is fine to reuse. Any other layer whose ``from_config(get_config())`` fails raises
-:class:`ste.UnsupportedLayerError` naming it.
+:class:`ste.errors.UnsupportedLayerError` naming it.
 """
 
 from __future__ import annotations
 
 import keras
 
-from .._errors import UnsupportedLayerError
-from .._keras_versions import complete_config
+from .._keras._versions import complete_config
+from ..errors import UnsupportedLayerError
 
 __all__ = ["float_copy"]
 

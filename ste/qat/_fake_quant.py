@@ -30,8 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._dsl import forward
-from .._xla import compiling_with_xla
+from .._core._dsl import forward
+from .._core._xla import compiling_with_xla
 
 __all__ = ["fake_quant", "fake_quant_op", "nudged_range", "symmetric_fake_quant", "weight_fake_quant_op"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 from ..layers import QuantConv2D, QuantDepthwiseConv2D
 
 __all__ = ["FoldedConv2D", "FoldedDepthwiseConv2D"]

@@ -19,8 +19,8 @@ from typing import Any
 import keras
 
 from .. import layers as ste_layers
-from .._arguments import check_bool
-from .._keras_versions import complete_config, renormalizes
+from .._common._arguments import check_bool
+from .._keras._versions import complete_config, renormalizes
 from ..quantizers import Quantizer
 from ..quantizers._base import check_bits
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D

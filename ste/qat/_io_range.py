@@ -16,8 +16,8 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
-from .._errors import ParameterError
+from .._common._arguments import check_bool
+from ..errors import ParameterError
 from ..quantizers import NoOp
 from ..quantizers._base import check_bits
 from ._int8 import Int8Scheme
@@ -58,7 +58,7 @@ def _input_quantizers(model: keras.Model, owner: str) -> list[str]:
                 f"{owner}: the input '{tensor._keras_history[0].name}' of model '{model.name}' is not read by an "
                 f"activation quantizer (ste.qat.ActivationFakeQuant): its first layer stays float, or quantizes its "
                 f"own input (the binary and ternary schemes). Expected a model from ste.quantize_model or "
-                f"ste.quantize_apply with the int8 or n-bit scheme whose first layer is quantized."
+                f"ste.qat.quantize_apply with the int8 or n-bit scheme whose first layer is quantized."
             )
         names.extend(found)
     return names
@@ -120,8 +120,8 @@ def fix_input_output_range(
     [0, 1] (scale 1/255, zero point −128 on 8 bits). Each range must contain 0; ``None`` for both bounds of one side
     leaves that side as it is. The trained weights are kept; the fixed ranges do not move in training. The model is
     rebuilt from its config: one with your own classes (a QuantizeConfig, a custom layer) needs them in
-    ``ste.quantize_scope({...})``, as TFMOT's does."""
-    owner = "ste.fix_input_output_range"
+    ``ste.qat.quantize_scope({...})``, as TFMOT's does."""
+    owner = "ste.qat.fix_input_output_range"
     narrow = check_bool(owner, "narrow_range", narrow_range)
     if not isinstance(model, keras.Model):
         raise ParameterError(f"{owner}: expected a quantization-aware Keras model; received {type(model).__name__}.")
@@ -149,7 +149,7 @@ def remove_input_range(model: keras.Model) -> keras.Model:
     """A copy of the quantization-aware ``model`` without its input quantizers (TFMOT's ``remove_input_range``): its
     inputs enter the first quantized layer as they are, e.g. for a model that is part of a larger one whose
     previous layer already quantizes them. The trained weights are kept."""
-    owner = "ste.remove_input_range"
+    owner = "ste.qat.remove_input_range"
     if not isinstance(model, keras.Model):
         raise ParameterError(f"{owner}: expected a quantization-aware Keras model; received {type(model).__name__}.")
     identity = keras.saving.serialize_keras_object(NoOp(precision=32))

@@ -29,7 +29,7 @@ import keras
 import numpy as np
 
 from .. import layers as ste_layers
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ..constraints import WeightClip
 from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
 from ._int8 import Int8Scheme

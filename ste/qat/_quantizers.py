@@ -18,8 +18,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
-from .._errors import ParameterError
+from .._common._arguments import check_number
+from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits
 from ._fake_quant import fake_quant_op, weight_fake_quant_op

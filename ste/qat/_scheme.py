@@ -106,7 +106,7 @@ class Scheme(abc.ABC):
         (e.g. "its input is quantized to 8 bits instead"): the scheme quantizes that layer's input otherwise, because
         its usual input quantizer would lose the input (a sign of a non-negative tensor is a constant);
         :meth:`quantize` then makes the layer so, and the rewrite names the layer and the sentence in one warning,
-        or raises :class:`ste.UnsupportedLayerError` under ``strict=True``."""
+        or raises :class:`ste.errors.UnsupportedLayerError` under ``strict=True``."""
         del layer, feed
         return None
 

@@ -30,9 +30,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._dsl import forward
-from .._errors import ParameterError
+from .._common._arguments import check_bool
+from .._core._dsl import forward
+from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits
 from ._fake_quant import fake_quant, fake_quant_op
@@ -168,7 +168,7 @@ class AllValuesQuantizer(_StatefulRange):
 
 
 def check_fixed_range(owner: str, low: Any, high: Any, what: str = "") -> tuple[float, float]:
-    """``(low, high)`` as floats with low ≤ 0 ≤ high and low < high, else :class:`ste.ParameterError`."""
+    """``(low, high)`` as floats with low ≤ 0 ≤ high and low < high, else :class:`ste.errors.ParameterError`."""
     for value in (low, high):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) == float(value):
             raise ParameterError(f"{owner}: the {what}range bounds must be real numbers; received {value!r}.")

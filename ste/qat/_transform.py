@@ -1,4 +1,4 @@
-"""The graph rewrite behind :func:`ste.quantize_model` and :func:`ste.quantize_apply`.
+"""The graph rewrite behind :func:`ste.quantize_model` and :func:`ste.qat.quantize_apply`.
 
 A functional model is walked node by node in its own order (a Sequential model through its functional graph; a
 nested model is rewritten recursively and called in its place). Each tensor of the new graph carries one flag:
@@ -35,7 +35,7 @@ from typing import Any
 
 import keras
 
-from .._errors import NotBuiltError, UnsupportedLayerError
+from ..errors import NotBuiltError, UnsupportedLayerError
 from ._config import QuantizeConfig
 from ._copy import float_copy
 from ._scheme import InputFeed, Role, Scheme

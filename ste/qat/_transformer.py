@@ -23,7 +23,7 @@ from typing import Any
 import keras
 
 from .. import quantizers as ste_quantizers
-from .._signatures import forwarding_signature
+from .._keras._signatures import forwarding_signature
 from ..layers._base import KernelSlot, QuantLayerMixin
 from ..layers._dense import flat_matmul, unflatten
 from ..quantizers._sharing import claim

@@ -14,7 +14,7 @@ has its own state (a moving range), as TFMOT's ``build`` gives each use its own 
 * Activations: each becomes a :class:`QuantizeAwareActivation`, handed once to the config's
   ``set_quantize_activations`` (which sets it on the layer, ``layer.activation = quantize_activations[0]``).
   As TFMOT's: softmax, sigmoid and tanh are quantized before they run (TFLite's kernels fix their output range);
-  linear, ReLU, ReLU6 and swish/SiLU after; GELU both. Other activations raise :class:`ste.ParameterError`.
+  linear, ReLU, ReLU6 and swish/SiLU after; GELU both. Other activations raise :class:`ste.errors.ParameterError`.
 * Outputs: the output quantizers, one per output.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import keras
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["QuantizeAwareActivation", "QuantizeWrapper"]
 
@@ -80,7 +80,7 @@ class QuantizeAwareActivation:
 class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
     """``layer`` quantized by the quantizers ``quantize_config`` (a :class:`ste.qat.QuantizeConfig` subclass)
     carries; see the module docstring. Saved with the layer's and the config's configs: loading needs both classes
-    registered with Keras, or passed to ``ste.quantize_scope({...})``."""
+    registered with Keras, or passed to ``ste.qat.quantize_scope({...})``."""
 
     def __init__(self, layer: Any, quantize_config: Any, **kwargs: Any) -> None:
         if isinstance(layer, dict):

@@ -20,12 +20,12 @@ from typing import Any, TypeVar, Union
 import keras
 import tensorflow as tf
 
-from .._configs import rebuild
-from .._errors import ParameterError, SpecError, UnknownQuantizerError
-from .._inputs import to_input_tensor
-from .._keras_lookup import publish_activation
-from .._names import NameTable, build
-from .._signatures import keep_init_signature
+from .._common._names import NameTable, build
+from .._core._inputs import to_input_tensor
+from .._keras._configs import rebuild
+from .._keras._lookup import publish_activation
+from .._keras._signatures import keep_init_signature
+from ..errors import ParameterError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
@@ -96,7 +96,7 @@ _BASE_KEYS = frozenset({"name", "trainable", "dtype", "autocast", "activity_regu
 
 
 def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16) -> int:
-    """``bits`` as an int in [low, high] or :class:`ste.ParameterError`."""
+    """``bits`` as an int in [low, high] or :class:`ste.errors.ParameterError`."""
     if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= int(bits) <= high:
         raise ParameterError(
             f"{owner}: bits must be an integer from {low} to {high}; received {bits!r}. Fix: e.g. {owner}(bits=4)."
@@ -116,7 +116,7 @@ def register(name: str, *, replace: bool = False) -> Callable[[Q], Q]:
     """Class decorator: make a :class:`Quantizer` subclass available by ``name`` in :func:`get` and spec strings.
 
     Names follow the rules of :func:`ste.registry.register`: an identifier that is not a keyword, NFKC-normalised;
-    an existing name (a built-in included) needs ``replace=True``, else :class:`ste.RegistrationError`.
+    an existing name (a built-in included) needs ``replace=True``, else :class:`ste.errors.RegistrationError`.
     """
     return _TABLE.decorator(name, replace=replace)
 
@@ -132,7 +132,7 @@ def names() -> list[str]:
 
 
 def lookup(name: str) -> type[Quantizer]:
-    """The quantizer class registered under ``name`` (:class:`ste.UnknownQuantizerError` with suggestions)."""
+    """The quantizer class registered under ``name`` (:class:`ste.errors.UnknownQuantizerError` with suggestions)."""
     return _TABLE.lookup(name)
 
 
@@ -214,8 +214,8 @@ def serialize(quantizer: Any) -> Any:
 
 def as_tensor(x: Any, owner: object = None) -> tf.Tensor:
     """``x`` as a floating tensor without changing its dtype (Keras variables are read here); anything else (a
-    string, integer, bool or complex tensor, None) raises :class:`ste.InputError` naming ``owner``'s class, before
-    any variable of the quantizer changes."""
+    string, integer, bool or complex tensor, None) raises :class:`ste.errors.InputError` naming ``owner``'s class,
+    before any variable of the quantizer changes."""
     if isinstance(x, tf.Tensor) and x.dtype.is_floating:
         return x
     return to_input_tensor(x, 0, type(owner).__name__ if owner is not None else "quantizer")

@@ -14,9 +14,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
-from .._dsl import forward
-from .._errors import ParameterError
+from .._common._arguments import check_number
+from .._core._dsl import forward
+from ..errors import ParameterError
 from ._base import Quantizer, as_tensor, check_bits, register
 from ._dtypes import Levels, check_levels, wide
 

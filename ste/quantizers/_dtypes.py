@@ -4,7 +4,7 @@ A quantizer's output has its input's dtype. Its constants (``2^bits − 1``, a r
 levels must be finite and distinct in that dtype, or the output is NaN, inf or a collapsed grid:
 ``DoReFa(bits=16)`` on float16 computes ``x·65535``, and 65535 overflows float16 (largest 65504), so every output
 is NaN. :func:`check_levels` refuses such a quantizer when it is traced (or called eagerly) for that dtype, with a
-:class:`ste.ParameterError` naming the quantizer, the dtype, the offending constant and the largest ``bits`` (or
+:class:`ste.errors.ParameterError` naming the quantizer, the dtype, the offending constant and the largest ``bits`` (or
 range) that fits. It is checked once per configuration and dtype (cached).
 
 :func:`wide` is the dtype the arithmetic runs in: float32 for float16 and bfloat16 inputs (the result is rounded
@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 from ..registry._numerics import smallest_normal
 
 __all__ = ["Levels", "check_levels", "wide"]
@@ -88,7 +88,7 @@ def _why(dtype: tf.DType, levels: Levels) -> str:
 
 
 def check_levels(owner: object, dtype: tf.DType, *, bits: int, levels_for_bits: Callable[[int], Levels]) -> None:
-    """Raise :class:`ste.ParameterError` unless the levels of ``bits`` (``levels_for_bits(bits)``) fit ``dtype``.
+    """Raise :class:`ste.errors.ParameterError` unless the levels of ``bits`` (``levels_for_bits(bits)``) fit ``dtype``.
 
     ``owner`` is the quantizer (shown by its repr); the message names the largest ``bits`` whose levels fit, if any.
     """

@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ._base import Quantizer, as_tensor
 from ._binary import MagnitudeAwareSign
 from ._larq import ApproxSign, SteHeaviside, SteSign, SteTern, SwishSign

@@ -28,8 +28,8 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_number
-from .._errors import UnknownQuantizerError
+from .._common._arguments import check_number
+from ..errors import UnknownQuantizerError
 from ..registry import get as get_surrogate
 from ._base import Quantizer, add_form, register
 from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary

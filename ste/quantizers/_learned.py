@@ -13,10 +13,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool, check_number
-from .._dsl import forward
-from .._errors import NotBuiltError
-from .._xla import compiling_with_xla
+from .._common._arguments import check_bool, check_number
+from .._core._dsl import forward
+from .._core._xla import compiling_with_xla
+from ..errors import NotBuiltError
 from ._base import Quantizer, as_tensor, check_bits, register
 from ._dtypes import Levels, check_levels, wide
 

@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 from ._base import Quantizer, as_tensor
 
 __all__ = ["NoOp"]

@@ -4,8 +4,8 @@ Keras saves a quantized layer's quantizer inside that layer's config, with its v
 Two layers holding the same instance would train with one shared variable, save it once, and fail to load ("Layer
 'lsq' expected 2 variables, but received 0"). Sharing a learned step size between two kernels is also rarely meant
 (LSQ initialises it from the first tensor it sees). So the second slot to build with such an instance raises
-:class:`ste.ParameterError`, before any training step. Quantizers without variables (``Sign``, ``DoReFa``, ...) are
-shared freely; a quantizer layer applied twice in a functional model is Keras layer sharing and saves as usual.
+:class:`ste.errors.ParameterError`, before any training step. Quantizers without variables (``Sign``, ``DoReFa``, ...)
+are shared freely; a quantizer layer applied twice in a functional model is Keras layer sharing and saves as usual.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import keras
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["claim"]
 

@@ -11,11 +11,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_number
-from .._dsl import STEFunction, forward
-from .._errors import ParameterError
-from .._maskrule import mask_rule
-from .._signatures import NOT_GIVEN
+from .._common._arguments import check_number
+from .._core._dsl import STEFunction, forward
+from .._core._maskrule import mask_rule
+from .._keras._signatures import NOT_GIVEN
+from ..errors import ParameterError
 from ._base import Quantizer, as_tensor, check_bits, register
 from ._dtypes import Levels, check_levels, wide
 

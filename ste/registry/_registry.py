@@ -11,9 +11,9 @@ from typing import Any, TypeVar, Union, overload
 
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import ParameterError, RegistrationError, SpecError
-from .._names import build
+from .._common._arguments import check_bool
+from .._common._names import build
+from ..errors import ParameterError, RegistrationError, SpecError
 from ._spec import parse_spec
 from ._surrogate import Surrogate
 from ._table import TABLE as _TABLE
@@ -33,7 +33,7 @@ def names() -> list[str]:
 
 
 def lookup(name: str) -> type[Surrogate]:
-    """The class registered under ``name`` (raises :class:`ste.UnknownSurrogateError` with suggestions).
+    """The class registered under ``name`` (raises :class:`ste.errors.UnknownSurrogateError` with suggestions).
 
     Names are NFKC-normalised as Python normalises identifiers (``"µ"``, micro sign, is ``"μ"``, Greek mu).
     """
@@ -104,7 +104,7 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
 
     ``obj`` is either a :class:`Surrogate` subclass or a function ``derivative(x, **params)`` returning d(x)
     (hyperparameters are its keyword parameters with defaults; ``primitive(x, **params)`` may accompany it).
-    An existing name raises :class:`ste.RegistrationError` unless ``replace=True``. Returns ``obj`` unchanged.
+    An existing name raises :class:`ste.errors.RegistrationError` unless ``replace=True``. Returns ``obj`` unchanged.
     """
     normal = _TABLE.check_name(name)
     replace = check_bool(f"register surrogate {normal!r}", "replace", replace)
@@ -142,7 +142,7 @@ def get(spec: SurrogateLike, /, **params: Any) -> Surrogate:
     """Resolve a name, spec string, config dict, class or instance into a :class:`Surrogate` instance.
 
     ``get("sigmoid_surrogate", beta=4.0)`` and ``get("sigmoid_surrogate(beta=4.0)")`` are the same entry. A parameter
-    given both in the spec string and as a keyword raises :class:`ste.SpecError`.
+    given both in the spec string and as a keyword raises :class:`ste.errors.SpecError`.
     """
     if isinstance(spec, Surrogate):
         if not params:

@@ -3,7 +3,7 @@
 The string is parsed with :mod:`ast` and only a name, optionally called with literal numbers, strings,
 ``True``/``False``/``None`` and (nested at most twice) tuples or lists of those, is accepted. Nothing is ever
 evaluated: attribute access, calls inside arguments, lambdas, f-strings, subscripts, operators other than a sign
-on a number, and names other than the outer one are all rejected with :class:`ste.SpecError`.
+on a number, and names other than the outer one are all rejected with :class:`ste.errors.SpecError`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .._errors import SpecError
+from ..errors import SpecError
 
 __all__ = ["MAX_SPEC_LENGTH", "parse_spec"]
 
@@ -63,7 +63,7 @@ def _literal(node: ast.expr, spec: str, depth: int = 0) -> Any:
 def parse_spec(spec: str) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
     """Split ``"name(arg, key=value)"`` into ``(name, args, kwargs)`` without evaluating anything.
 
-    Raises :class:`ste.SpecError` for anything but a name optionally called with literal arguments.
+    Raises :class:`ste.errors.SpecError` for anything but a name optionally called with literal arguments.
     """
     if not isinstance(spec, str):
         raise SpecError(f"a surrogate spec must be a string; received {type(spec).__name__} {spec!r}.")

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 from typing_extensions import dataclass_transform
 
-from .._errors import ParameterError, RegistrationError, SpecError
+from ..errors import ParameterError, RegistrationError, SpecError
 from ._numerics import smallest_normal
 from ._table import TABLE
 
@@ -241,7 +241,7 @@ class Surrogate:
         return tf.constant(value, dtype=dtype)
 
     def require_positive(self, *fields: str, allow_none: bool = False) -> None:
-        """Raise :class:`ste.ParameterError` unless each named parameter is a finite number > 0."""
+        """Raise :class:`ste.errors.ParameterError` unless each named parameter is a finite number > 0."""
         label = self.name or type(self).__name__
         for field in fields:
             value = self._params[field]
@@ -257,7 +257,7 @@ class Surrogate:
                 )
 
     def validate(self) -> None:
-        """Check the hyperparameters; subclasses override this and raise :class:`ste.ParameterError`."""
+        """Check the hyperparameters; subclasses override this and raise :class:`ste.errors.ParameterError`."""
 
     # -- the math -------------------------------------------------------------------------------------------
 
@@ -280,7 +280,7 @@ class Surrogate:
         return type(self).primitive is not Surrogate.primitive
 
     def vjp(self, dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
-        """The vector-Jacobian product ``dy * d(x)`` in ``x``'s dtype (:class:`ste.ParameterError` if the
+        """The vector-Jacobian product ``dy * d(x)`` in ``x``'s dtype (:class:`ste.errors.ParameterError` if the
         hyperparameters do not fit that dtype, see :meth:`check_dtype`)."""
         if not isinstance(x, tf.Tensor):
             x = tf.convert_to_tensor(x)
@@ -375,7 +375,7 @@ class Surrogate:
         return dtype
 
     def check_dtype(self, dtype: tf.DType, op: str = "") -> None:
-        """Raise :class:`ste.ParameterError` if the hyperparameters do not fit inputs of ``dtype``.
+        """Raise :class:`ste.errors.ParameterError` if the hyperparameters do not fit inputs of ``dtype``.
 
         A parameter that becomes inf, 0 or subnormal in the computation dtype (``beta=1e39`` in float32,
         ``sigma=1e-300``), or a derivative that is not finite for some input of ``dtype`` (``gaussian(sigma=1e-6)``
@@ -440,7 +440,7 @@ class Surrogate:
     def get_config(self) -> dict[str, Any]:
         """A JSON-serializable description: ``{"name": ..., "params": {...}}``; scalar tensors become numbers.
 
-        Raises :class:`ste.RegistrationError` when the class is not the one registered under its name (an
+        Raises :class:`ste.errors.RegistrationError` when the class is not the one registered under its name (an
         unregistered subclass, or a name since replaced): such a config could not rebuild this surrogate.
         """
         registered = TABLE.get(self.name) if self.name else None

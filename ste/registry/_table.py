@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._errors import UnknownSurrogateError
-from .._names import NameTable
+from .._common._names import NameTable
+from ..errors import UnknownSurrogateError
 
 if TYPE_CHECKING:
     from ._surrogate import Surrogate

@@ -11,12 +11,13 @@ The mask is applied by a straight-through op: ``gradient="masked"`` (TFMOT's: pr
 See docs/sparsity.md.
 """
 
+from ..errors import MissingCallbackError
 from ._api import prune_low_magnitude, prune_scope, strip_pruning
 from ._callbacks import PruningSummaries, UpdatePruningStep
 from ._layers import PrunableLayer
 from ._mask import apply_mask, magnitude_mask, n_by_m_mask, sr_ste
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
-from ._wrapper import MissingCallbackError, PruneLowMagnitude
+from ._wrapper import PruneLowMagnitude
 
 __all__ = [
     "ConstantSparsity",

@@ -11,8 +11,8 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
-from .._errors import ParameterError, UnsupportedLayerError
+from .._common._arguments import check_bool
+from ..errors import ParameterError, UnsupportedLayerError
 from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights
 from ._mask import GRADIENTS
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule

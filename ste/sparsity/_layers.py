@@ -18,7 +18,7 @@ from typing import Any
 
 import keras
 
-from .._errors import ParameterError, UnsupportedLayerError
+from ..errors import ParameterError, UnsupportedLayerError
 
 __all__ = ["PrunableLayer", "check_weights", "input_channel_axis", "is_prunable", "prunable_weights"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._dsl import forward
+from .._core._dsl import forward
 
 __all__ = ["GRADIENTS", "apply_mask", "magnitude_mask", "n_by_m_mask", "sr_ste"]
 

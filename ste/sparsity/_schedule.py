@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule"]
 

@@ -22,19 +22,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import ParameterError, STEError
+from ..errors import MissingCallbackError, ParameterError
 from ._layers import check_weights, prunable_weights
 from ._mask import GRADIENTS, magnitude_mask, n_by_m_mask
 
-__all__ = ["MissingCallbackError", "PruneLowMagnitude"]
+__all__ = ["PruneLowMagnitude"]
 
 _CALLBACK_FLAG = "_ste_pruning_callback"
-
-
-class MissingCallbackError(STEError, RuntimeError):
-    """A pruned model was trained without the :class:`ste.sparsity.UpdatePruningStep` callback."""
-
-    __init__ = Exception.__init__
 
 
 @keras.saving.register_keras_serializable(package="ste")

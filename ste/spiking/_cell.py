@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import ParameterError
-from .._signatures import forwarding_signature, init_signature
+from .._common._arguments import check_bool
+from .._keras._signatures import forwarding_signature, init_signature
+from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike
 from ._constraint import Interval
 from ._spike import DEFAULT_SURROGATE, resolve_surrogate, spike_op

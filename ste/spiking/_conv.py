@@ -12,7 +12,7 @@ from typing import Any
 
 import keras
 
-from .._errors import CallError, ParameterError
+from ..errors import CallError, ParameterError
 from ._cell import SpikingCell
 from ._layer import SpikingRNN
 from ._stack import SynapseLayer
@@ -50,7 +50,8 @@ class SpikingConv2D(SynapseLayer):
         **kwargs: Keras layer arguments (``name``, ``dtype``, ...).
 
     Channels last, no dilation and no groups. The kernel and bias are those of ``keras.layers.Conv2D`` with the same
-    arguments (copy them over with ``set_weights``). A gradient of its gradient raises :class:`ste.HigherOrderError`.
+    arguments (copy them over with ``set_weights``). A gradient of its gradient raises
+    :class:`ste.errors.HigherOrderError`.
     """
 
     def __init__(

@@ -12,7 +12,7 @@ from typing import Any
 
 import keras
 
-from .._errors import CallError, ParameterError
+from ..errors import CallError, ParameterError
 from ._cell import SpikingCell
 from ._layer import SpikingRNN
 from ._stack import SynapseLayer
@@ -45,7 +45,7 @@ class SpikingDense(SynapseLayer):
 
     The kernel and bias are those of ``keras.layers.Dense(units)`` (copy them over with ``set_weights``). Outputs
     and gradients are those of the unfused layers up to the order of floating-point sums (the fused loop sums the
-    kernel's gradient step by step). A gradient of its gradient raises :class:`ste.HigherOrderError`. In a
+    kernel's gradient step by step). A gradient of its gradient raises :class:`ste.errors.HigherOrderError`. In a
     [`Fused`][ste.spiking.Fused] stack after a [`SpikingConv2D`][ste.spiking.SpikingConv2D] it takes the feature
     maps flattened (``keras.layers.Flatten``'s order).
     """

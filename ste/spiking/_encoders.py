@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import CallError, ParameterError
+from .._common._arguments import check_bool
+from ..errors import CallError, ParameterError
 
 __all__ = ["delta_encode", "latency_encode", "rate_encode"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
-from .._errors import ParameterError
+from .._common._arguments import check_bool
+from ..errors import ParameterError
 from ._cell import SpikingCell
 from ._dense import SpikingDense
 from ._layer import SpikingRNN
@@ -78,7 +78,7 @@ def fuse(model: keras.Sequential, *, segment: int | None = None, jit_compile: bo
 
     Outputs and gradients are those of ``model`` up to the order of floating-point sums (the fused loop sums the
     kernel's gradient step by step), and the training step is faster with far less memory. A gradient of its
-    gradient raises ``ste.HigherOrderError``. The model must be built (``keras.Input`` first).
+    gradient raises ``ste.errors.HigherOrderError``. The model must be built (``keras.Input`` first).
 
     Args:
         model: a built ``keras.Sequential`` of ``[batch, time, features]`` sequences.

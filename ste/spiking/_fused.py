@@ -10,7 +10,7 @@ and surrogate; nothing of a neuron is written again here). The first stage's cur
 they are one product per segment (``[batch·segment, inputs]``).
 
 What is kept for the backward pass: the cells' states at the start of every segment of ``segment`` steps (a spike
-state as bits, ``ste._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
+state as bits, ``ste._core._bitmask.pack_bits``; the others as floats), in buffers written in place. The backward loop
 runs over the segments in reverse: it recomputes the segment's first-stage currents, the states every step starts
 from (spikes as one byte each) and the later stages' currents (the same ops as the forward pass, so the same values
 bit for bit), then steps back through it: each stage's cell under a ``GradientTape`` of its own (the cell's own
@@ -24,8 +24,8 @@ Both loops are compiled with XLA by default (one kernel for the sequence instead
 step). The outputs are written into one ``[batch, time, units]`` buffer in place (outside XLA with
 ``TensorStridedSliceUpdate``, which forwards its input's buffer), the input's gradient likewise, and only when a
 tape watches the input (a network's input data is not differentiated, so its gradient is neither computed nor
-stored). Gradients of these gradients are refused with :class:`ste.HigherOrderError` (the backward pass is a loop of
-its own that a second tape would not see through).
+stored). Gradients of these gradients are refused with :class:`ste.errors.HigherOrderError` (the backward pass is a loop
+of its own that a second tape would not see through).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
-from .._xla import compiling_with_xla
+from .._core._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
+from .._core._xla import compiling_with_xla
 from ._cell import SpikingCell
 from ._synapse import Synapse
 
@@ -463,7 +463,7 @@ def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:
     silently give no JVP (in a graph the refusal comes from the backward pass, which forward mode transposes)."""
     from tensorflow.python.eager import forwardprop_util
 
-    from .._errors import HigherOrderError
+    from ..errors import HigherOrderError
 
     if tf.executing_eagerly() and forwardprop_util.pack_tangents([tf.convert_to_tensor(t) for t in tensors]).tangents:
         raise HigherOrderError(

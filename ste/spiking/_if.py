@@ -6,7 +6,7 @@ from typing import Any
 
 import keras
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 from ._layer import SpikingRNN
 from ._lif import LIFCell
 

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import CallError, InputError
-from .._signatures import forwarding_signature, init_signature
+from .._common._arguments import check_bool
+from .._keras._signatures import forwarding_signature, init_signature
+from ..errors import CallError, InputError
 from ._cell import SpikingCell
 from ._loop import time_loop
 
@@ -52,7 +52,7 @@ def _cell_keys(cell_class: type[SpikingCell]) -> frozenset[str]:
 def time_mask(where: str, mask: Any, shape: Any) -> tf.Tensor | None:
     """A Keras mask for inputs of ``shape`` ``[batch, time, ...]`` as a boolean ``[batch, time]`` tensor (None: no
     mask); a mask of another shape (``keras.layers.Masking`` in front of feature maps gives one per pixel) is a
-    :class:`ste.CallError`."""
+    :class:`ste.errors.CallError`."""
     if mask is None:
         return None
     mask = tf.convert_to_tensor(mask)

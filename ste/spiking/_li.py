@@ -13,8 +13,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import ParameterError
+from .._common._arguments import check_bool
+from ..errors import ParameterError
 from ._cell import LearnedValue, SpikingCell, checked_number
 from ._constraint import Interval
 from ._layer import SpikingRNN

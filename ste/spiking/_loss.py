@@ -12,7 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 
 __all__ = ["RateCrossEntropy", "rate_cross_entropy"]
 

@@ -34,7 +34,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from .._errors import ConversionError, MissingDependencyError, STEError
+from ..errors import ConversionError, MissingDependencyError, STEError
 from ..registry import get
 from ._cell import SpikingCell
 from ._if import IF, IFCell
@@ -503,7 +503,7 @@ def to_nir(model: keras.Model, dt: float = 1.0) -> Any:
     ``SumPool2d`` and ``Flatten`` back to those; ``Add`` -> edges summed into the next node. Each neuron node's
     ``metadata`` holds the layer's surrogate (``"ste_surrogate"``), which ``from_nir`` restores.
 
-    Raises :class:`ste.ConversionError` for a layer NIR cannot represent exactly (reset by subtraction, ALIF, an
+    Raises :class:`ste.errors.ConversionError` for a layer NIR cannot represent exactly (reset by subtraction, ALIF, an
     ``RSynaptic`` with α = 1 or β = 1, a layer with no NIR node), naming the layer and the fix.
     """
     nir = _nir()
@@ -1023,8 +1023,8 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     takes ``[batch, time, *features]`` with the features of a step channels last (``[batch, time, H, W, C]``),
     and returns every output node's values at every step. See docs/spiking.md for the mapping of every node.
 
-    Raises :class:`ste.ConversionError` for a node with no exact ste counterpart, a parameter that is not an array
-    of numbers (integers are read as float64) and an edge that names no node, naming it and saying why.
+    Raises :class:`ste.errors.ConversionError` for a node with no exact ste counterpart, a parameter that is not an
+    array of numbers (integers are read as float64) and an edge that names no node, naming it and saying why.
     """
     nir = _nir()
     dt = _checked_dt(dt, "from_nir")

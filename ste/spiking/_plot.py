@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import CallError
-from .._plot import _figure_class
+from .._common._matplotlib import figure_class
+from ..errors import CallError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -41,7 +41,7 @@ def _integer_steps(axes: Any) -> None:
 def plot_raster(spikes: Any, *, sample: int = 0, title: str = "spike raster", ax: Any = None) -> Figure:
     """A raster of one sample's spikes: a dot at (time step, neuron) for every spike."""
     trace = _trace(spikes, sample, "plot_raster")
-    figure = ax.figure if ax is not None else _figure_class()(figsize=(6, 3.2))
+    figure = ax.figure if ax is not None else figure_class()(figsize=(6, 3.2))
     axes = ax if ax is not None else figure.add_subplot()
     steps, units = np.nonzero(trace)
     size = float(np.clip(2500.0 / max(trace.shape[1], 1), 1.0, 60.0))  # marker area shrinks with the neuron count
@@ -68,7 +68,7 @@ def plot_membrane(
     """Membrane traces U[t] of some neurons of one sample, with the threshold as a dashed line and spikes marked."""
     trace = _trace(membrane, sample, "plot_membrane")
     chosen = list(range(min(trace.shape[1], 10))) if neurons is None else list(neurons)
-    figure = ax.figure if ax is not None else _figure_class()(figsize=(6, 3.2))
+    figure = ax.figure if ax is not None else figure_class()(figsize=(6, 3.2))
     axes = ax if ax is not None else figure.add_subplot()
     steps = np.arange(trace.shape[0])
     fired = _trace(spikes, sample, "plot_membrane") if spikes is not None else None

@@ -12,7 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import CallError, ParameterError
+from ..errors import CallError, ParameterError
 
 __all__ = ["Readout", "last_membrane", "max_membrane", "spike_count", "spike_rate"]
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import ParameterError
+from .._common._arguments import check_bool
+from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike, get
 
 __all__ = ["heaviside", "resolve_surrogate", "spike_op"]

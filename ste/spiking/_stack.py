@@ -18,8 +18,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
-from .._errors import CallError, InputError, ParameterError
+from .._common._arguments import check_bool
+from ..errors import CallError, InputError, ParameterError
 from ._cell import SpikingCell
 from ._fused import Stage, fused_stack
 from ._layer import SpikingRNN, time_mask

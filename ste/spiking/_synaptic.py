@@ -13,7 +13,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._arguments import check_bool
+from .._common._arguments import check_bool
 from ._cell import LearnedValue, checked_number
 from ._constraint import Interval
 from ._layer import SpikingRNN

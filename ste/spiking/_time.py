@@ -18,7 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._errors import CallError
+from ..errors import CallError
 
 __all__ = ["TimeDistributed"]
 

@@ -1,6 +1,6 @@
 """Writes tests/data/larq_reference.json with larq 0.14 itself (run in the larq venv, not by the test suite):
 
-    TF_USE_LEGACY_KERAS=1 /work/venvs/larq/bin/python tests/larq_port/make_reference.py
+    TF_USE_LEGACY_KERAS=1 "$LARQ_VENV"/bin/python tests/larq_port/make_reference.py
 
 It records what the ported tests compare with: larq's saved quantizer, constraint and layer configs, the output of
 ``larq.models.summary`` for larq's own test models, and the values of ``quantized_scope(True)`` reads.

@@ -175,7 +175,7 @@ def test_scope_is_thread_local():
 
 
 def test_scope_takes_booleans_only():
-    with pytest.raises(ste.ParameterError, match="True or False"):
+    with pytest.raises(ste.errors.ParameterError, match="True or False"):
         with lq.context.quantized_scope("yes"):
             pass
 

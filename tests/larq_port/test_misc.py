@@ -194,5 +194,5 @@ def test_type_check_default():
 def test_type_checks_are_ste_errors_too():
     import ste
 
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         lq.optimizers.CaseOptimizer((False, lq.optimizers.Bop()))

@@ -182,7 +182,7 @@ def test_pad_values_zero_is_keras_same_padding():
     ],
 )
 def test_pad_values_errors_at_construction(cls, kwargs, match):
-    with pytest.raises(ste.ParameterError, match=match):
+    with pytest.raises(ste.errors.ParameterError, match=match):
         cls(**kwargs)
 
 
@@ -298,22 +298,22 @@ def test_positional_arguments_bind_as_in_the_parent():
     ],
 )
 def test_larq_keywords_ste_does_not_take_name_themselves_and_the_migration_page(cls, kwargs, keyword):
-    with pytest.raises(ste.ParameterError, match=rf"{keyword}=.*docs/larq\.md"):
+    with pytest.raises(ste.errors.ParameterError, match=rf"{keyword}=.*docs/larq\.md"):
         cls(**kwargs)
 
 
 def test_larq_depthwise_quantizer_spelling_and_both_spellings_refused():
     layer = QuantDepthwiseConv2D(3, depthwise_quantizer="ternary(threshold=0.3)")
     assert isinstance(layer.kernel_quantizer, ste.quantizers.Ternary) and layer.kernel_quantizer.threshold == 0.3
-    with pytest.raises(ste.ParameterError, match="not both"):
+    with pytest.raises(ste.errors.ParameterError, match="not both"):
         QuantDepthwiseConv2D(3, kernel_quantizer="sign", depthwise_quantizer="sign")
 
 
 @pytest.mark.parametrize("name", ["QuantLocallyConnected1D", "QuantLocallyConnected2D"])
 def test_locally_connected_layers_say_keras_3_has_none(name):
-    with pytest.raises(ste.UnsupportedLayerError, match=f"{name}.*Keras 3"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match=f"{name}.*Keras 3"):
         getattr(ste.layers, name)
-    with pytest.raises(ste.UnsupportedLayerError, match="LocallyConnected layers, which Keras 3 removed"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match="LocallyConnected layers, which Keras 3 removed"):
         exec(f"from ste.layers import {name}")
     assert not hasattr(keras.layers, "LocallyConnected2D")  # the premise: Keras 3 has no such parent
     with pytest.raises(AttributeError):

@@ -181,12 +181,12 @@ def test_weight_clip_clips_after_each_optimizer_step():
     model.compile(keras.optimizers.SGD(10.0), "mse")
     model.fit(np.ones((4, 3)), -100 * np.ones((4, 2)), verbose=0, epochs=1)
     assert np.max(np.abs(layer.kernel.numpy())) <= 1.0
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.constraints.WeightClip(0)
 
 
 def test_quantized_kernels_before_build_raise():
-    with pytest.raises(ste.NotBuiltError, match="not built"):
+    with pytest.raises(ste.errors.NotBuiltError, match="not built"):
         _ = QuantDense(2, kernel_quantizer="sign", kernel_constraint="weight_clip").quantized_kernel
 
 
@@ -202,7 +202,7 @@ def test_layer_config_round_trip():
     assert restored.input_quantizer.surrogate.name == "approx_sign"
     assert isinstance(restored.kernel_quantizer, ste.quantizers.LSQ) and restored.kernel_quantizer.bits == 3
     assert restored.kernel_constraint.clip_value == 0.5
-    with pytest.raises(ste.ParameterError, match="not both"):
+    with pytest.raises(ste.errors.ParameterError, match="not both"):
         QuantDepthwiseConv2D(3, kernel_quantizer="sign", depthwise_quantizer="sign")
 
 

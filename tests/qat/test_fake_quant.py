@@ -135,7 +135,7 @@ def test_activation_quantizer_gradient_is_tfmots_straight_through_on_the_moved_r
     [{"bits": 1}, {"ema_decay": 1.5}, {"initial_min": 1.0}, {"narrow_range": "yes"}],
 )
 def test_invalid_parameters_raise_ste_errors(kwargs):
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.qat.ActivationFakeQuant(**kwargs)
 
 

@@ -92,7 +92,7 @@ def test_binary_scheme_binarizes_the_middle_and_keeps_the_ends_8_bit():
     everything = ste.quantize_model(conv_net(), scheme=ste.qat.BinaryScheme(keep_ends=False))
     assert isinstance(everything.get_layer("first").kernel_quantizer, ste.quantizers.SteSign)
     assert isinstance(everything.get_layer("last").kernel_quantizer, ste.quantizers.SteSign)
-    with pytest.raises(ste.ParameterError, match="keep_ends"):
+    with pytest.raises(ste.errors.ParameterError, match="keep_ends"):
         ste.qat.BinaryScheme(keep_ends="yes")
 
 

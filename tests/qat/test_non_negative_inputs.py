@@ -116,7 +116,7 @@ def test_strict_raises_before_anything_is_built_and_leaves_the_model_unchanged()
 
     model = conv_net()
     before = [w.copy() for w in model.get_weights()]
-    with pytest.raises(ste.UnsupportedLayerError) as caught:
+    with pytest.raises(ste.errors.UnsupportedLayerError) as caught:
         ste.quantize_model(model, scheme=Spy(), strict=True)
     assert isinstance(caught.value, ste.STEError) and isinstance(caught.value, ValueError)
     text = str(caught.value)
@@ -236,9 +236,9 @@ def test_ternary_inputs_after_relu_keep_their_levels_without_a_warning():
 
 def test_quantize_apply_checks_the_annotated_layers_only():
     model = dense_net()
-    ste.quantize_annotate_layer(model.get_layer("b1"))
+    ste.qat.quantize_annotate_layer(model.get_layer("b1"))
     with pytest.warns(UserWarning, match=MESSAGE):
-        q = ste.quantize_apply(model, scheme=ste.qat.BinaryScheme(keep_ends=False))
+        q = ste.qat.quantize_apply(model, scheme=ste.qat.BinaryScheme(keep_ends=False))
     assert isinstance(q.get_layer("b1").input_quantizer, ste.qat.ActivationFakeQuant)
 
 

@@ -233,16 +233,16 @@ def test_uncovered_layers_are_named_in_one_warning_and_strict_raises():
     with pytest.warns(UserWarning, match=r"2 layer\(s\).*norm \(LayerNormalization\).*gru \(GRU\)"):
         q = ste.quantize_model(model)
     assert kinds(q).count("QuantDense") == 2
-    with pytest.raises(ste.UnsupportedLayerError, match="quantize_annotate_layer"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match="quantize_annotate_layer"):
         ste.quantize_model(model, strict=True)
 
 
 def test_annotation_and_quantize_apply():
     i = keras.Input((5,))
-    a = ste.quantize_annotate_layer(L.Dense(4, name="a"))
-    norm = ste.quantize_annotate_layer(L.LayerNormalization(name="n"), ste.qat.QuantizeConfig(quantize_output=True))
+    a = ste.qat.quantize_annotate_layer(L.Dense(4, name="a"))
+    norm = ste.qat.quantize_annotate_layer(L.LayerNormalization(name="n"), ste.qat.QuantizeConfig(quantize_output=True))
     model = keras.Model(i, L.Dense(2, name="b")(norm(a(i))))
-    q = ste.quantize_apply(model)
+    q = ste.qat.quantize_apply(model)
     assert type(q.get_layer("a")).__name__ == "QuantDense"
     assert type(q.get_layer("b")).__name__ == "Dense"  # not annotated: float
     assert type(q.get_layer("n")).__name__ == "LayerNormalization"
@@ -252,12 +252,12 @@ def test_annotation_and_quantize_apply():
 
 
 def test_errors_for_bad_arguments():
-    with pytest.raises(ste.ParameterError, match="unknown scheme"):
+    with pytest.raises(ste.errors.ParameterError, match="unknown scheme"):
         ste.quantize_model(residual_net(), scheme="int7")
-    with pytest.raises(ste.NotBuiltError, match="not built"):
+    with pytest.raises(ste.errors.NotBuiltError, match="not built"):
         ste.quantize_model(keras.Sequential([L.Dense(2)]))
-    with pytest.raises(ste.ParameterError):
-        ste.quantize_annotate_layer("dense")
+    with pytest.raises(ste.errors.ParameterError):
+        ste.qat.quantize_annotate_layer("dense")
 
 
 def train(model: keras.Model, x: np.ndarray, y: np.ndarray, epochs: int) -> None:
@@ -283,7 +283,7 @@ def test_quantize_scope_loads_class_names_without_package():
     config = keras.saving.serialize_keras_object(ste.qat.ActivationFakeQuant(name="q"))
     config.pop("module", None)
     config["registered_name"] = "ActivationFakeQuant"
-    with ste.quantize_scope():
+    with ste.qat.quantize_scope():
         layer = keras.saving.deserialize_keras_object(config)
     assert isinstance(layer, ste.qat.ActivationFakeQuant)
 

@@ -94,7 +94,7 @@ def test_conv1d_separable_conv1d_and_global_average_pooling_convert_to_int8():
 
 
 def test_to_tflite_refuses_a_non_model():
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.to_tflite("model.keras")
 
 

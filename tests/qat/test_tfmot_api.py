@@ -45,46 +45,46 @@ def assert_within_one_step(got: np.ndarray, expected: np.ndarray, step: float = 
 
 def test_quantize_apply_refuses_a_model_without_annotated_layers():
     model = small_dense()
-    with pytest.raises(ste.ParameterError, match=r"no layer of model .* is annotated.*quantize_annotate_layer"):
-        ste.quantize_apply(model)
+    with pytest.raises(ste.errors.ParameterError, match=r"no layer of model .* is annotated.*quantize_annotate_layer"):
+        ste.qat.quantize_apply(model)
     # the user annotated a layer object the model does not use (here: the model was cloned after annotating)
     i = keras.Input((5,))
-    annotated = keras.Model(i, ste.quantize_annotate_layer(L.Dense(3))(i))
+    annotated = keras.Model(i, ste.qat.quantize_annotate_layer(L.Dense(3))(i))
     with pytest.raises(ValueError, match="the layer objects the model uses"):
-        ste.quantize_apply(keras.models.clone_model(annotated))
-    assert isinstance(ste.quantize_apply(annotated).layers[2], ste.layers.QuantDense)
+        ste.qat.quantize_apply(keras.models.clone_model(annotated))
+    assert isinstance(ste.qat.quantize_apply(annotated).layers[2], ste.layers.QuantDense)
 
 
 def test_quantize_annotate_layer_refuses_a_model_and_takes_tfmots_keyword():
-    with pytest.raises(ste.ParameterError, match="quantize_annotate_model"):
-        ste.quantize_annotate_layer(small_dense())
+    with pytest.raises(ste.errors.ParameterError, match="quantize_annotate_model"):
+        ste.qat.quantize_annotate_layer(small_dense())
     config = ste.qat.QuantizeConfig(float=True)
-    layer = ste.quantize_annotate_layer(L.Dense(2), quantize_config=config)
+    layer = ste.qat.quantize_annotate_layer(L.Dense(2), quantize_config=config)
     assert layer._ste_qat_annotation is config
-    with pytest.raises(ste.ParameterError, match="not both"):
-        ste.quantize_annotate_layer(L.Dense(2), config, quantize_config=config)
-    with pytest.raises(ste.ParameterError, match="QuantizeConfig"):
-        ste.quantize_annotate_layer(L.Dense(2), quantize_config=object())
+    with pytest.raises(ste.errors.ParameterError, match="not both"):
+        ste.qat.quantize_annotate_layer(L.Dense(2), config, quantize_config=config)
+    with pytest.raises(ste.errors.ParameterError, match="QuantizeConfig"):
+        ste.qat.quantize_annotate_layer(L.Dense(2), quantize_config=object())
 
 
 def test_quantize_annotate_model_then_apply_is_quantize_model():
     keras.utils.set_random_seed(2)
     model, x = residual_net(), np.random.default_rng(0).uniform(0, 1, (8, 8, 8, 3)).astype(np.float32)
     expected = ste.quantize_model(model)
-    annotated = ste.quantize_annotate_model(model)
+    annotated = ste.qat.quantize_annotate_model(model)
     assert annotated is model
-    got = ste.quantize_apply(annotated)
+    got = ste.qat.quantize_apply(annotated)
     assert kinds(got) == kinds(expected)
     np.testing.assert_array_equal(got.predict(x, verbose=0), expected.predict(x, verbose=0))
-    with pytest.raises(ste.ParameterError, match="quantize_annotate_layer"):
-        ste.quantize_annotate_model(L.Dense(2))
+    with pytest.raises(ste.errors.ParameterError, match="quantize_annotate_layer"):
+        ste.qat.quantize_annotate_model(L.Dense(2))
 
 
 def test_quantize_annotate_model_keeps_a_layers_own_config():
     i = keras.Input((4,))
-    kept = ste.quantize_annotate_layer(L.Dense(3, name="kept"), ste.qat.QuantizeConfig(float=True))
+    kept = ste.qat.quantize_annotate_layer(L.Dense(3, name="kept"), ste.qat.QuantizeConfig(float=True))
     model = keras.Model(i, L.Dense(2, name="quantized")(kept(i)))
-    q = ste.quantize_apply(ste.quantize_annotate_model(model))
+    q = ste.qat.quantize_apply(ste.qat.quantize_annotate_model(model))
     assert type(q.get_layer("kept")) is L.Dense and isinstance(q.get_layer("quantized"), ste.layers.QuantDense)
 
 
@@ -113,7 +113,7 @@ def test_quantized_layers_are_named_prefix_and_the_float_layers_name_stably():
     kept = [layer.name for layer in model.layers if isinstance(layer, (L.Add, L.Flatten, L.MaxPooling2D))]
     assert set(kept) <= {layer.name for layer in prefixed.layers}  # not quantized: the same names
     assert ste.quantize_model(model, quantized_layer_name_prefix=None).layers[2].name == conv
-    with pytest.raises(ste.ParameterError, match="quantized_layer_name_prefix"):
+    with pytest.raises(ste.errors.ParameterError, match="quantized_layer_name_prefix"):
         ste.quantize_model(model, quantized_layer_name_prefix=3)
 
 
@@ -159,17 +159,17 @@ SCOPE = {"DefaultDenseQuantizeConfig": DefaultDenseQuantizeConfig, "CustomLayer"
 @pytest.fixture(scope="module")
 def custom() -> tuple[keras.Model, keras.Model]:
     keras.utils.set_random_seed(7)
-    model = ste.quantize_annotate_model(
+    model = ste.qat.quantize_annotate_model(
         keras.Sequential(
             [
                 keras.Input((20,)),
-                ste.quantize_annotate_layer(CustomLayer(20, activation="relu"), DefaultDenseQuantizeConfig()),
+                ste.qat.quantize_annotate_layer(CustomLayer(20, activation="relu"), DefaultDenseQuantizeConfig()),
                 L.Flatten(),
             ]
         )
     )
-    with ste.quantize_scope(SCOPE):
-        return model, ste.quantize_apply(model)
+    with ste.qat.quantize_scope(SCOPE):
+        return model, ste.qat.quantize_apply(model)
 
 
 def custom_reference(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -205,7 +205,7 @@ def test_a_config_layer_trains_saves_loads_and_converts_to_an_int8_kernel(custom
     assert float(activation.min.numpy()) == pytest.approx(-6 * 0.999)  # after ReLU min(x, 0) = 0
     assert float(activation.max.numpy()) != 6.0
     q.save(tmp_path / "custom.keras")
-    with ste.quantize_scope(SCOPE):
+    with ste.qat.quantize_scope(SCOPE):
         loaded = keras.models.load_model(tmp_path / "custom.keras")
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), q.predict(x, verbose=0))
     flatbuffer = ste.to_tflite(q)
@@ -218,8 +218,8 @@ def test_a_config_layer_trains_saves_loads_and_converts_to_an_int8_kernel(custom
 def wrapped_dense_model(dtype: str | None = None) -> keras.Model:
     keras.utils.set_random_seed(11)
     i = keras.Input((6,))
-    hidden = ste.quantize_annotate_layer(L.Dense(5, activation="relu", dtype=dtype), DefaultDenseQuantizeConfig())
-    q = ste.quantize_apply(keras.Model(i, ste.quantize_annotate_layer(L.Dense(2))(hidden(i))))
+    hidden = ste.qat.quantize_annotate_layer(L.Dense(5, activation="relu", dtype=dtype), DefaultDenseQuantizeConfig())
+    q = ste.qat.quantize_apply(keras.Model(i, ste.qat.quantize_annotate_layer(L.Dense(2))(hidden(i))))
     q.compile(keras.optimizers.SGD(0.1), "mse")
     return q
 
@@ -285,8 +285,8 @@ class CustomConvQuantizeConfig(ste.qat.QuantizeConfig):
 def test_a_sub_layers_kernel_is_read_quantized_and_the_weights_keep_their_order():
     keras.utils.set_random_seed(8)
     model = keras.Sequential([keras.Input((6, 6, 3)), CustomConvLayer()])
-    annotated = ste.quantize_annotate_layer(model.layers[0], CustomConvQuantizeConfig())
-    q = ste.quantize_apply(model)
+    annotated = ste.qat.quantize_annotate_layer(model.layers[0], CustomConvQuantizeConfig())
+    q = ste.qat.quantize_apply(model)
     assert annotated is model.layers[0]
     assert [w.path.split("/")[-1] for w in q.trainable_weights] == ["kernel", "bias"]
     for mine, theirs in zip(q.trainable_weights, model.trainable_weights):
@@ -312,18 +312,18 @@ def test_a_config_that_cannot_hold_is_refused_when_the_model_is_quantized():
 
     for config, message in ((Unsupported(), "activation 'elu'"), (NotAWeight(), "expected variables of the layer")):
         i = keras.Input((3,))
-        model = keras.Model(i, ste.quantize_annotate_layer(L.Dense(2, activation="elu"), config)(i))
-        with pytest.raises(ste.ParameterError, match=message):
-            ste.quantize_apply(model)
+        model = keras.Model(i, ste.qat.quantize_annotate_layer(L.Dense(2, activation="elu"), config)(i))
+        with pytest.raises(ste.errors.ParameterError, match=message):
+            ste.qat.quantize_apply(model)
 
 
 def test_quantize_scope_adds_the_given_custom_objects():
-    with ste.quantize_scope({"CustomLayer": CustomLayer}, {"Cfg": DefaultDenseQuantizeConfig}):
+    with ste.qat.quantize_scope({"CustomLayer": CustomLayer}, {"Cfg": DefaultDenseQuantizeConfig}):
         assert keras.saving.get_registered_object("CustomLayer") is CustomLayer
         assert keras.saving.get_registered_object("QuantizeWrapper") is ste.qat.QuantizeWrapper
     assert keras.saving.get_registered_object("CustomLayer") is None
-    with pytest.raises(ste.ParameterError, match=r"\{name: class\}"):
-        with ste.quantize_scope(CustomLayer):
+    with pytest.raises(ste.errors.ParameterError, match=r"\{name: class\}"):
+        with ste.qat.quantize_scope(CustomLayer):
             pass
 
 
@@ -386,11 +386,11 @@ def test_fixed_quantizer_and_refusals():
     np.testing.assert_allclose(
         ste.qat.FixedQuantizer(4, -1.0, 2.0, False)(x).numpy(), numpy_fake_quant(x, -1.0, 2.0, bits=4)[0], atol=1e-6
     )
-    with pytest.raises(ste.ParameterError, match="must contain 0"):
+    with pytest.raises(ste.errors.ParameterError, match="must contain 0"):
         ste.qat.FixedQuantizer(8, 0.5, 1.0, False)
-    with pytest.raises(ste.ParameterError, match="per_axis"):
+    with pytest.raises(ste.errors.ParameterError, match="per_axis"):
         ste.qat.MovingAverageQuantizer(8, per_axis=True, symmetric=False, narrow_range=False)
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         ste.qat.LastValueQuantizer(9, per_axis=False, symmetric=True, narrow_range=True)
 
 
@@ -454,9 +454,9 @@ def test_n_bit_activations_train_but_tflite_has_no_kernels_for_them():
     x = np.random.default_rng(8).uniform(-1, 1, (8, 6, 6, 2)).astype(np.float32)
     levels = (quantizers[0](x).numpy() - quantizers[0].min.numpy()) / (12 / 15)
     assert np.unique(np.round(levels)).size <= 16
-    with pytest.raises(ste.ConversionError, match="4 bits.*8-bit activations only"):
+    with pytest.raises(ste.errors.ConversionError, match="4 bits.*8-bit activations only"):
         ste.to_tflite(q)
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         ste.qat.NBitScheme(num_bits_weight=1)
 
 
@@ -484,8 +484,8 @@ def test_fix_input_output_range_gives_the_tflite_model_those_scales(kind, input_
     if kind == "functional_dict":
         x = keras.Input((5,), name="x")
         model = keras.Model({"x": x}, {"y": L.Dense(10)(x)})
-    q = ste.quantize_apply(ste.quantize_annotate_model(model))
-    fixed = ste.fix_input_output_range(q, 8, *input_range, *output_range, narrow_range=narrow_range)
+    q = ste.qat.quantize_apply(ste.qat.quantize_annotate_model(model))
+    fixed = ste.qat.fix_input_output_range(q, 8, *input_range, *output_range, narrow_range=narrow_range)
     assert type(fixed) is type(q)
     for mine, theirs in zip(fixed.trainable_weights, q.trainable_weights):  # TFMOT's would start from scratch
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
@@ -499,18 +499,18 @@ def test_fix_input_output_range_gives_the_tflite_model_those_scales(kind, input_
 
 def test_fixed_ranges_do_not_move_in_training_and_remove_input_range_drops_the_input_quantizer():
     q = ste.quantize_model(small_dense())
-    fixed = ste.fix_input_output_range(q, input_min=-1.0, input_max=1.0, output_min=None, output_max=None)
+    fixed = ste.qat.fix_input_output_range(q, input_min=-1.0, input_max=1.0, output_min=None, output_max=None)
     first = fixed.layers[0]
     x = np.random.default_rng(9).normal(scale=3.0, size=(32, 5)).astype(np.float32)
     fixed.compile("sgd", "mse")
     fixed.fit(x, np.zeros((32, 10)), verbose=0)
     assert (float(first.min.numpy()), float(first.max.numpy())) == (-1.0, 1.0)
     assert float(fixed.layers[-2].max.numpy()) != float(q.layers[-2].max.numpy())  # the output range still moves
-    removed = ste.remove_input_range(q)
+    removed = ste.qat.remove_input_range(q)
     assert kinds(removed) == ["NoOp", "QuantDense", "ActivationFakeQuant", "Dropout"]
     dense, output = removed.layers[1], removed.layers[2]
     np.testing.assert_array_equal(removed.predict(x, verbose=0), output(dense(x)).numpy())
-    with pytest.raises(ste.ParameterError, match="not read by an activation quantizer"):
-        ste.fix_input_output_range(removed)
-    with pytest.raises(ste.ParameterError, match="must contain 0"):
-        ste.fix_input_output_range(q, input_min=0.5, input_max=1.0)
+    with pytest.raises(ste.errors.ParameterError, match="not read by an activation quantizer"):
+        ste.qat.fix_input_output_range(removed)
+    with pytest.raises(ste.errors.ParameterError, match="must contain 0"):
+        ste.qat.fix_input_output_range(q, input_min=0.5, input_max=1.0)

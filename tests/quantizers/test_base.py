@@ -69,7 +69,7 @@ def test_get_passes_instances_callables_and_none_through():
 
 
 def test_unknown_names_suggest_close_ones():
-    with pytest.raises(ste.UnknownQuantizerError, match="did you mean 'sign'") as info:
+    with pytest.raises(ste.errors.UnknownQuantizerError, match="did you mean 'sign'") as info:
         q.get("sing")
     assert isinstance(info.value, ValueError)
 
@@ -79,18 +79,18 @@ def test_unknown_names_suggest_close_ones():
     ["sign(", "sign(surrogate=__import__('os'))", "os.system('true')", "sign(surrogate=approx_sign)", "1 + 2"],
 )
 def test_malformed_or_unsafe_specs_are_rejected_without_evaluation(spec):
-    with pytest.raises(ste.SpecError, match="quantizer spec"):
+    with pytest.raises(ste.errors.SpecError, match="quantizer spec"):
         q.get(spec)
 
 
 def test_wrong_arguments_and_types_raise_ste_errors():
-    with pytest.raises(ste.ParameterError, match="Sign"):
+    with pytest.raises(ste.errors.ParameterError, match="Sign"):
         q.get("sign(colour=1)")
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         q.get("dorefa(bits=40)")
-    with pytest.raises(ste.SpecError, match="as a quantizer"):
+    with pytest.raises(ste.errors.SpecError, match="as a quantizer"):
         q.get(3)
-    with pytest.raises(ste.SpecError, match="config"):
+    with pytest.raises(ste.errors.SpecError, match="config"):
         q.get({"class_name": "NoSuchQuantizer", "config": {}})
 
 

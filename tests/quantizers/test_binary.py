@@ -130,13 +130,13 @@ def test_quantizers_work_in_tf_function_and_under_xla():
 
 
 def test_invalid_parameters_raise_ste_errors():
-    with pytest.raises(ste.ParameterError, match="threshold"):
+    with pytest.raises(ste.errors.ParameterError, match="threshold"):
         Ternary(threshold=-0.1)
-    with pytest.raises(ste.ParameterError, match="ternary_weight_networks"):
+    with pytest.raises(ste.errors.ParameterError, match="ternary_weight_networks"):
         Ternary(ternary_weight_networks="yes")
-    with pytest.raises(ste.UnknownSurrogateError, match="straight_throug"):
+    with pytest.raises(ste.errors.UnknownSurrogateError, match="straight_throug"):
         Sign(surrogate="straight_throug")
-    with pytest.raises(ste.ParameterError, match="not both"):
+    with pytest.raises(ste.errors.ParameterError, match="not both"):
         MagnitudeAwareSign(surrogate="identity", clip_value=0.5)
 
 

@@ -114,9 +114,9 @@ def test_the_largest_bits_that_fit_compute_and_one_more_is_refused(name: str, dt
     _assert_matches(name, factory(min(largest, 4)), _X, dtype)
     if largest < 16:
         quantizer = factory(largest + 1)
-        with pytest.raises(ste.ParameterError, match=rf"{dtype.name}.*bits <= {largest} for {dtype.name}"):
+        with pytest.raises(ste.errors.ParameterError, match=rf"{dtype.name}.*bits <= {largest} for {dtype.name}"):
             quantizer(tf.cast(tf.constant(_X), dtype))
-        with pytest.raises(ste.ParameterError, match=type(quantizer).__name__):
+        with pytest.raises(ste.errors.ParameterError, match=type(quantizer).__name__):
             quantizer(tf.cast(tf.constant(_X), dtype))
 
 
@@ -133,7 +133,7 @@ def test_constants_beyond_the_dtype_are_refused_and_the_rest_are_exact(make, nam
     quantizer = make()
     x = _X * (1e4 if name == "uniform" else 1.0)
     if dtype in refused:
-        with pytest.raises(ste.ParameterError, match=rf"{type(quantizer).__name__}.*{dtype.name}.*Fix"):
+        with pytest.raises(ste.errors.ParameterError, match=rf"{type(quantizer).__name__}.*{dtype.name}.*Fix"):
             quantizer(tf.cast(tf.constant(x), dtype))
     else:
         _assert_matches(name, quantizer, x, dtype)
@@ -143,7 +143,7 @@ def test_refused_at_trace_time_in_tf_function_and_xla() -> None:
     quantizer = DoReFa(bits=16)
     for jit in (False, True):
         fn = tf.function(quantizer.__call__, jit_compile=jit)
-        with pytest.raises(ste.ParameterError, match="float16"):
+        with pytest.raises(ste.errors.ParameterError, match="float16"):
             fn.get_concrete_function(tf.TensorSpec([4], tf.float16))
 
 
@@ -151,7 +151,7 @@ def test_a_trained_pact_alpha_is_what_is_checked() -> None:
     quantizer = PACT(bits=4, alpha=6.0)
     quantizer(tf.zeros([2], tf.float16))  # fits
     quantizer.alpha.assign(1e6)  # as after training or loading
-    with pytest.raises(ste.ParameterError, match="1000000"):
+    with pytest.raises(ste.errors.ParameterError, match="1000000"):
         quantizer(tf.zeros([2], tf.float16))
 
 
@@ -161,7 +161,7 @@ def test_a_mixed_float16_layer_refuses_before_training(spec: str) -> None:
     model = keras.Sequential([keras.Input((4,)), layer])
     model.compile("sgd", "mse")
     before = [w.numpy().copy() for w in model.weights]
-    with pytest.raises(ste.ParameterError, match="float16.*dtype='float32'"):
+    with pytest.raises(ste.errors.ParameterError, match="float16.*dtype='float32'"):
         model.fit(np.ones((8, 4)), np.ones((8, 3)), verbose=0)
     for old, new in zip(before, model.weights):
         np.testing.assert_array_equal(old, new.numpy())

@@ -112,9 +112,9 @@ def test_function_forms_use_larqs_defaults(run):
 
 
 def test_function_forms_reject_bad_arguments_with_ste_errors():
-    with pytest.raises(ste.ParameterError, match="clip_value"):
+    with pytest.raises(ste.errors.ParameterError, match="clip_value"):
         q.ste_sign(GRID, clip_value=-1.0)
-    with pytest.raises(ste.ParameterError, match="mode"):
+    with pytest.raises(ste.errors.ParameterError, match="mode"):
         q.dorefa_quantizer(GRID, mode="weight")
 
 
@@ -138,7 +138,7 @@ def test_noop_serializes_and_rejects_a_bad_precision():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(q.NoOp(precision=2)))
     assert isinstance(restored, q.NoOp) and restored.precision == 2
     for bad in (0, 33, 1.5, True, None):
-        with pytest.raises(ste.ParameterError, match="precision"):
+        with pytest.raises(ste.errors.ParameterError, match="precision"):
             q.NoOp(precision=bad)
 
 

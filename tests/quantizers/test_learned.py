@@ -161,11 +161,11 @@ def test_learned_quantizers_train_with_fit(run_eagerly):
 
 
 def test_invalid_parameters():
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         LSQ(bits=1, signed=True)
-    with pytest.raises(ste.ParameterError, match="signed"):
+    with pytest.raises(ste.errors.ParameterError, match="signed"):
         LSQ(signed=1)
-    with pytest.raises(ste.ParameterError, match="alpha"):
+    with pytest.raises(ste.errors.ParameterError, match="alpha"):
         PACT(alpha=0.0)
 
 
@@ -263,5 +263,5 @@ def test_quantized_layers_mark_their_lsq_kernel_quantizers_as_replicated():
     assert layer.input_quantizer.sharded and not layer.kernel_quantizer.sharded
     restored = LSQ.from_config(layer.kernel_quantizer.get_config())
     assert restored.sharded is False
-    with pytest.raises(ste.ParameterError, match="sharded"):
+    with pytest.raises(ste.errors.ParameterError, match="sharded"):
         LSQ(sharded="no")

@@ -98,15 +98,15 @@ def test_uniform(run, dtype, bits, low, high):
 
 
 def test_invalid_parameters():
-    with pytest.raises(ste.ParameterError, match="mode"):
+    with pytest.raises(ste.errors.ParameterError, match="mode"):
         DoReFa(mode="weight")
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         DoReFa(bits=0)
-    with pytest.raises(ste.ParameterError, match="not both"):
+    with pytest.raises(ste.errors.ParameterError, match="not both"):
         DoReFa(bits=3, k_bit=4)
-    with pytest.raises(ste.ParameterError, match="min must be < max"):
+    with pytest.raises(ste.errors.ParameterError, match="min must be < max"):
         Uniform(min=1.0, max=1.0)
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         Uniform(bits=2.5)
 
 
@@ -123,10 +123,10 @@ def test_dorefa_mode_and_bits_set_later_are_what_call_computes_and_saves() -> No
     assert q.get_config()["mode"] == "weights"
     np.testing.assert_allclose(DoReFa.from_config(q.get_config())(x).numpy(), expected_weights, rtol=1e-6, atol=1e-6)
     for bad in ("unknown", None, 1):
-        with pytest.raises(ste.ParameterError, match="mode"):
+        with pytest.raises(ste.errors.ParameterError, match="mode"):
             q.mode = bad
     assert q.mode == "weights"
-    with pytest.raises(ste.ParameterError, match="bits"):
+    with pytest.raises(ste.errors.ParameterError, match="bits"):
         q.bits = 0
     q.bits = 3
     assert q.precision == 3 and q.get_config()["bits"] == 3

@@ -102,7 +102,7 @@ def test_equality_includes_the_class() -> None:
     assert len({base, sub, ste.registry.get("sigmoid_surrogate(beta=2.0)")}) == 2
     _same(copy.copy(sub), sub)  # a local class copies (by class, not by import path) ...
     _same(copy.deepcopy(sub), sub)
-    with pytest.raises(ste.RegistrationError, match="module level"):  # ... and says why it cannot be pickled
+    with pytest.raises(ste.errors.RegistrationError, match="module level"):  # ... and says why it cannot be pickled
         pickle.dumps(sub)
 
 

@@ -63,7 +63,7 @@ def test_parameter_out_of_dtype_range_is_refused_or_exact(name: str, field: str)
             xt = tf.constant(_round(x, dtype), dtype)
             try:
                 grad = _gradient(op, xt)
-            except ste.ParameterError as error:
+            except ste.errors.ParameterError as error:
                 message = str(error)
                 assert (name in message and field in message and dtype.name in message) or (
                     "float32" in message and dtype in (tf.float16, tf.bfloat16)
@@ -97,17 +97,17 @@ def test_refused_in_tf_function_too_with_its_type() -> None:
     def step(x: tf.Tensor) -> tf.Tensor:
         return _gradient(op, x)
 
-    with pytest.raises(ste.ParameterError, match=r"sigmoid_surrogate.*'beta'.*float32"):
+    with pytest.raises(ste.errors.ParameterError, match=r"sigmoid_surrogate.*'beta'.*float32"):
         step(tf.constant([0.5, -1.0]))
     np.testing.assert_allclose(step(tf.constant([0.5, -1.0], tf.float64)).numpy(), [0.0, 0.0])  # fits float64
 
 
 def test_issue_examples() -> None:
     x = tf.constant([0.0, 0.5, -1.0])
-    with pytest.raises(ste.ParameterError, match=r"'beta'.*float32"):
+    with pytest.raises(ste.errors.ParameterError, match=r"'beta'.*float32"):
         _gradient(ste.forward(tf.sign).backward("sigmoid_surrogate", beta=1e39), x)
     for name, field in [("triangle", "width"), ("gaussian", "sigma"), ("boxcar", "width")]:
-        with pytest.raises(ste.ParameterError, match=rf"{name}.*'{field}'.*float32"):
+        with pytest.raises(ste.errors.ParameterError, match=rf"{name}.*'{field}'.*float32"):
             _gradient(ste.forward(tf.sign).backward(name, **{field: 1e-300}), x)
 
 
@@ -118,7 +118,7 @@ def test_user_registered_entries_are_checked_too() -> None:
     ste.registry.register("flat_dtype_test", flat)
     try:
         x = tf.constant([0.0, 2.0], tf.float16)
-        with pytest.raises(ste.ParameterError, match=r"flat_dtype_test.*'k'.*float16"):
+        with pytest.raises(ste.errors.ParameterError, match=r"flat_dtype_test.*'k'.*float16"):
             _gradient(ste.forward(tf.identity).backward("flat_dtype_test", k=1e5), x)  # 1e5 > float16's 65504
         np.testing.assert_array_equal(
             _gradient(ste.forward(tf.identity).backward("flat_dtype_test", k=6e4), x).numpy(), [np.float16(6e4)] * 2
@@ -134,7 +134,7 @@ def test_a_surrogate_used_inside_a_hand_written_rule_is_checked_too() -> None:
     def rule(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         return surrogate.vjp(dy, x)
 
-    with pytest.raises(ste.ParameterError, match=r"sigmoid_surrogate.*'beta'.*float32"):
+    with pytest.raises(ste.errors.ParameterError, match=r"sigmoid_surrogate.*'beta'.*float32"):
         _gradient(ste.forward(tf.sign).backward(rule), tf.constant([0.5, -1.0]))
     x64 = np.array([0.0, 1e-39, -2e-39])  # fits float64: the numpy reference
     np.testing.assert_allclose(

@@ -62,7 +62,7 @@ TABLES = [
         ste.registry.names,
         ste.registry.get,
         lambda s: float(s(tf.constant(0.3)).numpy()) == 2.0,
-        ste.UnknownSurrogateError,
+        ste.errors.UnknownSurrogateError,
         "sigmoid_surrogate",
     ),
     Table(
@@ -74,7 +74,7 @@ TABLES = [
         ste.quantizers.names,
         ste.quantizers.get,
         lambda q: float(q(tf.constant(3.0)).numpy()) == 1.5,
-        ste.UnknownQuantizerError,
+        ste.errors.UnknownQuantizerError,
         "sign",
     ),
     Table(
@@ -86,7 +86,7 @@ TABLES = [
         ste.constraints.names,
         ste.constraints.get,
         lambda c: float(np.asarray(c(tf.constant(3.0)))) == -3.0,
-        ste.UnknownConstraintError,
+        ste.errors.UnknownConstraintError,
         "weight_clip",
     ),
 ]
@@ -117,7 +117,7 @@ def table(request: pytest.FixtureRequest) -> Table:
 def test_replacing_a_builtin_needs_replace_true(table: Table) -> None:
     original = _builtin_entry(table)
     before = table.build(table.builtin)
-    with pytest.raises(ste.RegistrationError, match="replace=True"):
+    with pytest.raises(ste.errors.RegistrationError, match="replace=True"):
         table.register(table.builtin)
     assert not table.is_ours(table.build(table.builtin))  # unchanged by the refused registration
     try:
@@ -131,7 +131,7 @@ def test_replacing_a_builtin_needs_replace_true(table: Table) -> None:
 @pytest.mark.parametrize("name", ["not-an-identifier", "1st", "", "with space", "class", "None", "lambda", "x.y"])
 def test_a_name_a_spec_string_cannot_reach_is_refused(table: Table, name: str) -> None:
     assert not _spec_reaches(name)
-    with pytest.raises(ste.RegistrationError, match="identifier") as caught:
+    with pytest.raises(ste.errors.RegistrationError, match="identifier") as caught:
         table.register(name)
     assert name not in table.names()
     suggested = re.search(r"Fix: e\.g\. '([^']*)'", str(caught.value))
@@ -166,7 +166,7 @@ def test_names_are_normalised_as_python_normalises_identifiers(table: Table) -> 
         for spelling in (micro, greek):
             assert table.is_ours(table.build(spelling))
             assert table.is_ours(table.build(f"{spelling}()"))
-        with pytest.raises(ste.RegistrationError, match="already registered"):
+        with pytest.raises(ste.errors.RegistrationError, match="already registered"):
             table.register(greek)
     finally:
         table.unregister(micro)
@@ -198,7 +198,7 @@ def test_concurrent_registration_of_one_name_has_exactly_one_winner(table: Table
         try:
             table.register("contested_entry")
             results.append("won")
-        except ste.RegistrationError:
+        except ste.errors.RegistrationError:
             results.append("refused")
 
     threads = [threading.Thread(target=attempt) for _ in range(8)]

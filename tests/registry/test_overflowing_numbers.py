@@ -13,7 +13,7 @@ import keras
 import pytest
 
 import ste
-from ste._cli import main
+from ste._tools._cli import main
 
 HUGE = int("9" * 400)  # float(HUGE) raises OverflowError
 SPEC = "sigmoid_surrogate(beta=" + "9" * 400 + ")"
@@ -39,7 +39,7 @@ ENTRY_POINTS: dict[str, Callable[[], Any]] = {
 def test_an_integer_too_large_for_a_float_is_a_typed_error(where: str) -> None:
     with pytest.raises(ste.STEError) as info:
         ENTRY_POINTS[where]()
-    assert isinstance(info.value, (ste.ParameterError, ste.SpecError))
+    assert isinstance(info.value, (ste.errors.ParameterError, ste.errors.SpecError))
     assert len(str(info.value)) < 1000  # the 400 digits are abbreviated
 
 
@@ -52,9 +52,9 @@ def test_the_command_line_reports_it_without_a_traceback(capsys: pytest.CaptureF
 
 @pytest.mark.parametrize("clip", [1e309, float("inf"), float("nan"), -1.0, 0.0, True, "1"])
 def test_weight_clip_refuses_non_finite_and_non_positive(clip: Any) -> None:
-    with pytest.raises(ste.ParameterError, match="clip_value"):
+    with pytest.raises(ste.errors.ParameterError, match="clip_value"):
         ste.constraints.WeightClip(clip)
-    with pytest.raises(ste.ParameterError, match="clip_value"):
+    with pytest.raises(ste.errors.ParameterError, match="clip_value"):
         ste.constraints.WeightClip.from_config({"clip_value": clip})
 
 
@@ -73,7 +73,7 @@ def _renamed_keyword(constraint: Any, old: str, new: str) -> Any:
     ids=["spec", "direct", "from_config", "keras_deserialize"],
 )
 def test_weight_clip_with_an_unknown_keyword_names_it(make: Callable[[], Any]) -> None:
-    with pytest.raises(ste.ParameterError, match="foo"):
+    with pytest.raises(ste.errors.ParameterError, match="foo"):
         make()
 
 
@@ -83,5 +83,5 @@ def test_weight_clip_with_an_unknown_keyword_names_it(make: Callable[[], Any]) -
 )
 def test_an_unknown_keyword_in_a_spec_is_named(spec: str, keyword: str) -> None:
     get = ste.registry.get if spec.startswith("sigmoid") else ste.quantizers.get
-    with pytest.raises(ste.ParameterError, match=keyword):
+    with pytest.raises(ste.errors.ParameterError, match=keyword):
         get(spec)

@@ -28,12 +28,12 @@ def test_spec_and_keyword_forms_are_the_same_entry() -> None:
 
 
 def test_parameter_given_twice() -> None:
-    with pytest.raises(ste.SpecError, match="both in the spec"):
+    with pytest.raises(ste.errors.SpecError, match="both in the spec"):
         ste.registry.get("sigmoid_surrogate(beta=4.0)", beta=2.0)
 
 
 def test_unknown_name_lists_close_matches() -> None:
-    with pytest.raises(ste.UnknownSurrogateError) as info:
+    with pytest.raises(ste.errors.UnknownSurrogateError) as info:
         ste.registry.get("straight_thru")
     message = str(info.value)
     assert "did you mean 'straight_through'" in message and "known names:" in message
@@ -52,7 +52,7 @@ def test_unknown_name_lists_close_matches() -> None:
     ],
 )
 def test_invalid_parameters(spec: str, match: str) -> None:
-    with pytest.raises(ste.ParameterError, match=match):
+    with pytest.raises(ste.errors.ParameterError, match=match):
         ste.registry.get(spec)
 
 
@@ -78,7 +78,7 @@ def test_scalar_tensor_parameter() -> None:
     s = 1 / (1 + np.exp(-2.0 * x))
     np.testing.assert_allclose(surrogate.derivative(tf.constant(x)).numpy(), 2.0 * s * (1 - s), rtol=1e-6)
     assert surrogate.get_config() == {"name": "sigmoid_surrogate", "params": {"beta": 2.0}}
-    with pytest.raises(ste.ParameterError, match="scalar"):
+    with pytest.raises(ste.errors.ParameterError, match="scalar"):
         ste.registry.get("sigmoid_surrogate", beta=tf.constant([1.0, 2.0]))
 
 
@@ -100,7 +100,7 @@ def test_register_a_function_with_primitive() -> None:
             tape.watch(x)
             y = op(x)
         np.testing.assert_allclose(tape.gradient(y, x).numpy(), [0.0, 0.25, 0.25, 0.25, 0.0])
-        with pytest.raises(ste.RegistrationError, match="already registered"):
+        with pytest.raises(ste.errors.RegistrationError, match="already registered"):
             ste.registry.register("test_soft_box", soft_box)
         ste.registry.register("test_soft_box", lambda x: tf.ones_like(x), replace=True)
         assert ste.registry.get("test_soft_box").derivative(tf.constant([5.0])).numpy() == 1.0
@@ -125,7 +125,7 @@ def test_register_a_subclass_as_decorator() -> None:
         entry = ste.registry.get("test_scaled_identity(scale=3)")
         assert entry.scale == 3.0 and isinstance(entry.scale, float) and not entry.has_primitive
         assert entry.derivative(tf.constant([1.0, -7.0])).numpy().tolist() == [3.0, 3.0]
-        with pytest.raises(ste.ParameterError, match="test_scaled_identity.*scale"):
+        with pytest.raises(ste.errors.ParameterError, match="test_scaled_identity.*scale"):
             ste.registry.get("test_scaled_identity(scale=-1)")
         with pytest.raises(AttributeError, match=r"immutable"):
             entry.scale = 4.0  # type: ignore[misc]
@@ -135,10 +135,10 @@ def test_register_a_subclass_as_decorator() -> None:
 
 @pytest.mark.parametrize("name", ["not valid", "class", "1abc", ""])
 def test_invalid_names(name: str) -> None:
-    with pytest.raises(ste.RegistrationError, match="identifier"):
+    with pytest.raises(ste.errors.RegistrationError, match="identifier"):
         ste.registry.register(name, lambda x: x)
 
 
 def test_register_rejects_non_callables() -> None:
-    with pytest.raises(ste.RegistrationError, match="Surrogate subclass or a function"):
+    with pytest.raises(ste.errors.RegistrationError, match="Surrogate subclass or a function"):
         ste.registry.register("test_bad", 3)

@@ -49,10 +49,10 @@ def test_valid_specs(spec: str, expected: tuple[object, ...]) -> None:
     ],
 )
 def test_invalid_specs_raise_spec_error(spec: str, reason: str) -> None:
-    with pytest.raises(ste.SpecError, match=reason):
+    with pytest.raises(ste.errors.SpecError, match=reason):
         parse_spec(spec)
 
 
 def test_non_string_spec() -> None:
-    with pytest.raises(ste.SpecError, match="must be a string"):
+    with pytest.raises(ste.errors.SpecError, match="must be a string"):
         parse_spec(3)  # type: ignore[arg-type]

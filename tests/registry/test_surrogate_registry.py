@@ -119,9 +119,9 @@ def test_scalar_tensor_parameters(name: str) -> None:
         return ste.registry.get(name, **{field: value}).derivative(x)
 
     np.testing.assert_allclose(traced(tf.constant(0.75), x).numpy(), number.derivative(x).numpy(), rtol=1e-6)
-    with pytest.raises(ste.ParameterError, match=field):
+    with pytest.raises(ste.errors.ParameterError, match=field):
         ste.registry.get(name, **{field: tf.constant([0.5, 1.0])})
-    with pytest.raises(ste.ParameterError, match=name):
+    with pytest.raises(ste.errors.ParameterError, match=name):
         ste.registry.get(name, **{field: tf.constant(-1.0)})
 
 
@@ -141,29 +141,29 @@ def test_variable_parameter_compares_by_identity_and_hash_is_stable() -> None:
 def test_invalid_hyperparameters_raise_naming_the_entry(name: str, bad: float) -> None:
     field = POSITIVE[name]
     cls = ste.registry.lookup(name)
-    with pytest.raises(ste.ParameterError, match=rf"'{name}'.*'{field}'"):
+    with pytest.raises(ste.errors.ParameterError, match=rf"'{name}'.*'{field}'"):
         cls(**{field: bad})
-    with pytest.raises(ste.ParameterError, match=rf"'{name}'.*'{field}'"):
+    with pytest.raises(ste.errors.ParameterError, match=rf"'{name}'.*'{field}'"):
         ste.registry.get(name, **{field: bad})
     if math.isfinite(bad):
-        with pytest.raises(ste.ParameterError, match=name):
+        with pytest.raises(ste.errors.ParameterError, match=name):
             ste.registry.get(f"{name}({field}={bad!r})")
-        with pytest.raises(ste.ParameterError, match=name):
+        with pytest.raises(ste.errors.ParameterError, match=name):
             ste.forward(tf.sign).backward(name, **{field: bad})
 
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_wrong_parameter_names_and_types(name: str) -> None:
-    with pytest.raises(ste.ParameterError, match=rf"'{name}'.*no parameter"):
+    with pytest.raises(ste.errors.ParameterError, match=rf"'{name}'.*no parameter"):
         ste.registry.get(name, bogus=1.0)
     if name in POSITIVE:
         field = POSITIVE[name]
-        with pytest.raises(ste.ParameterError, match=field):
+        with pytest.raises(ste.errors.ParameterError, match=field):
             ste.registry.get(name, **{field: "large"})
-        with pytest.raises(ste.ParameterError, match=field):
+        with pytest.raises(ste.errors.ParameterError, match=field):
             ste.registry.get(name, **{field: True})
         if name != "straight_through":  # clip=None is documented; the others need a number
-            with pytest.raises(ste.ParameterError, match=field):
+            with pytest.raises(ste.errors.ParameterError, match=field):
                 ste.registry.get(name, **{field: None})
 
 
@@ -185,10 +185,10 @@ def test_straight_through_clip_none_means_identity() -> None:
     ],
 )
 def test_unknown_names_list_close_matches(typo: str, suggestion: str) -> None:
-    with pytest.raises(ste.UnknownSurrogateError, match=rf"did you mean.*'{suggestion}'") as info:
+    with pytest.raises(ste.errors.UnknownSurrogateError, match=rf"did you mean.*'{suggestion}'") as info:
         ste.registry.get(typo)
     assert typo in str(info.value)
-    with pytest.raises(ste.UnknownSurrogateError, match=suggestion):
+    with pytest.raises(ste.errors.UnknownSurrogateError, match=suggestion):
         ste.forward(tf.sign).backward(f"{typo}(beta=1.0)")
 
 
@@ -273,7 +273,7 @@ def test_user_surrogate_subclass(cleanup: list[str]) -> None:
 
     assert MyCauchy.name == "my_cauchy" and ste.registry.lookup("my_cauchy") is MyCauchy
     _check_user_entry("my_cauchy", "my_cauchy(gamma=0.5)", lambda x: 1 / (math.pi * 0.5 * (1 + (x / 0.5) ** 2)))
-    with pytest.raises(ste.ParameterError, match=r"'my_cauchy'.*'gamma'"):
+    with pytest.raises(ste.errors.ParameterError, match=r"'my_cauchy'.*'gamma'"):
         ste.registry.get("my_cauchy(gamma=-2.0)")
 
 
@@ -296,7 +296,7 @@ def test_replace_semantics(cleanup: list[str]) -> None:
     cleanup.append("my_rule")
     ste.registry.register("my_rule", lambda x, c=1.0: c * tf.ones_like(x))
     old = ste.registry.get("my_rule(c=2.0)")
-    with pytest.raises(ste.RegistrationError, match=r"'my_rule'.*replace=True"):
+    with pytest.raises(ste.errors.RegistrationError, match=r"'my_rule'.*replace=True"):
         ste.registry.register("my_rule", lambda x, c=1.0: -c * tf.ones_like(x))
     assert ste.registry.get("my_rule(c=2.0)")(tf.constant([1.0])).numpy()[0] == 2.0  # unchanged by the failure
     ste.registry.register("my_rule", lambda x, c=1.0: -c * tf.ones_like(x), replace=True)
@@ -304,9 +304,9 @@ def test_replace_semantics(cleanup: list[str]) -> None:
     assert old(tf.constant([1.0])).numpy()[0] == 2.0  # existing instances keep their class
     x = tf.constant([0.3, -0.2])
     np.testing.assert_array_equal(_gradient(ste.forward(_heaviside).backward("my_rule", c=4.0), x), [-4.0, -4.0])
-    with pytest.raises(ste.RegistrationError, match="identifier"):
+    with pytest.raises(ste.errors.RegistrationError, match="identifier"):
         ste.registry.register("not a name", lambda x: x)
-    with pytest.raises(ste.RegistrationError, match="already registered"):
+    with pytest.raises(ste.errors.RegistrationError, match="already registered"):
         ste.registry.register("sigmoid_surrogate", lambda x: x)
 
 
@@ -332,7 +332,7 @@ def test_threads_register_and_look_up_at_once(cleanup: list[str]) -> None:
             try:  # the same name from every thread: exactly one wins
                 ste.registry.register("threaded_contested", lambda x: tf.ones_like(x))
                 claimed.append(index)
-            except ste.RegistrationError:
+            except ste.errors.RegistrationError:
                 pass
             ste.registry.register(f"threaded_shared_{index}", Shared)  # one class under 8 names at once
         except BaseException as error:  # collected, asserted in the main thread

@@ -86,7 +86,7 @@ def scaleout_worker(out: str, backup: str, marker: str) -> None:
 
     ste.set_bit_masks(True)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    results: dict[str, Any] = {"task": _task(), "fit_fixes_installed": ste._distribute.installed()}
+    results: dict[str, Any] = {"task": _task(), "fit_fixes_installed": ste._keras._distribute.installed()}
     for kind in scaleout.NETS:
         results[kind] = {
             "fit": scaleout.as_lists(scaleout.fit(kind, strategy)),

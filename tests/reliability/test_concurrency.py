@@ -123,7 +123,7 @@ def test_registration_errors_from_threads_are_typed() -> None:
     try:
 
         def work(t: int) -> None:
-            with pytest.raises(ste.RegistrationError, match="already registered"):
+            with pytest.raises(ste.errors.RegistrationError, match="already registered"):
                 ste.registry.register("rel_taken", lambda x: tf.zeros_like(x))
 
         assert _run_together(work) == []

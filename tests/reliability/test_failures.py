@@ -79,7 +79,7 @@ def test_error_while_tracing_a_custom_training_step_changes_nothing() -> None:
         return loss
 
     before = {**models.weights_of(model), "iterations": np.asarray(optimizer.iterations.numpy())}
-    with pytest.raises(ste.GradientShapeError, match=r"shape \(1, 16\); expected \(16, 16\)"):
+    with pytest.raises(ste.errors.GradientShapeError, match=r"shape \(1, 16\); expected \(16, 16\)"):
         step(x, y)
     _assert_unchanged(before, {**models.weights_of(model), "iterations": np.asarray(optimizer.iterations.numpy())})
 
@@ -89,7 +89,7 @@ def test_error_in_an_eager_fit_step_changes_nothing() -> None:
     x, y = models.make_data(32)
     _initialize_lsq(model, x[:16])
     before = _snapshot(model)
-    with pytest.raises(ste.GradientShapeError, match="positional input 0"):
+    with pytest.raises(ste.errors.GradientShapeError, match="positional input 0"):
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     _assert_unchanged(before, _snapshot(model))
 

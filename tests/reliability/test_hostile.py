@@ -69,9 +69,9 @@ def test_code_in_spec_strings_is_never_run(spec: str, fragment: str, tmp_path: P
         return
     with pytest.raises(ste.STEError) as info:
         ste.registry.get(spec)
-    assert isinstance(info.value, (ste.SpecError, ste.UnknownSurrogateError)), type(info.value)
+    assert isinstance(info.value, (ste.errors.SpecError, ste.errors.UnknownSurrogateError)), type(info.value)
     assert fragment in str(info.value), str(info.value)
-    with pytest.raises((ste.SpecError, ste.UnknownSurrogateError)):
+    with pytest.raises((ste.errors.SpecError, ste.errors.UnknownSurrogateError)):
         ste.forward(forward).backward(spec)(tf.constant([1.0]))
     assert calls == []
     assert os.listdir(tmp_path) == [], "a spec string created a file"
@@ -84,7 +84,7 @@ def test_spec_errors_keep_their_type_inside_tf_function(tmp_path: Path, monkeypa
     def build_and_call(x: tf.Tensor) -> tf.Tensor:
         return ste.forward(tf_sign).backward(f"straight_through(clip={TOUCH})")(x)
 
-    with pytest.raises(ste.SpecError, match="calls inside arguments"):
+    with pytest.raises(ste.errors.SpecError, match="calls inside arguments"):
         build_and_call(tf.constant([1.0]))
     assert os.listdir(tmp_path) == []
 
@@ -101,7 +101,7 @@ def test_non_string_specs_are_typed_errors() -> None:
     [("straight_thru", "straight_through"), ("sigmoid_surogate(beta=2.0)", "sigmoid_surrogate"), ("Identity", "")],
 )
 def test_unknown_names_list_the_closest_known(spec: str, suggestion: str) -> None:
-    with pytest.raises(ste.UnknownSurrogateError) as info:
+    with pytest.raises(ste.errors.UnknownSurrogateError) as info:
         ste.forward(tf_sign).backward(spec)
     message = str(info.value)
     assert repr(spec.split("(")[0]) in message
@@ -134,7 +134,7 @@ def test_unknown_names_list_the_closest_known(spec: str, suggestion: str) -> Non
     ],
 )
 def test_wrong_hyperparameters_are_typed_errors(spec: str, params: dict[str, Any], fragment: str) -> None:
-    with pytest.raises((ste.ParameterError, ste.SpecError)) as info:
+    with pytest.raises((ste.errors.ParameterError, ste.errors.SpecError)) as info:
         ste.forward(tf_sign).backward(spec, **params)
     assert fragment in str(info.value)
     name = spec.split("(")[0]
@@ -172,7 +172,7 @@ def test_invalid_inputs_raise_before_anything_runs(value: Any, fragments: list[s
         return tf_sign(x)
 
     op = ste.forward(forward).backward("straight_through")
-    with pytest.raises(ste.InputError) as info:
+    with pytest.raises(ste.errors.InputError) as info:
         op(value)
     for fragment in fragments:
         assert fragment in str(info.value), str(info.value)
@@ -186,7 +186,7 @@ def test_invalid_inputs_raise_before_anything_runs(value: Any, fragments: list[s
     def traced(x: tf.Tensor) -> tf.Tensor:
         return two(x, value)
 
-    with pytest.raises(ste.InputError, match="positional input 1"):
+    with pytest.raises(ste.errors.InputError, match="positional input 1"):
         traced(tf.constant([1.0]))
 
 
@@ -204,16 +204,16 @@ def _grad(op: Any, x: tf.Tensor, compiled: bool) -> Any:
 @pytest.mark.parametrize(
     ("rule", "dtype", "error", "fragments"),
     [
-        (lambda dy, x: (dy, dy), tf.float32, ste.GradientCountError, ["returned 2 gradient(s); expected 1"]),
-        (lambda dy, x: (), tf.float32, ste.GradientCountError, ["returned 0 gradient(s)"]),
-        (lambda dy, x: tf.reduce_sum(dy, keepdims=True), tf.float32, ste.GradientShapeError, ["(1,)", "(3,)"]),
-        (lambda dy, x: tf.reduce_sum(dy), tf.float32, ste.GradientShapeError, ["shape ()", "broadcast"]),
-        (lambda dy, x: tf.zeros([3, 3]), tf.float32, ste.GradientShapeError, ["(3, 3)"]),
-        (lambda dy, x: tf.cast(dy, tf.float32), tf.float16, ste.GradientDtypeError, ["float32", "float16"]),
-        (lambda dy, x: tf.cast(dy, tf.float64), tf.float32, ste.GradientDtypeError, ["float64", "float32"]),
-        (lambda dy, x: 1.0, tf.float32, ste.RuleError, ["float", "expected a tf.Tensor"]),
-        (lambda dy, x: np.ones(3, np.float32), tf.float32, ste.RuleError, ["ndarray"]),
-        (lambda dy, x: "grad", tf.float32, ste.RuleError, ["str"]),
+        (lambda dy, x: (dy, dy), tf.float32, ste.errors.GradientCountError, ["returned 2 gradient(s); expected 1"]),
+        (lambda dy, x: (), tf.float32, ste.errors.GradientCountError, ["returned 0 gradient(s)"]),
+        (lambda dy, x: tf.reduce_sum(dy, keepdims=True), tf.float32, ste.errors.GradientShapeError, ["(1,)", "(3,)"]),
+        (lambda dy, x: tf.reduce_sum(dy), tf.float32, ste.errors.GradientShapeError, ["shape ()", "broadcast"]),
+        (lambda dy, x: tf.zeros([3, 3]), tf.float32, ste.errors.GradientShapeError, ["(3, 3)"]),
+        (lambda dy, x: tf.cast(dy, tf.float32), tf.float16, ste.errors.GradientDtypeError, ["float32", "float16"]),
+        (lambda dy, x: tf.cast(dy, tf.float64), tf.float32, ste.errors.GradientDtypeError, ["float64", "float32"]),
+        (lambda dy, x: 1.0, tf.float32, ste.errors.RuleError, ["float", "expected a tf.Tensor"]),
+        (lambda dy, x: np.ones(3, np.float32), tf.float32, ste.errors.RuleError, ["ndarray"]),
+        (lambda dy, x: "grad", tf.float32, ste.errors.RuleError, ["str"]),
     ],
     ids=["two", "none", "keepdims", "scalar", "bigger", "f32-for-f16", "f64-for-f32", "float", "ndarray", "str"],
 )
@@ -232,17 +232,17 @@ def test_rules_returning_wrong_gradients(
 
 def test_keyword_hyperparameters_the_forward_does_not_take() -> None:
     op = ste.forward(tf_sign).backward("straight_through")
-    with pytest.raises(ste.CallError, match="clip"):
+    with pytest.raises(ste.errors.CallError, match="clip"):
         op(tf.constant([1.0]), clip=2.0)
-    with pytest.raises(ste.CallError, match="no positional input"):
+    with pytest.raises(ste.errors.CallError, match="no positional input"):
         op()
 
 
 def test_rule_signature_mismatch_is_a_rule_error() -> None:
     op = ste.forward(lambda x, v: x * v).backward(lambda dy, x: dy)
-    with pytest.raises(ste.RuleError, match="cannot be called as rule"):
+    with pytest.raises(ste.errors.RuleError, match="cannot be called as rule"):
         op(tf.constant([1.0]), tf.constant([2.0]))
-    with pytest.raises(ste.RuleError, match="one-input"):
+    with pytest.raises(ste.errors.RuleError, match="one-input"):
         ste.forward(lambda x, v: x * v).backward("identity")(tf.constant([1.0]), tf.constant([2.0]))
 
 
@@ -278,14 +278,14 @@ def test_every_quantizer_refuses_a_non_floating_input_before_its_variables_chang
     quantizer = ste.quantizers.get(name)
     quantizer(tf.ones([2, 3]))  # built, LSQ's step initialised
     before = [v.numpy().copy() for v in quantizer.weights]
-    with pytest.raises(ste.InputError, match=rf"{type(quantizer).__name__}.*{dtype}.*Fix"):
+    with pytest.raises(ste.errors.InputError, match=rf"{type(quantizer).__name__}.*{dtype}.*Fix"):
         quantizer(_BAD_DTYPES[dtype]([2, 3]))
     for old, new in zip(before, quantizer.weights):
         np.testing.assert_array_equal(old, new.numpy())
 
 
 def test_lsq_on_a_string_tensor_is_an_input_error_even_before_it_is_initialised() -> None:
-    with pytest.raises(ste.InputError, match="LSQ.*string"):
+    with pytest.raises(ste.errors.InputError, match="LSQ.*string"):
         ste.quantizers.LSQ()(tf.constant([["a", "b"]]))
 
 
@@ -294,7 +294,7 @@ def test_lsq_on_a_string_tensor_is_an_input_error_even_before_it_is_initialised(
     "function", ["ste_sign", "approx_sign", "ste_tern", "magnitude_aware_sign", "dorefa_quantizer"]
 )
 def test_larq_function_forms_refuse_what_is_not_a_tensor(function: str, value: Any) -> None:
-    with pytest.raises(ste.InputError):
+    with pytest.raises(ste.errors.InputError):
         getattr(ste.quantizers, function)(value)
 
 
@@ -316,13 +316,13 @@ def test_every_quantized_layer_refuses_a_non_floating_input(layer: str, dtype: s
     make, shape = _LAYERS[layer]
     instance = make()
     instance.input_quantizer = ste.quantizers.get(input_quantizer)
-    with pytest.raises(ste.InputError, match=dtype):
+    with pytest.raises(ste.errors.InputError, match=dtype):
         instance(_BAD_DTYPES[dtype](shape))
 
 
 @pytest.mark.parametrize("dtype", ["string", "complex64"])
 def test_batch_normalization_refuses_string_and_complex_input(dtype: str) -> None:
-    with pytest.raises(ste.InputError, match=f"BatchNormalization.*{dtype}"):
+    with pytest.raises(ste.errors.InputError, match=f"BatchNormalization.*{dtype}"):
         ste.layers.BatchNormalization()(_BAD_DTYPES[dtype]((2, 3)))
 
 
@@ -356,5 +356,5 @@ def test_a_damaged_saved_config_raises_an_ste_error_not_kerass_bare_type_error(c
     config = {**made.get_config(), **damage}
     with pytest.raises(ste.STEError, match=fragment):
         cls.from_config(config)
-    with pytest.raises(ste.ParameterError, match="expected the dict"):
+    with pytest.raises(ste.errors.ParameterError, match="expected the dict"):
         cls.from_config(["not", "a", "dict"])

@@ -2,7 +2,7 @@
 
 ``bool("no")`` is True: a switch read with ``bool()`` silently inverts what the user wrote. The walk below finds
 every public class and function whose signature has a parameter with a bool default and passes ``"no"`` (and ``1``)
-to each: each must raise :class:`ste.ParameterError` naming the argument. numpy bools are accepted.
+to each: each must raise :class:`ste.errors.ParameterError` naming the argument. numpy bools are accepted.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_the_walk_finds_the_switches_named_in_the_issue():
 def test_a_non_bool_switch_is_refused(label, obj, switch, value):
     if switch == "learn_surrogate" and value is None:
         pytest.skip("learn_surrogate also takes parameter names; None means none of them")
-    with pytest.raises(ste.ParameterError, match=rf"{switch}(=.*names| must be True or False)"):
+    with pytest.raises(ste.errors.ParameterError, match=rf"{switch}(=.*names| must be True or False)"):
         _call(obj, switch, value)
 
 
@@ -140,7 +140,7 @@ def test_a_non_bool_switch_is_refused(label, obj, switch, value):
     ],
 )
 def test_switches_passed_through_kwargs_are_refused_too(make, switch):
-    with pytest.raises(ste.ParameterError, match=rf"{switch} must be True or False.*'no'"):
+    with pytest.raises(ste.errors.ParameterError, match=rf"{switch} must be True or False.*'no'"):
         make("no")
 
 

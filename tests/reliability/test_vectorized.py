@@ -1,7 +1,8 @@
-"""``tf.vectorized_map``, ``tape.jacobian`` and ``batch_jacobian`` give the documented gradients (ste/_vectorized.py).
+"""``tf.vectorized_map``, ``tape.jacobian`` and ``batch_jacobian`` give the documented gradients
+(ste/_core/_vectorized.py).
 
 TensorFlow drops ``tf.custom_gradient`` inside ``tf.vectorized_map``; ste rebuilds surrogate and ``backward_like``
-ops from stop-gradient forms there and raises :class:`ste.RuleError` for hand-written rules.
+ops from stop-gradient forms there and raises :class:`ste.errors.RuleError` for hand-written rules.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def test_backward_like_inside_vectorized_map_with_two_inputs() -> None:
 
 def test_hand_written_rules_raise_inside_vectorized_map() -> None:
     op = ste.forward(tf_sign).backward(lambda dy, x: dy * tf.cast(tf.abs(x) <= 1.0, dy.dtype))
-    with pytest.raises(ste.RuleError) as info:
+    with pytest.raises(ste.errors.RuleError) as info:
         tf.vectorized_map(op, tf.constant(X64, tf.float32))
     message = str(info.value)
     assert "tf.vectorized_map" in message and "tf.map_fn" in message and "sign" in message
@@ -133,7 +134,7 @@ def test_hand_written_rules_raise_inside_vectorized_map() -> None:
     def traced(x: tf.Tensor) -> tf.Tensor:
         return tf.vectorized_map(op, x)
 
-    with pytest.raises(ste.RuleError, match="vectorized_map"):
+    with pytest.raises(ste.errors.RuleError, match="vectorized_map"):
         traced(tf.constant(X64, tf.float32))
     # outside vectorized_map the same op works, also under tf.map_fn (the suggested fix)
     x = tf.constant(X64, tf.float32)
@@ -145,7 +146,7 @@ def test_hand_written_rules_raise_inside_vectorized_map() -> None:
 
 def test_non_elementwise_forward_with_a_surrogate_inside_vectorized_map() -> None:
     op = ste.forward(lambda x: tf.reduce_sum(tf_sign(x), keepdims=True)).backward("identity")
-    with pytest.raises(ste.RuleError, match="elementwise forward"):
+    with pytest.raises(ste.errors.RuleError, match="elementwise forward"):
         tf.vectorized_map(op, tf.constant(X64, tf.float32))
 
 
@@ -210,5 +211,5 @@ def test_user_registered_surrogate_inside_vectorized_map() -> None:
 
 def test_surrogate_with_several_outputs_raises_inside_vectorized_map() -> None:
     op = ste.forward(lambda x: (tf_sign(x), tf_sign(-x))).backward("identity")
-    with pytest.raises(ste.RuleError, match="one-output"):
+    with pytest.raises(ste.errors.RuleError, match="one-output"):
         tf.vectorized_map(op, tf.constant(X64, tf.float32))

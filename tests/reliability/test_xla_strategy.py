@@ -141,6 +141,6 @@ def test_lsq_initialisation_under_xla_in_a_strategy_raises_before_any_write() ->
         lsq = ste.quantizers.LSQ(bits=4)
         lsq.build((4, 5))
     run = tf.function(lambda t: strategy.run(lambda u: lsq(u, training=True), args=(t,)), jit_compile=True)
-    with pytest.raises(ste.NotBuiltError, match="initialised from the first training batch"):
+    with pytest.raises(ste.errors.NotBuiltError, match="initialised from the first training batch"):
         run(tf.ones((4, 5)))
     assert float(lsq.initialized.numpy()) == 0.0 and float(lsq.step.numpy()) == 1.0

@@ -279,7 +279,7 @@ def test_an_uncovered_layer_stays_dense_with_one_warning_and_strict_refuses_it()
     messages = [str(w.message) for w in caught if "stay dense" in str(w.message)]
     assert len(messages) == 1 and "scale (Scale)" in messages[0] and "BatchNormalization" not in messages[0]
     assert [type(layer).__name__ for layer in pruned.layers] == ["Scale", "PruneLowMagnitude", "BatchNormalization"]
-    with pytest.raises(ste.UnsupportedLayerError, match=r"scale \(Scale\).*get_prunable_weights"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match=r"scale \(Scale\).*get_prunable_weights"):
         S.prune_low_magnitude(model, strict=True)
     custom = keras.Sequential([keras.Input((4,)), PrunableScale(name="p")])
     pruned = S.prune_low_magnitude(custom, S.ConstantSparsity(0.25, 0, frequency=1), strict=True)
@@ -344,17 +344,17 @@ def test_n_by_m_survives_tflite_conversion() -> None:
 @pytest.mark.parametrize(
     "kwargs, error, words",
     [
-        (dict(sparsity_m_by_n=(4, 2)), ste.ParameterError, "1 <= m < n"),
-        (dict(sparsity_m_by_n=(4, 4)), ste.ParameterError, "1 <= m < n"),
-        (dict(sparsity_m_by_n=(2, 8)), ste.ParameterError, "not a multiple of 8"),
-        (dict(sparsity_m_by_n=(2, 4.0)), ste.ParameterError, "2 integers"),
-        (dict(block_size=(2, 2)), ste.ParameterError, "rank-2"),
-        (dict(block_pooling_type="MEAN"), ste.ParameterError, "'AVG' or 'MAX'"),
-        (dict(gradient="straight"), ste.ParameterError, "'masked'"),
-        (dict(decay=0.1), ste.ParameterError, "gradient='sr_ste'"),
-        (dict(gradient="sr_ste", decay=-1.0), ste.ParameterError, ">= 0"),
-        (dict(pruning_schedule=0.5), ste.ParameterError, "PruningSchedule"),
-        (dict(strict="yes"), ste.ParameterError, "True or False"),
+        (dict(sparsity_m_by_n=(4, 2)), ste.errors.ParameterError, "1 <= m < n"),
+        (dict(sparsity_m_by_n=(4, 4)), ste.errors.ParameterError, "1 <= m < n"),
+        (dict(sparsity_m_by_n=(2, 8)), ste.errors.ParameterError, "not a multiple of 8"),
+        (dict(sparsity_m_by_n=(2, 4.0)), ste.errors.ParameterError, "2 integers"),
+        (dict(block_size=(2, 2)), ste.errors.ParameterError, "rank-2"),
+        (dict(block_pooling_type="MEAN"), ste.errors.ParameterError, "'AVG' or 'MAX'"),
+        (dict(gradient="straight"), ste.errors.ParameterError, "'masked'"),
+        (dict(decay=0.1), ste.errors.ParameterError, "gradient='sr_ste'"),
+        (dict(gradient="sr_ste", decay=-1.0), ste.errors.ParameterError, ">= 0"),
+        (dict(pruning_schedule=0.5), ste.errors.ParameterError, "PruningSchedule"),
+        (dict(strict="yes"), ste.errors.ParameterError, "True or False"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_is_built(kwargs, error, words: str) -> None:
@@ -370,13 +370,13 @@ def test_bad_arguments_are_refused_before_anything_is_built(kwargs, error, words
 
 def test_pruning_twice_and_a_layer_without_kernel_are_refused() -> None:
     pruned = S.prune_low_magnitude(dense_model())
-    with pytest.raises(ste.ParameterError, match="already pruned"):
+    with pytest.raises(ste.errors.ParameterError, match="already pruned"):
         S.prune_low_magnitude(pruned)
-    with pytest.raises(ste.ParameterError, match="already pruned"):
+    with pytest.raises(ste.errors.ParameterError, match="already pruned"):
         S.prune_low_magnitude(pruned.layers[0])
-    with pytest.raises(ste.UnsupportedLayerError, match="no kernel"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match="no kernel"):
         S.prune_low_magnitude(L.Dropout(0.5))
-    with pytest.raises(ste.UnsupportedLayerError, match="input-channel axis"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match="input-channel axis"):
         S.prune_low_magnitude(L.DepthwiseConv2D(3), sparsity_m_by_n=(2, 4))
 
 

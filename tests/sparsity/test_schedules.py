@@ -1,5 +1,5 @@
 """ConstantSparsity and PolynomialDecay against TFMOT's formulas written in numpy, TFMOT's own test values, and the
-argument checks TFMOT makes (each an ste.ParameterError naming the fix)."""
+argument checks TFMOT makes (each an ste.errors.ParameterError naming the fix)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_schedules_work_in_tf_function_and_xla() -> None:
     ],
 )
 def test_bad_schedules_are_refused(make, words: str) -> None:
-    with pytest.raises(ste.ParameterError) as error:
+    with pytest.raises(ste.errors.ParameterError) as error:
         make()
     assert words in str(error.value) and isinstance(error.value, ValueError)
 

@@ -57,7 +57,7 @@ def test_readouts_match_numpy() -> None:
         layer = ste.spiking.Readout(mode)
         np.testing.assert_allclose(layer(seq).numpy(), ref, rtol=1e-6)
         assert ste.spiking.Readout.from_config(layer.get_config()).mode == mode
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.spiking.Readout("mean")
 
 
@@ -85,9 +85,9 @@ def test_rate_cross_entropy_is_the_mean_per_step_cross_entropy() -> None:
 
 
 def test_encoder_errors() -> None:
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.spiking.rate_encode(np.zeros((2, 3)), 0)
-    with pytest.raises(ste.CallError):
+    with pytest.raises(ste.errors.CallError):
         ste.spiking.rate_encode(tf.constant(0.5), 3)
-    with pytest.raises(ste.CallError):
+    with pytest.raises(ste.errors.CallError):
         ste.spiking.delta_encode(np.zeros((3,)))

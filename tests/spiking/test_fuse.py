@@ -74,7 +74,7 @@ def test_fuse_keeps_other_layers_and_splits_the_stacks_there() -> None:
 def test_fuse_refuses_what_it_cannot_rewrite() -> None:
     inputs = keras.Input((4, 3))
     functional = keras.Model(inputs, ste.spiking.LIF(beta=0.9)(keras.layers.Dense(2)(inputs)))
-    with pytest.raises(ste.ParameterError, match="keras.Sequential"):
+    with pytest.raises(ste.errors.ParameterError, match="keras.Sequential"):
         ste.spiking.fuse(functional)  # type: ignore[arg-type]
-    with pytest.raises(ste.ParameterError, match="not built"):
+    with pytest.raises(ste.errors.ParameterError, match="not built"):
         ste.spiking.fuse(keras.Sequential([keras.layers.Dense(2), ste.spiking.LIF(beta=0.9)]))

@@ -287,7 +287,7 @@ def test_a_gradient_of_the_gradient_is_refused_at_trace_time() -> None:
             penalty = tf.reduce_sum(grad**2)
         return outer.gradient(penalty, layer.kernel)
 
-    with pytest.raises(ste.HigherOrderError, match="SpikingDense.*Fix: use the unfused layers"):
+    with pytest.raises(ste.errors.HigherOrderError, match="SpikingDense.*Fix: use the unfused layers"):
         second_order.get_concrete_function()
 
 
@@ -296,7 +296,7 @@ def test_forward_mode_is_refused(mode: str) -> None:
     layer = ste.spiking.SpikingDense(4, ste.spiking.LIFCell())
     x = tf.random.stateless_uniform((2, STEPS, FEATURES), seed=(5, 6))
     call = layer if mode == "eager" else tf.function(lambda z: layer(z))
-    with pytest.raises(ste.HigherOrderError, match="Fix: use the unfused layers"):
+    with pytest.raises(ste.errors.HigherOrderError, match="Fix: use the unfused layers"):
         with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as accumulator:
             accumulator.jvp(call(x))
 
@@ -324,22 +324,22 @@ def test_the_input_gradient_is_left_out_when_nothing_watches_the_input() -> None
 @pytest.mark.parametrize(
     ("make", "error"),
     [
-        (lambda: ste.spiking.SpikingDense(4, keras.layers.Dense(4)), ste.ParameterError),
-        (lambda: ste.spiking.SpikingDense(4, ste.spiking.LIFCell(units=3)), ste.ParameterError),
-        (lambda: ste.spiking.SpikingDense(0), ste.ParameterError),
-        (lambda: ste.spiking.SpikingDense(4, segment=0), ste.ParameterError),
-        (lambda: ste.spiking.Fused([keras.layers.Dense(4)]), ste.ParameterError),
-        (lambda: ste.spiking.SpikingDense(4)(tf.zeros((2, 3))), ste.CallError),
-        (lambda: ste.spiking.Fused([ste.spiking.SpikingDense(4)])(tf.zeros((2, 3))), ste.CallError),
-        (lambda: ste.spiking.SpikingConv2D(2, 3, padding="full"), ste.ParameterError),
-        (lambda: ste.spiking.SpikingConv2D(2, (3, 0)), ste.ParameterError),
-        (lambda: ste.spiking.SpikingConv2D(2, 5)(tf.zeros((1, 2, 3, 3, 1))), ste.CallError),
-        (lambda: ste.spiking.SpikingConv2D(2, 3)(tf.zeros((1, 2, 5))), ste.CallError),
+        (lambda: ste.spiking.SpikingDense(4, keras.layers.Dense(4)), ste.errors.ParameterError),
+        (lambda: ste.spiking.SpikingDense(4, ste.spiking.LIFCell(units=3)), ste.errors.ParameterError),
+        (lambda: ste.spiking.SpikingDense(0), ste.errors.ParameterError),
+        (lambda: ste.spiking.SpikingDense(4, segment=0), ste.errors.ParameterError),
+        (lambda: ste.spiking.Fused([keras.layers.Dense(4)]), ste.errors.ParameterError),
+        (lambda: ste.spiking.SpikingDense(4)(tf.zeros((2, 3))), ste.errors.CallError),
+        (lambda: ste.spiking.Fused([ste.spiking.SpikingDense(4)])(tf.zeros((2, 3))), ste.errors.CallError),
+        (lambda: ste.spiking.SpikingConv2D(2, 3, padding="full"), ste.errors.ParameterError),
+        (lambda: ste.spiking.SpikingConv2D(2, (3, 0)), ste.errors.ParameterError),
+        (lambda: ste.spiking.SpikingConv2D(2, 5)(tf.zeros((1, 2, 3, 3, 1))), ste.errors.CallError),
+        (lambda: ste.spiking.SpikingConv2D(2, 3)(tf.zeros((1, 2, 5))), ste.errors.CallError),
         (
             lambda: ste.spiking.Fused([ste.spiking.SpikingDense(4), ste.spiking.SpikingConv2D(2, 3)])(
                 tf.zeros((1, 2, 5))
             ),
-            ste.CallError,
+            ste.errors.CallError,
         ),
     ],
     ids=[
@@ -460,7 +460,7 @@ def test_a_mask_per_pixel_is_refused_with_the_fix() -> None:
     conv = ste.spiking.Fused([ste.spiking.SpikingConv2D(2, 3)], name="stack")
     x = np.ones((2, 3, 5, 5, 1), "float32")
     for layer, name in ((conv, "Fused 'stack'"), (ste.spiking.LIF(name="lif"), "LIF 'lif'")):
-        with pytest.raises(ste.CallError) as caught:
+        with pytest.raises(ste.errors.CallError) as caught:
             layer(x, mask=np.ones((2, 3, 5, 5), bool))
         message = str(caught.value)
         assert all(part in message for part in (name, "[batch, time]", "(2, 3, 5, 5)", "Fix: mask whole time steps"))
@@ -468,7 +468,7 @@ def test_a_mask_per_pixel_is_refused_with_the_fix() -> None:
 
 def test_a_stack_without_a_time_axis_is_refused_with_the_fix() -> None:
     # [batch, features] would otherwise run as `features` steps of one feature each
-    with pytest.raises(ste.CallError) as caught:
+    with pytest.raises(ste.errors.CallError) as caught:
         ste.spiking.Fused([ste.spiking.SpikingDense(4)], name="stack")(tf.zeros((2, 3)))
     message = str(caught.value)
     assert all(part in message for part in ("Fused 'stack'", "[batch, time, ...]", "(2, 3)", "Fix: add a time axis"))

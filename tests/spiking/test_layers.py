@@ -84,11 +84,11 @@ def test_spikes_are_exactly_zero_or_one_in_every_dtype(dtype: str) -> None:
 
 def test_parameter_errors_are_ste_errors() -> None:
     for bad in ({"beta": 1.5}, {"beta": -0.1}, {"threshold": 0.0}, {"reset": "hard"}, {"emit": "both"}):
-        with pytest.raises(ste.ParameterError):
+        with pytest.raises(ste.errors.ParameterError):
             ste.spiking.LIF(**bad)
-    with pytest.raises(ste.ParameterError, match="no leak"):
+    with pytest.raises(ste.errors.ParameterError, match="no leak"):
         ste.spiking.IF(beta=0.5)
-    with pytest.raises(ste.UnknownSurrogateError):
+    with pytest.raises(ste.errors.UnknownSurrogateError):
         ste.spiking.LIF(surrogate="atn")
 
     class NoPrimitive(ste.registry.Surrogate):
@@ -97,13 +97,13 @@ def test_parameter_errors_are_ste_errors() -> None:
         def derivative(self, x: tf.Tensor) -> tf.Tensor:
             return tf.cast(tf.abs(x) < self.param("width", x.dtype), x.dtype)
 
-    with pytest.raises(ste.ParameterError, match="primitive"):
+    with pytest.raises(ste.errors.ParameterError, match="primitive"):
         ste.spiking.LIF(surrogate=NoPrimitive(), learn_surrogate=True)
-    with pytest.raises(ste.ParameterError, match="no numeric parameter"):
+    with pytest.raises(ste.errors.ParameterError, match="no numeric parameter"):
         ste.spiking.LIF(surrogate="zero", learn_surrogate=True)
-    with pytest.raises(ste.ParameterError, match="not numeric parameters"):
+    with pytest.raises(ste.errors.ParameterError, match="not numeric parameters"):
         ste.spiking.LIF(learn_surrogate=["slope"])
-    with pytest.raises(ste.CallError, match=r"\[batch, time, features\]"):
+    with pytest.raises(ste.errors.CallError, match=r"\[batch, time, features\]"):
         ste.spiking.LIF()(tf.zeros((2, 3)))
 
 
@@ -111,7 +111,7 @@ def test_parameter_errors_are_ste_errors() -> None:
 def test_surrogate_parameter_outside_the_dtype_is_refused_not_nan(spec: str) -> None:
     # 1e-50 underflows to 0 in float32 (smallest normal 1.2e-38): the derivative would be NaN (0/0), so the spike
     # refuses it when traced; in float64 the same surrogate is representable and its gradient is finite.
-    with pytest.raises(ste.ParameterError, match="not representable in float32"):
+    with pytest.raises(ste.errors.ParameterError, match="not representable in float32"):
         ste.spiking.LIF(surrogate=spec)(tf.ones((2, 3, 4)))
     x = tf.constant(np.full((2, 3, 4), 0.5), tf.float64)
     with tf.GradientTape() as tape:

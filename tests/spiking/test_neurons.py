@@ -368,35 +368,35 @@ def test_integer_and_boolean_spike_trains_are_currents(name: str) -> None:
     expected = layer(spikes.astype("float32")).numpy()
     for dtype in ("bool", "int32", "uint8", "int64"):
         np.testing.assert_array_equal(layer(tf.constant(spikes.astype(dtype))).numpy(), expected)
-    with pytest.raises(ste.InputError, match="string"):
+    with pytest.raises(ste.errors.InputError, match="string"):
         layer(tf.fill((2, STEPS, UNITS), "a"))
-    with pytest.raises(ste.CallError, match="0 time steps"):
+    with pytest.raises(ste.errors.CallError, match="0 time steps"):
         getattr(ste.spiking, name)()(tf.zeros((2, 0, UNITS)))
-    with pytest.raises(ste.CallError, match="feature axes"):
+    with pytest.raises(ste.errors.CallError, match="feature axes"):
         keras.Sequential([keras.Input((STEPS, None, 2)), getattr(ste.spiking, name)()])
 
 
 def test_neuron_argument_errors() -> None:
     for bad in ({"alpha": 1.5}, {"alpha": float("nan")}, {"beta": -0.1}, {"threshold": 0.0}):
-        with pytest.raises(ste.ParameterError):
+        with pytest.raises(ste.errors.ParameterError):
             ste.spiking.Synaptic(**bad)
-    with pytest.raises(ste.ParameterError, match="never spikes"):
+    with pytest.raises(ste.errors.ParameterError, match="never spikes"):
         ste.spiking.LI(threshold=1.0)
-    with pytest.raises(ste.ParameterError, match="never spikes"):
+    with pytest.raises(ste.errors.ParameterError, match="never spikes"):
         ste.spiking.LICell(surrogate="atan")
-    with pytest.raises(ste.ParameterError, match="units=4"):
+    with pytest.raises(ste.errors.ParameterError, match="units=4"):
         ste.spiking.RLIF(units=4)(tf.zeros((2, 3, 5)))
-    with pytest.raises(ste.CallError, match=r"\[batch, time, \.\.\.\]"):
+    with pytest.raises(ste.errors.CallError, match=r"\[batch, time, \.\.\.\]"):
         ste.spiking.TimeDistributed(keras.layers.Flatten())(tf.zeros((2, 3)))
 
 
 def test_readout_refuses_a_reduced_input() -> None:
-    with pytest.raises(ste.CallError, match=r"\[batch, units\]"):
+    with pytest.raises(ste.errors.CallError, match=r"\[batch, units\]"):
         ste.spiking.Readout("count")(tf.zeros((2, 3)))
-    with pytest.raises(ste.CallError):
+    with pytest.raises(ste.errors.CallError):
         keras.Sequential([keras.Input((3,)), ste.spiking.Readout("max")])
     for fn in (ste.spiking.spike_count, ste.spiking.spike_rate, ste.spiking.last_membrane, ste.spiking.max_membrane):
-        with pytest.raises(ste.CallError):
+        with pytest.raises(ste.errors.CallError):
             fn(np.zeros((2, 3)))
     maps = np.random.default_rng(4).random((2, 3, 4, 5))
     np.testing.assert_allclose(ste.spiking.Readout("rate")(maps).numpy(), maps.mean(1), rtol=1e-6)
@@ -405,16 +405,16 @@ def test_readout_refuses_a_reduced_input() -> None:
 def test_encoders_refuse_what_would_be_silently_wrong_or_a_raw_error() -> None:
     x = np.full((2, 3), 0.5)
     for kwargs in ({"gain": float("nan")}, {"gain": float("inf")}, {"gain": -1.0}, {"seed": 2**70}, {"seed": 1.5}):
-        with pytest.raises(ste.ParameterError):
+        with pytest.raises(ste.errors.ParameterError):
             ste.spiking.rate_encode(x, 3, **kwargs)
-    with pytest.raises(ste.ParameterError, match="2\\*\\*31"):
+    with pytest.raises(ste.errors.ParameterError, match="2\\*\\*31"):
         ste.spiking.rate_encode(x, 10**12)
-    with pytest.raises(ste.ParameterError, match="GiB"):
+    with pytest.raises(ste.errors.ParameterError, match="GiB"):
         ste.spiking.rate_encode(np.zeros((1000, 1000)), 2**31 - 1)
     for threshold in (float("nan"), 0.0, -0.1):
-        with pytest.raises(ste.ParameterError):
+        with pytest.raises(ste.errors.ParameterError):
             ste.spiking.delta_encode(x[:, :, None], threshold=threshold)
-    with pytest.raises(ste.ParameterError):
+    with pytest.raises(ste.errors.ParameterError):
         ste.spiking.latency_encode(x, 3, tau=float("nan"))
     seeded = ste.spiking.rate_encode(x, 4, seed=2**63 - 1, gain=np.float32(1.0)).numpy()
     assert seeded.shape == (2, 4, 3) and set(np.unique(seeded)) <= {0.0, 1.0}

@@ -262,7 +262,7 @@ def test_surrogate_from_metadata_else_default() -> None:
 )
 def test_export_refuses_what_nir_cannot_hold(layer: keras.layers.Layer, words: list[str]) -> None:
     model = keras.Sequential([keras.Input((None, 4)), layer])
-    with pytest.raises(ste.ConversionError) as caught:
+    with pytest.raises(ste.errors.ConversionError) as caught:
         ste.spiking.to_nir(model)
     for word in words:
         assert word in str(caught.value)
@@ -283,14 +283,14 @@ def test_export_refuses_what_nir_cannot_hold(layer: keras.layers.Layer, words: l
     ],
 )
 def test_import_refuses_what_ste_cannot_hold(node: nir.NIRNode, words: list[str]) -> None:
-    with pytest.raises(ste.ConversionError) as caught:
+    with pytest.raises(ste.errors.ConversionError) as caught:
         ste.spiking.from_nir(_one_neuron(node))
     for word in words:
         assert word in str(caught.value)
 
 
 def test_bad_dt_and_cycles() -> None:
-    with pytest.raises(ste.ConversionError, match="dt must be a positive number"):
+    with pytest.raises(ste.errors.ConversionError, match="dt must be a positive number"):
         ste.spiking.from_nir(_one_neuron(_lif()), dt=0)
     nodes = {
         "input": nir.Input(input_type={"input": np.array([4])}),
@@ -299,7 +299,7 @@ def test_bad_dt_and_cycles() -> None:
         "output": nir.Output(output_type={"output": np.array([4])}),
     }
     edges = [("input", "a"), ("a", "b"), ("b", "a"), ("b", "output")]
-    with pytest.raises(ste.ConversionError, match=r"\['a', 'b', 'output'\] feed each other"):
+    with pytest.raises(ste.errors.ConversionError, match=r"\['a', 'b', 'output'\] feed each other"):
         ste.spiking.from_nir(nir.NIRGraph(nodes=nodes, edges=edges, type_check=False))
 
 
@@ -528,7 +528,7 @@ def test_a_recurrent_synaptic_neuron_with_a_decay_of_one_is_refused() -> None:
     model = keras.Sequential(
         [keras.Input((None, 4)), ste.spiking.RSynaptic(alpha=1.0, beta=0.9, reset="zero", name="rec")]
     )
-    with pytest.raises(ste.ConversionError) as caught:
+    with pytest.raises(ste.errors.ConversionError) as caught:
         ste.spiking.to_nir(model)
     message = str(caught.value)
     for word in ("'rec'", "alpha=1.0", "τ = ∞", "Fix: alpha and beta below 1"):
@@ -556,7 +556,7 @@ def test_integer_parameters_are_numbers(float64: None) -> None:
 
 def test_a_parameter_that_is_not_a_number_is_refused() -> None:
     node = _lif(tau=np.array(["10", "10", "10", "10"]))
-    with pytest.raises(ste.ConversionError) as caught:
+    with pytest.raises(ste.errors.ConversionError) as caught:
         ste.spiking.from_nir(_one_neuron(node))
     for word in ("'neuron'", "(LIF)", "tau", "<U2", "Fix: write tau as an array of numbers"):
         assert word in str(caught.value)
@@ -574,7 +574,7 @@ def test_a_parameter_that_is_not_a_number_is_refused() -> None:
 def test_an_edge_that_names_no_node_is_refused(edges: list[tuple[str, ...]], words: list[str]) -> None:
     graph = _one_neuron(_lif())
     graph.edges = edges
-    with pytest.raises(ste.ConversionError) as caught:
+    with pytest.raises(ste.errors.ConversionError) as caught:
         ste.spiking.from_nir(graph)
     for word in [*words, "['input', 'neuron', 'output']", "Fix: make every edge a pair of node names"]:
         assert word in str(caught.value)

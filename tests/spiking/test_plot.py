@@ -25,7 +25,7 @@ def test_membrane_traces_and_threshold() -> None:
     np.testing.assert_allclose(lines[0].get_ydata(), membrane[:, 0])
     np.testing.assert_allclose(lines[1].get_ydata(), membrane[:, 3])
     assert lines[2].get_ydata()[0] == 0.5  # the dashed threshold line
-    with pytest.raises(ste.CallError):
+    with pytest.raises(ste.errors.CallError):
         ste.spiking.plot_membrane(np.zeros(5))
-    with pytest.raises(ste.CallError):
+    with pytest.raises(ste.errors.CallError):
         ste.spiking.plot_raster(np.zeros((2, 3, 4)), sample=2)

@@ -66,7 +66,7 @@ def test_default_optimizer_is_the_models_and_bad_hyperparameters_fail_when_train
         ("gamma", ste.optimizers.Bop(gamma=keras.optimizers.schedules.ExponentialDecay(1e-3, 10, 0.5))),
     ]:
         model = _models.binarized_mlp(hidden=8)
-        with pytest.raises(ste.ParameterError, match=hyperparameter):
+        with pytest.raises(ste.errors.ParameterError, match=hyperparameter):
             _fit(model, optimizer, [HyperparameterScheduler(lambda epoch: 0.1, hyperparameter)], epochs=1)
-    with pytest.raises(ste.ParameterError, match="update_freq"):
+    with pytest.raises(ste.errors.ParameterError, match="update_freq"):
         HyperparameterScheduler(lambda epoch: 0.1, "gamma", update_freq="batch")

@@ -1,7 +1,7 @@
-"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_distribute.py), fresh collective keys
-for every MirroredStrategy (ste/_collective_keys.py), and the saved training state a resumed run needs (FlipRatio's
-state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in tests/reliability/test_processes.py;
-here: what holds in one process."""
+"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_keras/_distribute.py), fresh collective keys
+for every MirroredStrategy (ste/_keras/_collective_keys.py), and the saved training state a resumed run needs
+(FlipRatio's state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in
+tests/reliability/test_processes.py; here: what holds in one process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste import _distribute
+from ste._keras import _distribute
 
 from . import _models
 
@@ -121,7 +121,7 @@ def test_backup_and_restore_in_one_process_is_keras_s(tmp_path: Path) -> None:
     assert not (tmp_path / "backup").exists()
 
 
-# -- a damaged backup: ste.BackupError naming the file and what to delete, before any weight changes ----------------
+# -- a damaged backup: ste.errors.BackupError naming the file and what to delete, before any weight changes ---------
 
 
 def _small(units: int = 2, seed: int = 0) -> keras.Model:
@@ -177,7 +177,7 @@ def test_a_damaged_backup_is_refused_before_any_weight_changes(tmp_path: Path, d
     files = {p.name: p.read_bytes() for p in backup.iterdir()}
     model = _small(seed=3)
     before = [w.numpy() for w in model.weights]
-    with pytest.raises(ste.BackupError) as caught:
+    with pytest.raises(ste.errors.BackupError) as caught:
         model.fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[ste.callbacks.BackupAndRestore(str(backup))])
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
@@ -195,7 +195,7 @@ def test_a_backup_of_another_model_is_refused_and_every_weight_put_back(tmp_path
     model = _small(units=5, seed=3)
     before = [w.numpy() for w in model.weights]
     callback = ste.callbacks.BackupAndRestore(str(backup))
-    with pytest.raises(ste.BackupError) as caught:
+    with pytest.raises(ste.errors.BackupError) as caught:
         model.fit(_X, np.zeros((16, 5), np.float32), batch_size=8, epochs=5, verbose=0, callbacks=[callback])
     assert "another model wrote it" in str(caught.value) and repr(str(backup / "latest.weights.h5")) in str(
         caught.value
@@ -231,7 +231,7 @@ def test_an_unreadable_backup_falls_back_to_the_previous_one_as_keras_does(tmp_p
     _damage_weights(backup / "latest.weights.h5")
     _damage_weights(backup / "latest.weights.h5.bkp")
     callback = ste.callbacks.BackupAndRestore(str(backup), double_checkpoint=True)
-    with pytest.raises(ste.BackupError, match="latest.weights.h5"):
+    with pytest.raises(ste.errors.BackupError, match="latest.weights.h5"):
         _small().fit(_X, _Y, batch_size=8, epochs=5, verbose=0, callbacks=[callback])
 
 
@@ -249,7 +249,7 @@ def test_a_second_mirrored_strategy_with_collective_ops_fits_after_a_first() -> 
     fits under the first, then a QAT model (whose activation ranges are gathered across replicas) under the second.
     Each strategy numbered its collectives from the same keys, and the second one's first collective failed against
     the first one's record; with its own keys it runs, and one step on two replicas equals one step on one device."""
-    from ste import _collective_keys
+    from ste._keras import _collective_keys
 
     assert _collective_keys.installed() and _collective_keys.install()  # idempotent
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]

@@ -71,7 +71,7 @@ def test_flip_ratio_is_off_by_default_and_validated():
     model = _models.binarized_mlp(hidden=8)
     assert not [m for m in model.metrics if m.name.startswith("flip_ratio")]
     for bad in (["accuracy"], "flip_ratio", [3]):
-        with pytest.raises(ste.ParameterError, match="metrics"):
+        with pytest.raises(ste.errors.ParameterError, match="metrics"):
             ste.layers.QuantDense(4, kernel_quantizer="ste_sign", metrics=bad)
 
 

@@ -85,10 +85,10 @@ def test_bop_hyperparameters_are_settable_and_validated():
     bop.threshold = 1e-3
     assert float(bop.gamma.numpy()) == 0.5 and float(bop.threshold.numpy()) == pytest.approx(1e-3)
     assert Bop.from_config(bop.get_config()).get_config()["gamma"] == 0.5
-    with pytest.raises(ste.ParameterError, match="schedule"):
+    with pytest.raises(ste.errors.ParameterError, match="schedule"):
         Bop(gamma=keras.optimizers.schedules.ExponentialDecay(1e-3, 10, 0.5)).gamma = 0.1
     for bad in ({"gamma": 0.0}, {"gamma": 2.0}, {"threshold": -1.0}, {"gamma": float("nan")}, {"weight_decay": 0.1}):
-        with pytest.raises(ste.ParameterError):
+        with pytest.raises(ste.errors.ParameterError):
             Bop(**bad)
 
 
@@ -131,16 +131,16 @@ def test_case_optimizer_raises_on_overlap_and_on_an_optimizer_claiming_nothing()
     overlap = CaseOptimizer(
         (Bop.is_binary_variable, Bop()), (lambda v: "kernel" in v.path, keras.optimizers.SGD()), name="case"
     )
-    with pytest.raises(ste.VariableAssignmentError, match="binary_1/kernel.*claimed by optimizers"):
+    with pytest.raises(ste.errors.VariableAssignmentError, match="binary_1/kernel.*claimed by optimizers"):
         _built(model, overlap)
     idle = CaseOptimizer(
         (Bop.is_binary_variable, Bop()),
         (lambda v: False, keras.optimizers.SGD(name="idle")),
         default_optimizer=keras.optimizers.Adam(),
     )
-    with pytest.raises(ste.VariableAssignmentError, match="'idle'.*claims none"):
+    with pytest.raises(ste.errors.VariableAssignmentError, match="'idle'.*claims none"):
         _built(_models.binarized_mlp(hidden=8), idle)
-    assert isinstance(ste.VariableAssignmentError("x"), ValueError)
+    assert isinstance(ste.errors.VariableAssignmentError("x"), ValueError)
 
 
 def test_case_optimizer_rejects_bad_arguments_early():
@@ -154,7 +154,7 @@ def test_case_optimizer_rejects_bad_arguments_early():
         lambda: CaseOptimizer((Bop.is_binary_variable, Bop()), clipnorm=1.0),
     ]
     for make in cases:
-        with pytest.raises(ste.ParameterError):
+        with pytest.raises(ste.errors.ParameterError):
             make()
 
 
@@ -281,7 +281,7 @@ def test_case_optimizer_saves_and_loads_in_a_keras_file(tmp_path, predicate):
 
 def test_unbuilt_case_optimizer_with_a_lambda_fails_at_save_not_at_load():
     optimizer = CaseOptimizer((lambda v: True, Bop()))
-    with pytest.raises(ste.ParameterError, match="cannot save predicate 0"):
+    with pytest.raises(ste.errors.ParameterError, match="cannot save predicate 0"):
         optimizer.get_config()
 
 
@@ -290,7 +290,7 @@ def test_a_restored_assignment_must_fit_the_model_it_is_built_on():
     config = model.optimizer.get_config()
     assert [claim for _, claim in config["assignment"]] == [0, 1, 1, 0, 1, 1]  # Bop: the two binary kernels
     other = keras.Sequential([keras.Input((64,)), keras.layers.Dense(3)])
-    with pytest.raises(ste.VariableAssignmentError, match="saved assignment"):
+    with pytest.raises(ste.errors.VariableAssignmentError, match="saved assignment"):
         _built(other, CaseOptimizer.from_config(config))
 
 
@@ -311,10 +311,10 @@ def test_threshold_schedule_round_trips_and_is_read_at_bops_step():
 def test_bop_refuses_use_ema_and_learning_rate_as_larq_does():
     """larq's Bop (a legacy Keras optimizer) raises TypeError for both; Keras 3's EMA would overwrite ±1 weights
     with their averages after fit, and Bop has no learning rate."""
-    with pytest.raises(ste.CallError, match="use_ema") as error:
+    with pytest.raises(ste.errors.CallError, match="use_ema") as error:
         Bop(use_ema=True)
     assert isinstance(error.value, TypeError)
-    with pytest.raises(ste.CallError, match="learning_rate.*gamma") as error:
+    with pytest.raises(ste.errors.CallError, match="learning_rate.*gamma") as error:
         Bop(learning_rate=0.1)
     assert isinstance(error.value, TypeError)
     assert Bop(use_ema=False).get_config()["use_ema"] is False
@@ -347,15 +347,15 @@ def _rewrite_optimizer_config(path, edit):
 @pytest.mark.parametrize(
     ("damage", "error", "match"),
     [
-        (lambda c: c["assignment"][0].__setitem__(1, -1), ste.VariableAssignmentError, "never train"),
-        (lambda c: c["assignment"][0].__setitem__(1, 7), ste.VariableAssignmentError, "index from 0 to 1"),
-        (lambda c: c["assignment"][0].pop(), ste.VariableAssignmentError, "not \\[variable path"),
-        (lambda c: c.__setitem__("assignment", "all"), ste.VariableAssignmentError, "list of"),
-        (lambda c: c.pop("optimizers"), ste.ParameterError, "missing key"),
-        (lambda c: c.pop("predicates"), ste.ParameterError, "missing key"),
-        (lambda c: c["predicates"].append(None), ste.ParameterError, "2 predicate\\(s\\) for 1"),
-        (lambda c: c.__setitem__("optimizers", {"a": 1}), ste.ParameterError, "must be lists"),
-        (lambda c: c["optimizers"].__setitem__(0, 3), ste.ParameterError, "not a serialized"),
+        (lambda c: c["assignment"][0].__setitem__(1, -1), ste.errors.VariableAssignmentError, "never train"),
+        (lambda c: c["assignment"][0].__setitem__(1, 7), ste.errors.VariableAssignmentError, "index from 0 to 1"),
+        (lambda c: c["assignment"][0].pop(), ste.errors.VariableAssignmentError, "not \\[variable path"),
+        (lambda c: c.__setitem__("assignment", "all"), ste.errors.VariableAssignmentError, "list of"),
+        (lambda c: c.pop("optimizers"), ste.errors.ParameterError, "missing key"),
+        (lambda c: c.pop("predicates"), ste.errors.ParameterError, "missing key"),
+        (lambda c: c["predicates"].append(None), ste.errors.ParameterError, "2 predicate\\(s\\) for 1"),
+        (lambda c: c.__setitem__("optimizers", {"a": 1}), ste.errors.ParameterError, "must be lists"),
+        (lambda c: c["optimizers"].__setitem__(0, 3), ste.errors.ParameterError, "not a serialized"),
     ],
 )
 def test_a_damaged_case_optimizer_config_fails_to_load_with_an_ste_error(tmp_path, damage, error, match):

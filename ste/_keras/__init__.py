@@ -1,0 +1,13 @@
+"""ste inside Keras and TensorFlow: what makes ste's classes behave as Keras expects, on every supported release.
+
+* ``_requirements``: TensorFlow and Keras checked once when ``import ste`` starts (imports neither itself);
+* ``_versions``: what differs between the Keras releases ste supports, read the same way on each;
+* ``_lookup``: Keras's own string lookups (``keras.activations.get("ste_sign")``) find ste's names;
+* ``_configs``: a damaged saved config raises an ste error instead of Keras's bare ``TypeError``;
+* ``_signatures``: ``inspect.signature`` of a layer class shows its real arguments;
+* ``_distribute``, ``_collective_keys``: guarded fixes to Keras's ``fit`` under ``tf.distribute`` strategies,
+  installed by ``import ste``.
+
+Nothing here imports the op machinery (:mod:`ste._core`) or a family. Saving an op lives with the op
+(``ste._core._serialization``).
+"""

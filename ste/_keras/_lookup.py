@@ -1,0 +1,108 @@
+"""Keras's own string lookups find ste's names: ``keras.activations.get("ste_sign")``, ``Dense(activation="sign")``,
+``keras.layers.Activation("ste_sign")``, ``keras.constraints.get("weight_clip")``, ``Dense(kernel_constraint=...)``.
+
+In Keras 3 (checked on 3.15) ``keras.activations.get(name)`` and ``keras.constraints.get(name)`` read a string only
+from the module's name table ``ALL_OBJECTS_DICT`` (``keras.src.activations`` / ``keras.src.constraints``); custom
+objects registered with ``keras.saving.register_keras_serializable`` are consulted for configs, not for plain
+strings. So the quantizer and constraint tables publish their names into those two dicts (through
+:class:`ste._common._names.NameTable`'s ``on_change``), never replacing a name Keras defines itself (``"relu"``,
+``"max_norm"`` keep their Keras meaning) and removing only names they added.
+
+* A constraint name maps to its class (Keras instantiates it with default arguments, as for ``"max_norm"``).
+* A quantizer name maps to a module-level function ``name(x)`` that applies a default instance of the quantizer,
+  registered with ``keras.saving.register_keras_serializable(package="ste.activation")`` so that a model using it
+  saves and loads with ``safe_mode=True``. Only stateless quantizers (no ``build`` of their own, hence no weights)
+  are published: a quantizer with a trainable step or clipping level (``lsq``, ``pact``) is a layer, not an
+  activation function.
+* A quantizer or constraint class registered by ste name only is also registered with Keras's serialization, so that
+  a model using it loads again (after importing the module that registers it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import keras
+from keras.src import activations as _keras_activations
+from keras.src import constraints as _keras_constraints
+
+__all__ = ["ACTIVATION_PACKAGE", "publish_activation", "publish_constraint", "publish_function"]
+
+#: The Keras registration package of the published activation functions (``"ste.activation>ste_sign"``).
+ACTIVATION_PACKAGE = "ste.activation"
+
+_LOCK = threading.RLock()
+_OURS: dict[int, dict[str, Any]] = {}  # id(Keras table) -> the entries ste put there
+
+
+def _publish(table: dict[str, Any], name: str, value: Any) -> None:
+    with _LOCK:
+        ours = _OURS.setdefault(id(table), {})
+        if name in table and ours.get(name) is not table[name]:
+            return  # a Keras name (or someone else's): it keeps its meaning
+        if value is None:
+            if name in ours:
+                del table[name]
+                del ours[name]
+            return
+        table[name] = value
+        ours[name] = value
+
+
+def _make_serializable(package: str, cls: type[Any] | None) -> None:
+    """Register ``cls`` with Keras's serialization (``"package>module.QualName"``) unless it already is, so that a
+    model using a class registered by ste name only loads again (Keras would save it, then fail at load with
+    "Could not locate class"). The key names the class, not the ste name, so that a name later given to another
+    class with ``replace=True`` cannot make a saved model load the wrong class. Keras's own classes need nothing."""
+    if cls is None or cls.__module__.split(".")[0] == "keras":
+        return
+    if keras.saving.get_registered_name(cls) == cls.__name__:  # not registered with Keras yet
+        keras.saving.register_keras_serializable(package=package, name=f"{cls.__module__}.{cls.__qualname__}")(cls)
+
+
+def publish_constraint(name: str, cls: type[Any] | None) -> None:
+    """Make ``keras.constraints.get(name)`` return ``cls()`` (``None``: remove a name ste published)."""
+    _make_serializable("ste.constraint", cls)
+    _publish(_keras_constraints.ALL_OBJECTS_DICT, name, cls)
+
+
+def is_stateless(cls: type[Any]) -> bool:
+    """Whether a quantizer class keeps no weights (it does not override ``keras.layers.Layer.build``)."""
+    return getattr(cls, "build", None) is keras.layers.Layer.build
+
+
+def _activation(name: str, cls: type[Any]) -> Callable[[Any], Any]:
+    instances: list[Any] = []
+
+    def activation(x: Any) -> Any:
+        if not instances:
+            with _LOCK:
+                if not instances:
+                    instances.append(cls(name=f"{name}_activation"))
+        return instances[0](x)
+
+    activation.__name__ = activation.__qualname__ = name
+    activation.__module__ = __name__
+    activation.__doc__ = f"The quantizer {cls.__qualname__}() as a Keras activation function (ste name {name!r})."
+    keras.saving.register_keras_serializable(package=ACTIVATION_PACKAGE, name=name)(activation)
+    return activation
+
+
+def publish_function(name: str, function: Callable[..., Any]) -> None:
+    """Make ``keras.activations.get(name)`` return a user's function (larq's ``register_keras_custom_object``)."""
+    _publish(_keras_activations.ALL_OBJECTS_DICT, name, function)
+
+
+def publish_activation(name: str, cls: type[Any] | None) -> None:
+    """Make ``keras.activations.get(name)`` apply a default ``cls`` quantizer (``None``: remove it).
+
+    Quantizers with weights are not published (and a name they replace is removed).
+    """
+    _make_serializable("ste.quantizer", cls)
+    table = _keras_activations.ALL_OBJECTS_DICT
+    if cls is None or not is_stateless(cls):
+        _publish(table, name, None)
+        return
+    _publish(table, name, _activation(name, cls))
