@@ -1,6 +1,6 @@
 """One side of a ``benchmarks.accuracy`` row, in a fresh process of its own venv (ste's, larq's or TFMOT's).
 
-    python benchmarks/_accuracy_worker.py '{"row": "binary_cnn", "side": "larq", "data": "/tmp/f.npz", ...}'
+    python benchmarks/_accuracy_worker.py '{"row": "binary_cnn", "side": "larq", "data": "fashion.npz", ...}'
 
 Only the standard library is imported at the top, so that the peers' venvs (which have no ste) can run it. The side
 trains its network epoch by epoch under the parent's lockstep (``qat.WAIT`` / ``go`` / ``qat.DONE``: one side trains

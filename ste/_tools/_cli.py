@@ -259,8 +259,8 @@ def _render(command: str, name: str = "") -> str:
 def render_catalog() -> tuple[str, dict[str, str]]:
     """What ``list`` prints and what ``show NAME`` prints for every built-in surrogate and quantizer name, from the
     live registry (imports TensorFlow): the content of ``ste/_tools/_cli_catalog.py``."""
-    from .quantizers import names as quantizer_names
-    from .registry import names
+    from ..quantizers import names as quantizer_names
+    from ..registry import names
 
     return _render("list"), {name: _render("show", name) for name in sorted({*names(), *quantizer_names()})}
 
