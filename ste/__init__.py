@@ -16,6 +16,7 @@ _check_requirements()  # no TensorFlow, or one too old: ste.MissingDependencyErr
 from . import (
     activations,
     callbacks,
+    clustering,
     constraints,
     larq,
     layers,
@@ -112,6 +113,7 @@ __all__ = [
     "backward_like",
     "bit_masks",
     "callbacks",
+    "clustering",
     "constraints",
     "export_quantized_weights",
     "fix_input_output_range",
