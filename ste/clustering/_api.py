@@ -28,7 +28,9 @@ _OWNER = "ste.clustering.cluster_weights"
 
 
 def _is_graph_model(model: keras.Model) -> bool:
-    return isinstance(model, keras.Sequential) or bool(getattr(model, "_is_graph_network", False))
+    from keras.src.models.functional import Functional
+
+    return isinstance(model, (keras.Sequential, Functional))
 
 
 def _layers(model: keras.Model) -> Iterator[keras.layers.Layer]:
