@@ -65,7 +65,7 @@ def _check_layer(layer: keras.layers.Layer, k: int, alone: bool) -> bool:
         )
     if not has_kernel(layer):
         if alone:
-            what = "is not a layer ste.clustering covers" if not covered(layer) else "has no kernel to cluster"
+            what = "is not a layer ste.clustering covers" if layer.trainable_weights else "has no kernel to cluster"
             raise UnsupportedLayerError(
                 f"{_OWNER}: the layer '{layer.name}' ({type(layer).__name__}) {what}. Clustered layers: Dense, "
                 f"Conv1D/2D/3D (and transposed), DepthwiseConv2D, SeparableConv1D/2D, Embedding, or a layer "
