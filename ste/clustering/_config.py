@@ -40,7 +40,8 @@ E = TypeVar("E", bound=enum.Enum)
 
 
 def member(kind: type[E], value: Any, owner: str, argument: str) -> E:
-    """``value`` (a member of ``kind`` or its string value, any case) as the member; else :class:`ste.ParameterError`."""
+    """``value`` (a member of ``kind`` or its string value, any case) as the member, else :class:`ste.ParameterError`
+    naming the allowed values."""
     if isinstance(value, kind):
         return value
     if isinstance(value, str):

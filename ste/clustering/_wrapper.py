@@ -130,7 +130,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
                     dtype=variable.dtype,
                     initializer="zeros",
                     trainable=False,
-                    )
+                )
                 mask.assign(tf.cast(nonzero, variable.dtype))
                 keep = self.add_weight(
                     name=f"centroid_mask_{name}",
@@ -138,7 +138,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
                     dtype=variable.dtype,
                     initializer="zeros",
                     trainable=False,
-                    )
+                )
                 keep.assign(kept)
             clustered.append((name, variable, centroids, mask, keep))
         self._clustered = clustered

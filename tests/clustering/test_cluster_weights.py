@@ -49,7 +49,9 @@ def test_layer_forward_and_gradients_match_the_plain_layer_on_the_clustered_kern
     assert isinstance(wrapper, ClusterWeights) and wrapper.name == f"cluster_{layer.name}"
     wrapper(x)
     kernel = getattr(layer, attribute)
-    centroids = wrapper.weights[[w.path for w in wrapper.weights].index(f"{wrapper.name}/cluster_centroids_{attribute}")]
+    centroids = wrapper.weights[
+        [w.path for w in wrapper.weights].index(f"{wrapper.name}/cluster_centroids_{attribute}")
+    ]
     w, c = kernel.numpy(), centroids.numpy()
     np.testing.assert_allclose(c, np.linspace(w.min(), w.max(), 5), rtol=1e-6)
     clustered, index = numpy_clustered(w, c)
@@ -94,7 +96,7 @@ def kernels(model: keras.Model) -> dict[str, np.ndarray]:
     found = {}
     for layer in model.layers:
         if isinstance(layer, ClusterWeights):
-            for variable, value in layer.clustered_values():
+            for _variable, value in layer.clustered_values():
                 found[layer.layer.name] = value.numpy()
         elif isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)):
             found[layer.name] = layer.kernel.numpy()
@@ -136,7 +138,13 @@ def test_save_load_strip_and_float_tflite_keep_at_most_k_values(tmp_path) -> Non
 
     stripped = strip_clustering(loaded)
     assert not any(isinstance(layer, ClusterWeights) for layer in stripped.layers)
-    assert [type(layer).__name__ for layer in stripped.layers[1:]] == ["Conv2D", "DepthwiseConv2D", "ReLU", "Flatten", "Dense"]
+    assert [type(layer).__name__ for layer in stripped.layers[1:]] == [
+        "Conv2D",
+        "DepthwiseConv2D",
+        "ReLU",
+        "Flatten",
+        "Dense",
+    ]
     np.testing.assert_allclose(stripped.predict(x, verbose=0), expected, rtol=1e-6, atol=1e-6)
     for layer in stripped.layers:
         if isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.Dense)):
@@ -184,7 +192,9 @@ def test_sequential_and_nested_models() -> None:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "mixed_float16"])
 def test_every_dtype_policy_gives_at_most_k_values(dtype: str) -> None:
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(12, dtype=dtype), keras.layers.Dense(3, dtype=dtype)])
+    model = keras.Sequential(
+        [keras.Input((10,)), keras.layers.Dense(12, dtype=dtype), keras.layers.Dense(3, dtype=dtype)]
+    )
     clustered = cluster_weights(model, 5, "LINEAR")
     x = np.random.default_rng(0).normal(size=(4, 10))
     with tf.GradientTape() as tape:
