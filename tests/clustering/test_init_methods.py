@@ -3,6 +3,8 @@ written from TFMOT's code, not from ste's), and k-means++'s determinism and vali
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -151,3 +153,22 @@ def test_every_dtype_gives_centroids_of_that_dtype(dtype: str, method: CentroidI
         rounded = tf.cast(tf.cast(w32, dtype), tf.float64).numpy()  # the weights as the dtype holds them
         reference = tfmot_linear(rounded.ravel(), 5)
         np.testing.assert_allclose(values, reference, atol=tolerance)
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "tfmot_cluster_centroids.npz"
+
+
+def _tfmot_cases() -> list[str]:
+    with np.load(DATA) as data:
+        return [key for key in data.files if not key.startswith("w_")]
+
+
+@pytest.mark.parametrize("key", _tfmot_cases())
+def test_centroids_equal_tfmot_0_8_s_own(key: str) -> None:
+    # Recorded from TFMOT 0.8 itself (tests/clustering/make_tfmot_centroids.py): LINEAR, DENSITY_BASED and
+    # KMEANS_PLUS_PLUS (the same kernel and seed), with and without preserve_sparsity.
+    name, method, k, preserve_sparsity = key.split("|")
+    with np.load(DATA) as data:
+        w, expected = data[f"w_{name}"], data[key]
+    got = initial_centroids(tf.constant(w), int(k), CentroidInitialization[method], preserve_sparsity == "True")
+    np.testing.assert_array_equal(got.numpy(), expected)
