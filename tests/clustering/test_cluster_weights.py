@@ -288,3 +288,36 @@ def test_bad_input_is_refused_before_anything_changes(call, error, match) -> Non
         call(model)
     for b, w in zip(before, model.weights):
         np.testing.assert_array_equal(b, w.numpy())
+
+
+def test_a_shared_layer_stays_one_clustered_layer_called_twice() -> None:
+    keras.utils.set_random_seed(0)
+    shared = keras.layers.Dense(4)
+    a, b = keras.Input((4,)), keras.Input((4,))
+    model = keras.Model([a, b], keras.layers.Add()([shared(a), shared(b)]))
+    clustered = cluster_weights(model, 3)
+    wrappers = [layer for layer in clustered.layers if isinstance(layer, ClusterWeights)]
+    assert len(wrappers) == 1
+    x = [np.ones((2, 4), np.float32), np.full((2, 4), 2.0, np.float32)]
+    ((_, kernel),) = wrappers[0].clustered_values()
+    expected = (x[0] + x[1]) @ kernel.numpy() + 2 * shared.bias.numpy()
+    np.testing.assert_allclose(clustered(x), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(strip_clustering(clustered)(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_unbuilt_layer_checks_the_cluster_count_when_it_is_built() -> None:
+    wrapper = cluster_weights(keras.layers.Dense(2), 7)
+    with pytest.raises(ste.ParameterError, match=r"7 is more than the 6 values of its weight 'kernel' \(3, 2\)"):
+        wrapper(np.ones((1, 3), np.float32))
+
+
+def test_the_benchmark_runs_on_digits() -> None:
+    pytest.importorskip("sklearn")
+    import argparse
+
+    from benchmarks.clustering import run
+
+    args = argparse.Namespace(fashion_mnist=None, train=0, test=0, epochs=1, fine_tune_epochs=1, clusters=[4])
+    rows = run("ste", args)
+    assert [r["model"] for r in rows] == ["float", "4 clusters"] and rows[1]["values"] <= 4
+    assert rows[1]["gzip_bytes"] < rows[0]["gzip_bytes"] and rows[1]["tflite_bytes"] == rows[0]["tflite_bytes"]
