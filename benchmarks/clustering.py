@@ -120,7 +120,10 @@ def run(side: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = [row("float", model, 0.0)]
     trained = model.get_weights()
     for k in args.clusters:
-        model.set_weights(trained)  # the clustered model shares its latent weights with `model` (in both libraries)
+        # A fresh float model each time: the clustered model shares its latent weights with the model it was made
+        # from (in both libraries), and TFMOT also replaces that model's kernel attributes.
+        model = cnn(keras, x_train.shape[1:])
+        model.set_weights(trained)
         clustered = cluster(model, number_of_clusters=k, cluster_centroids_init=kmeans)
         compile_(clustered, 1e-4)
         start = time.perf_counter()
