@@ -140,7 +140,8 @@ def _index_page(entries: list[Any]) -> str:
 
 
 def _gallery_nav(names: list[str]) -> list[Any]:
-    return [{"Overview": "gallery/index.md"}, *({name: f"gallery/{name}.md"} for name in names)]
+    # The entries one level down: a nested section is collapsed in the sidebar, so the sections below stay in view.
+    return [{"Overview": "gallery/index.md"}, {"Every entry": [{name: f"gallery/{name}.md"} for name in names]}]
 
 
 def on_config(config: Any) -> Any:

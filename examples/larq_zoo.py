@@ -6,10 +6,11 @@ and with ``ste`` on Keras 3 (``import ste.larq as lq``, ``import keras``). The a
 ``larq_zoo/sota/quicknet.py`` and ``larq_zoo/literature/*.py`` (layer by layer, same arguments that change counts;
 initializers, regularizers and names are left out where they change nothing that is counted).
 
-Run it in the larq venv to print ``larq.models.summary``'s figures for every model as JSON (the reference that
-``tests/test_larq_zoo_summary.py`` reads from ``tests/data/larq_zoo_summary.json``)::
+Run it in a virtual environment ``LARQ_VENV`` holding larq 0.14, ``tensorflow-cpu`` and ``tf-keras`` to print
+``larq.models.summary``'s figures for every model as JSON (the reference that ``tests/test_larq_zoo_summary.py``
+reads from ``tests/data/larq_zoo_summary.json``)::
 
-    TF_USE_LEGACY_KERAS=1 /work/venvs/larq/bin/python examples/larq_zoo.py --larq > tests/data/larq_zoo_summary.json
+    TF_USE_LEGACY_KERAS=1 $LARQ_VENV/bin/python examples/larq_zoo.py --larq > tests/data/larq_zoo_summary.json
 
 ``--larq-reference tests/data/larq_outputs.npz`` saves two small nets' random weights, inputs and larq's outputs
 (the weights move with ``get_weights`` → ``set_weights``, as trained larq weights do); and run it with ``ste``

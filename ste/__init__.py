@@ -25,6 +25,7 @@ from . import (
     qat,
     quantizers,
     registry,
+    sparsity,
     spiking,
     testing,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "registry",
     "remove_input_range",
     "set_bit_masks",
+    "sparsity",
     "spiking",
     "summary",
     "testing",

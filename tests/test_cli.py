@@ -123,6 +123,43 @@ def test_help_answers_without_importing_tensorflow():
     assert "ste" in modules and "tensorflow" not in modules and "keras" not in modules and "numpy" not in modules
 
 
+REGENERATE = 'python -c "from ste._cli import write_catalog; write_catalog()" && ruff format ste/_cli_catalog.py'
+
+
+def test_the_static_catalog_is_what_the_live_registry_prints():
+    """``list`` and ``show NAME`` of built-in names answer from ste/_cli_catalog.py without TensorFlow: it must be
+    exactly what the commands print with the registry loaded, for every built-in surrogate and quantizer name."""
+    from ste import _cli_catalog
+    from ste._cli import render_catalog
+
+    listing, shows = render_catalog()
+    assert set(shows) == set(ste.registry.names()) | set(ste.quantizers.names())
+    assert _cli_catalog.LIST == listing, f"ste/_cli_catalog.py is out of date: {REGENERATE}"
+    assert set(_cli_catalog.SHOW) == set(shows), f"ste/_cli_catalog.py is out of date: {REGENERATE}"
+    for name, text in shows.items():
+        assert _cli_catalog.SHOW[name] == text, f"show {name}: ste/_cli_catalog.py is out of date: {REGENERATE}"
+
+
+@pytest.mark.parametrize("args", [["list"], ["show", "atan"], ["show", "ste_sign"], ["show", "approx_sign"]])
+def test_list_and_show_of_built_ins_answer_without_tensorflow(args, capsys):
+    status, out, err, imported = _run(*args, timeout=60, importtime=True)
+    assert status == 0 and err == []
+    modules = {line.split("|")[-1].strip().split(".")[0] for line in imported}  # every module the process imported
+    assert "ste" in modules and "tensorflow" not in modules and "keras" not in modules
+    assert main(args) == 0
+    assert out == capsys.readouterr().out  # what the live registry prints
+
+
+def test_a_spec_string_and_an_import_still_load_the_registry():
+    from ste._cli import _parse, _static_answer
+
+    assert _static_answer(_parse(["list"])) is not None
+    assert _static_answer(_parse(["show", "atan(alpha=4)"])) is None  # computed: the peak depends on alpha
+    assert _static_answer(_parse(["--import", "my_rules", "list"])) is None  # the user's entries are listed too
+    assert _static_answer(_parse(["show", "atan", "--import", "my_rules"])) is None
+    assert _static_answer(_parse(["show", "no_such_rule"])) is None  # the live registry's error and suggestions
+
+
 def test_console_script_answers_help_without_importing_tensorflow(tmp_path):
     launcher = tmp_path / "ste"  # what pip writes for [project.scripts] ste = "ste.__main__:main"
     launcher.write_text(

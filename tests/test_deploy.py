@@ -109,6 +109,18 @@ def binarized_net() -> keras.Model:
     return model
 
 
+def test_the_documented_lce_path_logs_no_unsaved_gradients_notice(tmp_path, caplog, capfd):
+    """``model.export`` then LCE's ``convert_saved_model`` (docs/deploying.md): no TensorFlow notice that a gradient
+    "will likely fail", which would contradict the docs (the export keeps the custom gradients)."""
+    lce = pytest.importorskip(
+        "larq_compute_engine", reason="larq-compute-engine is not installed (pip install 'ste[deploy]')"
+    )
+    caplog.set_level("WARNING")
+    binarized_net().export(str(tmp_path / "saved"), verbose=False)
+    assert b"LceBconv2d" in lce.convert_saved_model(str(tmp_path / "saved"))
+    assert "unsaved custom gradients" not in caplog.text + capfd.readouterr().err
+
+
 def test_binarized_net_converts_to_bitpacked_lce_ops_and_matches_keras(tmp_path):
     lce = pytest.importorskip(
         "larq_compute_engine", reason="larq-compute-engine is not installed (pip install 'ste[deploy]')"

@@ -56,6 +56,21 @@ def test_gallery_peaks_are_the_computed_ones(site):
 
 
 @SITE.needed
+def test_layout_in_headless_chromium(site):
+    """At 1280×900 and 390×844: no clipped table, no wrapped code line at column 0, no copy button over code, the
+    sidebar's sections in view (tests/docs_layout.py). Screenshots go to STE_LAYOUT_SCREENSHOTS, else beside the
+    built site: build artifacts, never committed."""
+    from tests.docs_layout import check, chromium
+
+    if chromium() is None:
+        pytest.skip("no Chromium to check the layout with (apt-get install chromium)")
+    out = Path(os.environ.get("STE_LAYOUT_SCREENSHOTS") or site.parent / "layout")
+    problems = {page: found for page, found in check(site, out).items() if found}
+    assert not problems, problems
+    assert len(list(out.glob("*-desktop.png"))) == len(list(out.glob("*-phone.png"))) > 0
+
+
+@SITE.needed
 def test_pages_and_api_reference_are_built(site):
     for page in ("guide", "recipes/activation-gradient", "quantizers", "larq", "tools", "performance", "api"):
         assert (site / page / "index.html").exists(), page
@@ -72,6 +87,8 @@ def test_pages_and_api_reference_are_built(site):
     ):
         assert f'id="{anchor}"' in api, anchor
     assert ":class:" not in api and ":meth:" not in api  # Sphinx roles are dropped by the hook
+    signatures = re.findall(r'doc-signature highlight"><pre>(.*?)</pre>', api, flags=re.S)
+    assert any(s.count('<span id="__span') >= 3 for s in signatures), "signatures unformatted: is ruff installed?"
     recipe = (site / "recipes" / "differentiable-mask" / "index.html").read_text()
     assert re.search(r"def.*learn_mask", recipe), "the recipe page includes its script"
 
@@ -127,6 +144,7 @@ def test_code_blocks_wrap_and_text_blocks_keep_their_columns(site):
     page = (site / "quantizers" / "index.html").read_text()
     assert "stylesheets/ste.css" in page
     assert 'class="language-python highlight"' in page and 'class="language-text highlight"' in page
+    assert '<span id="__span-0-1">' in page  # one span per line: a wrapped line hangs under its start
 
 
 @SITE.needed

@@ -31,3 +31,46 @@ def test_readme_keeps_two_commands_and_says_what_the_tests_cost():
     assert readme.count("```bash") == 2 and "<!-- main-command -->" in readme and "<!-- test-command -->" in readme
     after = readme.split("<!-- test-command -->", 1)[1].split("## ", 1)[0]
     assert re.search(r"downloads about \d+ MiB", after) and re.search(r"take about \d+ minutes", after)
+
+
+#: an internal issue number as the project's own pages must not cite it ("issue 21", "(issues 13 and 18)",
+#: "issue-21"); another project's issue is written with its "#" and a link ("TFMOT issue #824") and is not matched
+INTERNAL_ISSUE = re.compile(r"\bissues?[\s-]+\d+", flags=re.IGNORECASE)
+
+
+def _user_pages() -> list[Path]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").rglob("*.py"))]
+    return [page for page in pages if page.is_file()]
+
+
+def test_the_pattern_finds_internal_issue_numbers_only():
+    for text in ("(issue 21)", "Issue 13's item 6", "the issue-21 benchmark", "issues 18\nand 19"):
+        assert INTERNAL_ISSUE.search(text), text
+    for text in ("TFMOT issue #824", "its issues #638, #942", "keras-team/keras#20585", "the issue's goals"):
+        assert not INTERNAL_ISSUE.search(text), text
+
+
+def test_no_user_page_cites_an_internal_issue_number():
+    """Docs pages, the README and the examples speak to users: an internal issue number points to nothing they can
+    open, and the story of the work belongs in git and CHANGELOG.md."""
+    pages = _user_pages()
+    assert ROOT / "docs" / "performance.md" in pages and ROOT / "examples" / "quickstart.py" in pages
+    found = [
+        f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {match.group(0)!r}"
+        for page in pages
+        for text in [page.read_text()]
+        for match in INTERNAL_ISSUE.finditer(text)
+    ]
+    assert not found, "internal issue numbers in user-facing pages:\n" + "\n".join(found)
+
+
+def test_the_home_page_install_table_lists_every_extra():
+    """docs/index.md's install table has one row per extra of pyproject.toml, no more."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"^([\w-]+) = \[", section, flags=re.MULTILINE))
+    assert {"tensorflow", "deploy", "litert", "nir", "test"} <= extras
+    page = (ROOT / "docs" / "index.md").read_text()
+    table = page.split("## Install", 1)[1]
+    rows = set(re.findall(r"^\| `([\w-]+)` \|", table, flags=re.MULTILINE))
+    assert rows == extras

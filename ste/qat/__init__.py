@@ -29,7 +29,7 @@ from ._int8 import Int8Scheme, NBitScheme
 from ._io_range import fix_input_output_range, remove_input_range
 from ._lowbit import BinaryScheme, LowBitScheme, TernaryScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
-from ._scheme import Role, Scheme
+from ._scheme import InputFeed, Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
@@ -42,6 +42,7 @@ __all__ = [
     "FixedQuantizer",
     "FoldedConv2D",
     "FoldedDepthwiseConv2D",
+    "InputFeed",
     "Int8Scheme",
     "LastValueQuantizer",
     "LowBitScheme",

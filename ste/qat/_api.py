@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import warnings
@@ -23,7 +24,7 @@ from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
-from ._transform import ANNOTATION, Rewrite, _functional, rewrite, walk
+from ._transform import ANNOTATION, FIX_INPUTS, Rewrite, _functional, adapted_layers, rewrite, walk
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 from ._wrapper import QuantizeWrapper
 
@@ -75,9 +76,9 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
     strict = check_bool(owner, "strict", strict)
     prefix = _prefix(owner, prefix)
     _check_model(model, owner)
-    job = Rewrite(_scheme(scheme), select, prefix, owner)
+    job = Rewrite(_scheme(scheme), select, prefix, owner, strict)
     if strict:
-        probe = Rewrite(job.scheme, select, prefix, owner)
+        probe = Rewrite(job.scheme, select, prefix, owner, strict)
         rewrite(model, probe)
         if probe.uncovered:
             raise UnsupportedLayerError(
@@ -88,6 +89,14 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
                 f"uncovered layers float with a warning."
             )
     new = rewrite(model, job)
+    if job.adapted:
+        warnings.warn(
+            f"{owner}: the scheme '{job.scheme.name}' quantizes the input of {len(job.adapted)} layer(s) otherwise, "
+            f"because a non-negative activation feeds them: {adapted_layers(job)}. Fix: {FIX_INPUTS}; or pass "
+            f"strict=True to make this an error.",
+            UserWarning,
+            stacklevel=3,
+        )
     if job.uncovered:
         warnings.warn(
             f"{owner}: the scheme '{job.scheme.name}' does not cover {len(job.uncovered)} layer(s), which stay "
@@ -275,6 +284,36 @@ def _export_for_inference(model: keras.Model, path: str) -> None:
     archive.write_out(path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False), verbose=False)
 
 
+#: the notice TensorFlow logs when it loads a SavedModel function whose custom gradients were not saved
+_UNSAVED_GRADIENTS = "with ops with unsaved custom gradients"
+
+
+class _WithoutUnsavedGradientsNotice(logging.Filter):
+    """Drops TensorFlow's "Importing a function (...) with ops with unsaved custom gradients. Will likely fail if a
+    gradient is requested.", logged (twice) when the converter loads the SavedModel of ``_export_for_inference``.
+    That SavedModel leaves the gradient functions out on purpose, and the converter reads only the forward graph and
+    never requests a gradient, so the notice is wrong here; it contradicts the docs that say exports keep the custom
+    gradients (``model.export`` does). Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _UNSAVED_GRADIENTS not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_inference_load() -> Iterator[None]:
+    """``_WithoutUnsavedGradientsNotice`` on the loggers TensorFlow's SavedModel loader writes to (absl's in
+    TensorFlow 2.21, TensorFlow's own in earlier releases), for the duration of one conversion."""
+    loggers = [logging.getLogger("absl"), logging.getLogger("tensorflow")]
+    notice = _WithoutUnsavedGradientsNotice()
+    for logger in loggers:
+        logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(notice)
+
+
 _ACTIVATION_QUANTIZERS = (ActivationFakeQuant, MovingAverageQuantizer, AllValuesQuantizer, FixedQuantizer)
 
 
@@ -319,9 +358,10 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
         _export_for_inference(model, path)
-        converter = tf.lite.TFLiteConverter.from_saved_model(path)
-        converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)
-        if int8_io:
-            converter.inference_input_type = tf.int8
-            converter.inference_output_type = tf.int8
-        return bytes(converter.convert())
+        with _quiet_inference_load():
+            converter = tf.lite.TFLiteConverter.from_saved_model(path)
+            converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)
+            if int8_io:
+                converter.inference_input_type = tf.int8
+                converter.inference_output_type = tf.int8
+            return bytes(converter.convert())

@@ -10,6 +10,14 @@ A low-bit scheme covers what :class:`ste.qat.Int8Scheme` covers, with three diff
   (:class:`ste.qat.ActivationFakeQuant`) in the layer;
 * batch normalizations are never folded: they stay separate float layers, as in larq (and LayerNormalization
   stays float, as in BitNet).
+
+A low-bit layer whose input quantizer maps every non-negative value to one value (``ste_sign``: all +1) and that a
+non-negative activation feeds (a ReLU, sigmoid, softmax, ... as the graph shows it: :class:`ste.qat.InputFeed`)
+would see a constant input and could not learn. :meth:`LowBitScheme.adapt_input` gives such a layer the int8
+scheme's 8-bit input quantizer instead, and keeps its low-bit kernel (the weights stay 1-bit; only the layer's
+arithmetic is no longer binary); the rewrite names it in a warning (an error under ``strict=True``). The fix in the
+model is larq's: a BatchNormalization or a sign-symmetric activation (``hard_tanh``) before the layer. The ternary
+scheme's input quantizer (8-bit absmax) keeps 128 levels of a non-negative input, so it changes nothing there.
 """
 
 from __future__ import annotations
@@ -18,13 +26,14 @@ import abc
 from typing import Any, ClassVar
 
 import keras
+import numpy as np
 
 from .. import layers as ste_layers
 from .._arguments import check_bool
 from ..constraints import WeightClip
 from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
 from ._int8 import Int8Scheme
-from ._scheme import Role, Scheme
+from ._scheme import InputFeed, Role, Scheme
 
 __all__ = ["BinaryScheme", "LowBitScheme", "TernaryScheme"]
 
@@ -45,6 +54,8 @@ class LowBitScheme(Scheme):
         self.keep_ends = check_bool(f"ste.qat.{type(self).__name__}", "keep_ends", keep_ends)
         self.int8 = Int8Scheme()
         self._ends: set[int] = set()
+        self._eight_bit_inputs: set[int] = set()
+        self._collapses: bool | None = None
 
     @abc.abstractmethod
     def low_bit_options(self) -> dict[str, Any]:
@@ -53,6 +64,31 @@ class LowBitScheme(Scheme):
     def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:
         ends = [compute_layers[0], compute_layers[-1]] if compute_layers and self.keep_ends else []
         self._ends = {id(layer) for layer in ends}
+        self._eight_bit_inputs = set()
+
+    def collapses_non_negative(self) -> bool:
+        """Whether the low-bit input quantizer maps every non-negative value to one value (sign: +1), measured on
+        0, 0.5, ..., 4."""
+        if self._collapses is None:
+            quantizer = self.low_bit_options().get("input_quantizer")
+            if quantizer is None:
+                self._collapses = False
+            else:
+                probe = np.linspace(0.0, 4.0, 9, dtype=np.float32).reshape(1, 9)
+                values = keras.ops.convert_to_numpy(quantizer(keras.ops.convert_to_tensor(probe)))
+                self._collapses = bool(np.unique(values).size < 2)
+        return self._collapses
+
+    def adapt_input(self, layer: keras.layers.Layer, feed: InputFeed) -> str | None:
+        if not (feed.non_negative and self.is_low_bit(layer) and self.collapses_non_negative()):
+            return None
+        self._eight_bit_inputs.add(id(layer))
+        quantizer = type(self.low_bit_options()["input_quantizer"]).__name__
+        return (
+            f"their input quantizer {quantizer} maps every non-negative value to the same value, so they would see "
+            f"a constant input and could not learn; their input is quantized to 8 bits instead "
+            f"(ste.qat.ActivationFakeQuant), and their kernel stays {self.name}"
+        )
 
     def role(self, layer: keras.layers.Layer) -> Role | None:
         if type(layer) in _FLOAT:
@@ -77,7 +113,10 @@ class LowBitScheme(Scheme):
             new.input_quantizer = self.int8.activation_quantizer(f"{layer.name}_input_quant")
             return new
         config = {**layer.get_config(), "activation": keras.activations.serialize(activation)}
-        return self.low_bit[type(layer)](**{**config, **self.low_bit_options()})
+        options = self.low_bit_options()
+        if id(layer) in self._eight_bit_inputs:  # a non-negative input (adapt_input): 8 bits, the kernel low-bit
+            options["input_quantizer"] = self.int8.activation_quantizer(f"{layer.name}_input_quant")
+        return self.low_bit[type(layer)](**{**config, **options})
 
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None

@@ -8,7 +8,10 @@ a scheme's concrete class:
   ``"shared"`` (its inputs take its output's range: Concatenate), ``"passthrough"`` (a quantized input stays
   quantized: max pooling, reshapes, dropout, padding), or ``None`` (not covered: it stays float);
 * :meth:`Scheme.quantize` — the quantized layer for a covered one, optionally with a batch normalization folded in
-  and an activation fused; :meth:`Scheme.activation_quantizer` — a new quantizer for one activation tensor.
+  and an activation fused; :meth:`Scheme.activation_quantizer` — a new quantizer for one activation tensor;
+* :meth:`Scheme.adapt_input` — whether a compute layer's own input quantizer suits what feeds it (an
+  :class:`InputFeed`: e.g. only non-negative values, after a ReLU); a scheme that quantizes such an input otherwise
+  says how, and the rewrite names the layer in one warning (an error under ``strict=True``).
 
 A layer annotated with a :class:`ste.qat.QuantizeConfig` takes the role the config gives it, whatever the scheme
 says; a config that carries its own quantizers is quantized through a scheme of its own (:meth:`QuantizeConfig.scheme
@@ -18,15 +21,29 @@ says; a config that carries its own quantizers is quantized through a scheme of 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import keras
 
 from ..quantizers import Quantizer
 
-__all__ = ["Role", "Scheme"]
+__all__ = ["InputFeed", "Role", "Scheme"]
 
 Role = Literal["compute", "output", "shared", "passthrough"]
+
+
+@dataclass(frozen=True)
+class InputFeed:
+    """What feeds a compute layer, as the model's graph shows it (:meth:`Scheme.adapt_input`).
+
+    ``non_negative``: every float input of some call of the layer is known to be ≥ 0 (a ReLU, ReLU6, sigmoid,
+    softmax, ... computes it, possibly through pooling, reshapes, dropout, padding or Add/Concatenate of such
+    tensors); ``sources`` names what makes it so, e.g. ``("'conv1' (relu)",)``. A model input has an unknown sign.
+    """
+
+    non_negative: bool = False
+    sources: tuple[str, ...] = ()
 
 
 class Scheme(abc.ABC):
@@ -81,6 +98,16 @@ class Scheme(abc.ABC):
         default) lets the rewrite add an activation quantizer after it; ``True`` or ``False`` says the layer decided,
         and the rewrite adds none."""
         del new
+        return None
+
+    def adapt_input(self, layer: keras.layers.Layer, feed: InputFeed) -> str | None:
+        """Called after :meth:`prepare`, before anything is built, once for each compute layer that :meth:`prepare`
+        was given, with what feeds it. ``None`` (the default): the layer's input is quantized as usual. A sentence
+        (e.g. "its input is quantized to 8 bits instead"): the scheme quantizes that layer's input otherwise, because
+        its usual input quantizer would lose the input (a sign of a non-negative tensor is a constant);
+        :meth:`quantize` then makes the layer so, and the rewrite names the layer and the sentence in one warning,
+        or raises :class:`ste.UnsupportedLayerError` under ``strict=True``."""
+        del layer, feed
         return None
 
     def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:

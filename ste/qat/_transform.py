@@ -35,10 +35,11 @@ from typing import Any
 
 import keras
 
-from .._errors import NotBuiltError
+from .._errors import NotBuiltError, UnsupportedLayerError
 from ._config import QuantizeConfig
 from ._copy import float_copy
-from ._scheme import Role, Scheme
+from ._scheme import InputFeed, Role, Scheme
+from ._signs import non_negative_feeds
 
 __all__ = ["ANNOTATION", "Rewrite", "rewrite"]
 
@@ -122,14 +123,18 @@ def _activation_of(layer: keras.layers.Layer) -> Any:
 
 @dataclass
 class Rewrite:
-    """One rewrite: the scheme, which layers to quantize, the name prefix of quantized layers, the layers left float
-    (by path), and what the walk has built so far (shared by the nested models' graphs)."""
+    """One rewrite: the scheme, which layers to quantize, the name prefix of quantized layers, whether a layer
+    whose input the scheme adapts (:meth:`~ste.qat.Scheme.adapt_input`) is an error (``strict``), the layers left
+    float (by path), the adapted layers (one line each), and what the walk has built so far (shared by the nested
+    models' graphs)."""
 
     scheme: Scheme
     select: Callable[[keras.layers.Layer], bool]
     prefix: str = ""
     owner: str = "ste.quantize_model"
+    strict: bool = False
     uncovered: list[str] = field(default_factory=list)
+    adapted: list[tuple[str, str]] = field(default_factory=list)
     counter: int = 0
     calls: dict[int, int] = field(default_factory=dict)
     copies: dict[int, keras.layers.Layer] = field(default_factory=dict)
@@ -366,9 +371,44 @@ def rewrite(model: keras.Model, rewrite: Rewrite) -> keras.Model:
     """The quantized copy of ``model`` (see the module docstring); ``rewrite.uncovered`` lists the float layers."""
     graph = _functional(model)
     _count_calls(model, rewrite.calls, set())
-    rewrite.scheme.prepare(_compute_layers(model, rewrite))
+    compute = _compute_layers(model, rewrite)
+    rewrite.scheme.prepare(compute)
+    _adapt_inputs(model, rewrite, compute)
     new, _ = _Graph(model, rewrite, [False] * len(graph.inputs), "").run()
     return new
+
+
+FIX_INPUTS = (
+    'put a BatchNormalization, or a sign-symmetric activation such as ste.activations.hard_tanh ("hard_tanh"), '
+    "between the activation and each such layer, as larq's networks do, so that the layer's input takes both signs"
+)
+
+
+def _adapt_inputs(model: keras.Model, rewrite: Rewrite, compute: list[keras.layers.Layer]) -> None:
+    """Ask the scheme, for each of its compute layers, whether its input quantizer suits what feeds it; record the
+    layers it adapts in ``rewrite.adapted``, or refuse them (``rewrite.strict``) before anything is built."""
+    feeds = non_negative_feeds(model, _functional, _nodes)
+    for layer in compute:
+        _, path, sources = feeds.get(id(layer), (layer, layer.name, []))
+        note = rewrite.scheme.adapt_input(layer, InputFeed(bool(sources), tuple(sources)))
+        if note is not None:
+            after = f" (after {', '.join(sources)})" if sources else ""
+            rewrite.adapted.append((f"'{path}'{after}", note))
+    if rewrite.strict and rewrite.adapted:
+        raise UnsupportedLayerError(
+            f"{rewrite.owner}(strict=True): the scheme '{rewrite.scheme.name}' cannot quantize the input of "
+            f"{len(rewrite.adapted)} layer(s) as it quantizes the others, because a non-negative activation feeds "
+            f"them: {adapted_layers(rewrite)}. Fix: {FIX_INPUTS}; or pass strict=False to accept this with a "
+            f"warning."
+        )
+
+
+def adapted_layers(rewrite: Rewrite) -> str:
+    """The layers in ``rewrite.adapted``, grouped by what the scheme does to them."""
+    notes: dict[str, list[str]] = {}
+    for label, note in rewrite.adapted:
+        notes.setdefault(note, []).append(label)
+    return "; ".join(f"{', '.join(labels)}: {note}" for note, labels in notes.items())
 
 
 def _compute_layers(model: keras.Model, rewrite: Rewrite) -> list[keras.layers.Layer]:

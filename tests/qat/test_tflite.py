@@ -4,12 +4,14 @@ what the Keras QAT model computes (LiteRT's reference kernels; ``tf.lite.Interpr
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import ste
 from tests.jobs import BackgroundJob
@@ -202,3 +204,24 @@ def test_a_mixed_float16_model_trains_and_converts_to_the_same_int8_kernels():
     within = np.abs(run(flatbuffer, x) - keras_out) <= output_step(q) * 1.001
     assert within.mean() >= 0.99, within.mean()
     assert np.abs(mixed_out.astype(np.float32) - keras_out).max() <= 3 * output_step(q)
+
+
+UNSAVED_GRADIENTS = "with ops with unsaved custom gradients"  # TensorFlow: "... Will likely fail if a gradient ..."
+
+
+def test_conversion_logs_no_unsaved_gradients_notice(tmp_path, caplog, capfd):
+    """ste.to_tflite exports without the gradient functions on purpose and the converter never asks for a gradient:
+    TensorFlow's notice that loading such a function "will likely fail if a gradient is requested" must not reach
+    the user. The control: loading that very SavedModel with ``tf.saved_model.load`` logs the notice, so the
+    capture (Python logging and the process's stderr) would see it."""
+    from ste.qat._api import _export_for_inference
+
+    model = ste.quantize_model(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    caplog.set_level(logging.WARNING)
+    ste.to_tflite(model)
+    assert UNSAVED_GRADIENTS not in caplog.text + capfd.readouterr().err
+    _export_for_inference(model, str(tmp_path / "saved"))
+    tf.saved_model.load(str(tmp_path / "saved"))
+    assert UNSAVED_GRADIENTS in caplog.text + capfd.readouterr().err
+    for name in ("absl", "tensorflow"):  # the filter is gone after the conversion
+        assert not logging.getLogger(name).filters, name

@@ -1,0 +1,232 @@
+"""One side of a ``benchmarks.accuracy`` row, in a fresh process of its own venv (ste's, larq's or TFMOT's).
+
+    python benchmarks/_accuracy_worker.py '{"row": "binary_cnn", "side": "larq", "data": "/tmp/f.npz", ...}'
+
+Only the standard library is imported at the top, so that the peers' venvs (which have no ste) can run it. The side
+trains its network epoch by epoch under the parent's lockstep (``qat.WAIT`` / ``go`` / ``qat.DONE``: one side trains
+and evaluates while the others wait, in an order that reverses every epoch), then prints one ``RESULT {json}`` line:
+the test accuracy after every epoch, the median step time (``fit``'s ``train_function``, from
+``on_train_batch_begin`` to ``on_train_batch_end``, the first epoch left out as warm-up), the allocator's peak above
+the memory in use before each epoch, and for the QAT sides the int8 TFLite model's figures.
+
+Sides: ``binary_cnn``: ``ste`` (ste.layers on Keras 3), ``larq`` (larq 0.14 on tf-keras), ``float`` (Keras 3);
+``int8_qat``: ``ste`` (``ste.quantize_model`` + ``ste.to_tflite``), ``tfmot`` (TFMOT 0.8 on tf-keras, the
+converter with ``Optimize.DEFAULT``); ``low_bit``: ``ternary``, ``binary`` (``ste.quantize_model(scheme=...)``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+from _allocator import use_bfc  # this directory is on sys.path when run as a script
+
+use_bfc()  # before TensorFlow is imported: the peak needs the BFC allocator's statistics
+
+from qat import DONE, _barrier, _tflite_figures  # noqa: E402  (qat.py imports only the standard library at the top)
+
+BATCH = 128
+INT8_KERNELS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+
+def binary_cnn(keras: Any, conv: Any, norm: Any) -> Any:
+    """larq's "BinaryNet on MNIST" layout, sized for 2 CPU cores: a float stem (conv, batch norm, pooling), two binary
+    conv blocks (``conv(filters)``: sign of the input, sign of the kernel, weight clip; then pooling and batch norm
+    as larq's example orders them) and a float dense head.
+    ``conv(filters)`` is ``None`` for the float network (``Conv2D``); ``norm()`` makes each batch norm."""
+    L = keras.layers
+    inputs = keras.Input((28, 28, 1))
+    h = L.Conv2D(32, 3, padding="same", use_bias=False)(inputs)
+    h = norm()(h)
+    h = L.MaxPooling2D()(h)
+    for filters in (64, 64):
+        layer = L.Conv2D(filters, 3, padding="same", use_bias=False) if conv is None else conv(filters)
+        h = norm()(L.MaxPooling2D()(layer(h)))
+    h = L.Flatten()(h)
+    return keras.Model(inputs, L.Dense(10)(h), name="binary_cnn")
+
+
+def small_cnn(keras: Any) -> Any:
+    """A small CNN with batch norm and a depthwise convolution (a MobileNet-style separable block), for int8 QAT and
+    the low-bit schemes."""
+    L = keras.layers
+    inputs = keras.Input((28, 28, 1))
+    h = L.Conv2D(32, 3, padding="same", use_bias=False)(inputs)
+    h = L.BatchNormalization()(h)
+    h = L.ReLU()(h)
+    h = L.MaxPooling2D()(h)
+    h = L.DepthwiseConv2D(3, padding="same", use_bias=False)(h)
+    h = L.BatchNormalization()(h)
+    h = L.ReLU()(h)
+    h = L.Conv2D(64, 1, use_bias=False)(h)
+    h = L.BatchNormalization()(h)
+    h = L.ReLU()(h)
+    h = L.MaxPooling2D()(h)
+    h = L.Flatten()(h)
+    return keras.Model(inputs, L.Dense(10)(h), name="small_cnn")
+
+
+def compile_model(keras: Any, model: Any, learning_rate: float) -> None:
+    model.compile(
+        keras.optimizers.Adam(learning_rate),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+
+
+def _model(config: dict[str, Any], data: Any) -> tuple[Any, Any, str, Any]:
+    """(keras module, model, versions, quantized-export function or None) for the config's row and side."""
+    import tensorflow as tf
+
+    row, side = config["row"], config["side"]
+    if side in ("larq", "tfmot"):
+        import tf_keras
+
+        keras = tf.keras  # tf_keras, under TF_USE_LEGACY_KERAS=1
+        version = f"tf-keras {tf_keras.__version__}"
+    else:
+        import keras
+
+        version = f"Keras {keras.__version__}"
+    keras.utils.set_random_seed(config["seed"])
+    if row == "binary_cnn":
+        kwargs = dict(
+            padding="same",
+            use_bias=False,
+            input_quantizer="ste_sign",
+            kernel_quantizer="ste_sign",
+            kernel_constraint="weight_clip",
+        )
+        if side == "larq":
+            import larq as lq
+
+            version = f"larq {getattr(lq, '__version__', '0.14')}, {version}"
+            conv = lambda f: lq.layers.QuantConv2D(f, 3, **kwargs)  # noqa: E731
+            norm = lambda: keras.layers.BatchNormalization(scale=False)  # noqa: E731
+        elif side == "ste":
+            import ste
+
+            version = f"ste {ste.__version__}, {version}"
+            conv = lambda f: ste.layers.QuantConv2D(f, 3, **kwargs)  # noqa: E731
+            norm = lambda: ste.layers.BatchNormalization(scale=False)  # noqa: E731
+        else:
+            conv, norm = None, lambda: keras.layers.BatchNormalization(scale=False)
+        return keras, binary_cnn(keras, conv, norm), version, None
+    model = small_cnn(keras)
+    model.set_weights([data[f"weight_{i}"] for i in range(int(data["weights"]))])
+    if side == "tfmot":
+        import tensorflow_model_optimization as tfmot
+
+        return keras, tfmot.quantization.keras.quantize_model(model), f"TFMOT {tfmot.__version__}, {version}", None
+    import ste
+
+    scheme = "int8" if row == "int8_qat" else side
+    return keras, ste.quantize_model(model, scheme=scheme), f"ste {ste.__version__}, {version}", ste
+
+
+def _epoch(keras: Any, model: Any, x: Any, y: Any) -> list[float]:
+    """One epoch of ``fit``; the seconds of each training step."""
+
+    class StepTimer(keras.callbacks.Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.start, self.steps = 0.0, []
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.steps.append(time.perf_counter() - self.start)
+
+    timer = StepTimer()
+    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[timer], shuffle=True)
+    return timer.steps
+
+
+def _packed_bytes(ste: Any, model: Any) -> dict[str, Any]:
+    """Bytes of the trainable weights with every binary / ternary kernel packed (1 or 2 bits a value, plus a float32
+    scale each; ``ste.export_quantized_weights(packed=True)``) and every other weight float32; and all float32."""
+    import numpy as np
+
+    float_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_weights)
+    packed, bits = float_bytes, {}
+    for layer, kernels in ste.export_quantized_weights(model, packed=True).items():
+        for name, entry in kernels.items():
+            if isinstance(entry, dict):
+                size = int(np.prod(entry["shape"]))
+                packed += entry["codes"].nbytes + np.asarray(entry["scale"]).size * 4 - size * 4
+                bits[f"{layer}/{name}"] = int(entry["bits"])
+            else:
+                bits[f"{layer}/{name}"] = 32
+    return {"packed_bytes": int(packed), "float32_bytes": int(float_bytes), "kernel_bits": bits}
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import tensorflow as tf
+
+    data = np.load(config["data"])
+    x_train = (data["x_train"].astype("float32") / 255.0)[..., None]
+    x_test = (data["x_test"].astype("float32") / 255.0)[..., None]
+    y_train, y_test = data["y_train"].astype("int32"), data["y_test"].astype("int32")
+    keras, model, version, ste = _model(config, data)
+    compile_model(keras, model, config["learning_rate"])
+    lockstep = config.get("lockstep", False)
+    curve, steps, peaks = [], [], []
+    for epoch in range(config["epochs"]):
+        _barrier(lockstep)
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        started = time.perf_counter()
+        times = _epoch(keras, model, x_train, y_train)
+        seconds = time.perf_counter() - started
+        peaks.append(int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before))
+        steps.append(times if epoch or config["epochs"] == 1 else [])
+        accuracy = float(model.evaluate(x_test, y_test, batch_size=1000, verbose=0)[1])
+        curve.append({"epoch": epoch + 1, "test_accuracy": accuracy, "seconds": seconds})
+        if lockstep:
+            print(DONE, flush=True)
+    _barrier(lockstep)  # conversion and the final evaluation run with every side idle
+    flat = [t for epoch_times in steps for t in epoch_times]
+    result: dict[str, Any] = {
+        "row": config["row"],
+        "side": config["side"],
+        "versions": f"{version}, TensorFlow {tf.__version__}",
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""),
+        "parameters": int(model.count_params()),
+        "curve": curve,
+        "test_accuracy": curve[-1]["test_accuracy"],
+        "median_step_s": statistics.median(flat),
+        "step_samples": len(flat),
+        "peak_bytes": max(peaks),
+    }
+    if config["row"] == "int8_qat":
+        if ste is not None:
+            flatbuffer = ste.to_tflite(model)
+        else:
+            converter = tf.lite.TFLiteConverter.from_keras_model(model)
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            flatbuffer = bytes(converter.convert())
+        figures = _tflite_figures(tf, flatbuffer, x_test, y_test)
+        interpreter = tf.lite.Interpreter(model_content=flatbuffer)
+        inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+        interpreter.resize_tensor_input(inp["index"], list(x_test.shape))
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(inp["index"], x_test)
+        interpreter.invoke()
+        tflite_pred = np.argmax(interpreter.get_tensor(out["index"]), axis=1)
+        keras_pred = np.argmax(model.predict(x_test, batch_size=1000, verbose=0), axis=1)
+        result.update(figures)
+        result["keras_tflite_agreement"] = float(np.mean(tflite_pred == keras_pred))
+        result["interpreter"] = f"tf.lite.Interpreter (TensorFlow {tf.__version__})"
+    if config["row"] == "low_bit":
+        result.update(_packed_bytes(ste, model))
+    return result
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(main(json.loads(sys.argv[1]))), flush=True)

@@ -1,0 +1,358 @@
+"""Accuracy on Fashion-MNIST, ste side by side with its peers: one command per row.
+
+    python -m benchmarks.accuracy binary_cnn --larq-venv VENV      # ste vs larq 0.14 vs float Keras 3
+    python -m benchmarks.accuracy int8_qat --tfmot-venv VENV       # ste.quantize_model + to_tflite vs TFMOT 0.8
+    python -m benchmarks.accuracy low_bit                          # ternary and binary schemes of quantize_model
+    python -m benchmarks.accuracy binary_cnn --quick               # a smoke run (under a minute, no peers)
+
+Options: ``--epochs N``, ``--data DIR`` (Fashion-MNIST's IDX files; otherwise ``benchmarks._fashion`` looks in the
+Debian package's folder, then Keras's cache, then downloads with Keras), ``--out DIR``.
+
+Every side of a row runs in a fresh process (the peers with their own venv's Python, ``TF_USE_LEGACY_KERAS=1``),
+all at once, in lockstep: one side trains an epoch and evaluates while the others wait, in an order that reverses
+every epoch, so that each side's step times see the same load on a shared machine and the ratios between them are
+fair. Each side starts from the same seed, data, batch (128), optimizer and epochs. For ``int8_qat`` and ``low_bit``
+the float network is trained once, here, and every side fine-tunes those same weights.
+
+Writes ``NAME.json`` (date, CPU, TensorFlow version, command, load average, every side's per-epoch test accuracy,
+step time and allocator peak) and ``NAME.png`` (the accuracy curves) to ``benchmarks/results/accuracy/`` (``quick/``
+under it for ``--quick``), and prints the row. ``python -m benchmarks.results_page`` turns the JSON into
+docs/results.md and the README's lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ._allocator import environment
+
+__all__ = ["ROWS", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "accuracy"
+WORKER = Path(__file__).resolve().parent / "_accuracy_worker.py"
+SEED = 0
+QUICK = {"train": 512, "test": 500, "epochs": 1, "float_epochs": 1}  # the reference sides ("float") are left out
+
+# sides: name -> the venv option it needs (None: this venv); epochs / float_epochs: the full run's defaults, sized
+# so that a row fits in 30 minutes on 2 loaded cores
+ROWS: dict[str, dict[str, Any]] = {
+    "binary_cnn": {
+        "sides": {"ste": None, "larq": "larq_venv", "float": None},
+        "peer": "larq",
+        "epochs": 6,
+        "learning_rate": 1e-3,
+    },
+    "int8_qat": {
+        "sides": {"ste": None, "tfmot": "tfmot_venv"},
+        "peer": "tfmot",
+        "epochs": 2,
+        "float_epochs": 6,
+        "learning_rate": 2e-4,
+        "float_learning_rate": 2e-3,
+    },
+    "low_bit": {
+        "sides": {"ternary": None, "binary": None},
+        "peer": None,
+        "epochs": 4,
+        "float_epochs": 6,
+        "learning_rate": 5e-4,
+        "float_learning_rate": 2e-3,
+    },
+}
+
+
+def _fail(message: str) -> None:
+    """One line on stderr and exit status 2, before anything trains."""
+    print(f"benchmarks.accuracy: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
+    parser.add_argument("name", help=f"the row: one of {', '.join(ROWS)}")
+    parser.add_argument("--epochs", type=int, default=None, help="training epochs of every side (the QAT epochs)")
+    parser.add_argument("--float-epochs", type=int, default=None, help="int8_qat, low_bit: epochs of the float start")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a subset, one epoch, under a minute")
+    parser.add_argument("--data", default=None, help="a folder with Fashion-MNIST's four IDX files")
+    parser.add_argument("--larq-venv", default=None, help="a venv with larq 0.14 and tf-keras (binary_cnn's peer)")
+    parser.add_argument("--tfmot-venv", default=None, help="a venv with TFMOT 0.8 and tf-keras (int8_qat's peer)")
+    parser.add_argument("--snntorch-venv", default=None, help="a venv with snnTorch (the spiking rows, not built)")
+    parser.add_argument("--out", default=None, help="the results folder (default benchmarks/results/accuracy)")
+    args = parser.parse_args(argv)
+    if args.name not in ROWS:
+        _fail(
+            f"unknown row {args.name!r}; expected one of {', '.join(ROWS)} (e.g. python -m benchmarks.accuracy "
+            f"{next(iter(ROWS))} --quick)."
+        )
+    for option in ("epochs", "float_epochs"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            _fail(f"--{option.replace('_', '-')} must be at least 1, got {value}.")
+    for option in ("larq_venv", "tfmot_venv", "snntorch_venv"):
+        venv = getattr(args, option)
+        if venv is not None and not (Path(venv) / "bin" / "python").is_file():
+            _fail(
+                f"--{option.replace('_', '-')} {venv} has no bin/python; pass the folder of a virtual "
+                "environment (see docs/results.md for how to make one)."
+            )
+    return args
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def _float_stage(data: Any, spec: dict[str, Any], epochs: int, path: str) -> dict[str, Any]:
+    """Train the small CNN in float here (Keras 3) and write its weights and the data to ``path`` for every side."""
+    import keras
+    import numpy as np
+
+    sys.path.insert(0, str(WORKER.parent))
+    try:
+        import _accuracy_worker as worker
+    finally:
+        sys.path.remove(str(WORKER.parent))
+    x_train, x_test = ((a.astype("float32") / 255.0)[..., None] for a in (data.x_train, data.x_test))
+    keras.utils.set_random_seed(SEED)
+    model = worker.small_cnn(keras)
+    worker.compile_model(keras, model, spec["float_learning_rate"])
+    curve = []
+    for epoch in range(epochs):
+        model.fit(x_train, data.y_train.astype("int32"), epochs=1, batch_size=worker.BATCH, verbose=0)
+        accuracy = float(model.evaluate(x_test, data.y_test.astype("int32"), batch_size=1000, verbose=0)[1])
+        curve.append({"epoch": epoch + 1, "test_accuracy": accuracy})
+    weights = model.get_weights()
+    arrays = {f"weight_{i}": w for i, w in enumerate(weights)}
+    np.savez(
+        path,
+        x_train=data.x_train,
+        y_train=data.y_train,
+        x_test=data.x_test,
+        y_test=data.y_test,
+        weights=len(weights),
+        **arrays,
+    )
+    return {"curve": curve, "test_accuracy": curve[-1]["test_accuracy"], "parameters": int(model.count_params())}
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as a user types it, without machine paths (a venv or data folder is shown by its option)."""
+    parts = ["python -m benchmarks.accuracy", args.name]
+    if args.epochs is not None:
+        parts.append(f"--epochs {args.epochs}")
+    if args.float_epochs is not None:
+        parts.append(f"--float-epochs {args.float_epochs}")
+    if args.quick:
+        parts.append("--quick")
+    for option in ("larq_venv", "tfmot_venv", "snntorch_venv", "data"):
+        if getattr(args, option) is not None:
+            flag = option.replace("_", "-")
+            parts.append(f"--{flag} {flag.split('-')[0].upper()}_VENV" if "venv" in option else "--data DIR")
+    return " ".join(parts)
+
+
+def _summary(name: str, spec: dict[str, Any], sides: dict[str, Any], float_stage: Any) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    first = next(iter(spec["sides"]))
+    peer = spec["peer"]
+    if peer and peer in sides:
+        summary["accuracy_gap_points"] = 100 * (sides[first]["test_accuracy"] - sides[peer]["test_accuracy"])
+        summary["step_time_ratio"] = sides[first]["median_step_s"] / sides[peer]["median_step_s"]
+        summary["peak_memory_ratio"] = sides[first]["peak_bytes"] / sides[peer]["peak_bytes"]
+    if name == "binary_cnn":
+        summary["goal"] = "ste's accuracy at least larq's minus 0.3 points"
+        if "accuracy_gap_points" in summary:
+            summary["goal_met"] = summary["accuracy_gap_points"] >= -0.3
+    if name == "int8_qat":
+        ste_side = sides["ste"]
+        summary["int8_minus_float_points"] = 100 * (ste_side["int8_accuracy"] - float_stage["test_accuracy"])
+        summary["goal"] = (
+            "int8 TFLite within 0.2 points of float; at least 99 % of predictions equal between the Keras QAT model "
+            "and int8 TFLite; at least TFMOT's int8 accuracy minus 0.2 points"
+        )
+        met = [abs(summary["int8_minus_float_points"]) <= 0.2, ste_side["keras_tflite_agreement"] >= 0.99]
+        if "tfmot" in sides:
+            summary["int8_gap_points"] = 100 * (ste_side["int8_accuracy"] - sides["tfmot"]["int8_accuracy"])
+            met.append(summary["int8_gap_points"] >= -0.2)
+        summary["goal_met"] = all(met)
+    return summary
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    if result.get("float_stage"):
+        curve = result["float_stage"]["curve"]
+        axis.plot(
+            [p["epoch"] for p in curve],
+            [100 * p["test_accuracy"] for p in curve],
+            "k:",
+            marker=".",
+            label="float (before QAT)",
+        )
+        offset = len(curve)
+    else:
+        offset = 0
+    for side, figures in result["sides"].items():
+        curve = figures["curve"]
+        axis.plot(
+            [offset + p["epoch"] for p in curve],
+            [100 * p["test_accuracy"] for p in curve],
+            marker="o",
+            label=f"{side} ({figures['versions'].split(',')[0]})",
+        )
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("Fashion-MNIST test accuracy (%)")
+    axis.set_title(f"{result['row']}{' (quick)' if result['quick'] else ''}")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _print_row(result: dict[str, Any]) -> None:
+    print(
+        f"{result['row']} ({'quick, ' if result['quick'] else ''}{result['epochs']} epochs, "
+        f"{result['train_samples']} training images, load {result['load_average']}):"
+    )
+    if result.get("float_stage"):
+        print(f"  float (before QAT): test accuracy {100 * result['float_stage']['test_accuracy']:.2f} %")
+    for side, f in result["sides"].items():
+        extra = ""
+        if "int8_accuracy" in f:
+            extra = (
+                f", int8 TFLite {100 * f['int8_accuracy']:.2f} %, agreement {100 * f['keras_tflite_agreement']:.2f} %"
+            )
+        if "packed_bytes" in f:
+            extra = f", packed {f['packed_bytes']} B of {f['float32_bytes']} B float32"
+        print(
+            f"  {side:8s} test accuracy {100 * f['test_accuracy']:.2f} %, step {1000 * f['median_step_s']:.1f} ms, "
+            f"peak {f['peak_bytes'] / 2**20:.1f} MiB{extra}  [{f['versions']}]"
+        )
+    for key, value in result["summary"].items():
+        print(f"  {key}: {round(value, 4) if isinstance(value, float) else value}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = _parse(argv)
+    spec = ROWS[args.name]
+    from ._fashion import FashionDataError, load
+
+    try:
+        data = load(args.data)
+    except FashionDataError as error:
+        _fail(str(error))
+    if args.quick:
+        data = type(data)(
+            data.x_train[: QUICK["train"]],
+            data.y_train[: QUICK["train"]],
+            data.x_test[: QUICK["test"]],
+            data.y_test[: QUICK["test"]],
+            data.source,
+        )
+    epochs = args.epochs or (QUICK["epochs"] if args.quick else spec["epochs"])
+    sides = {
+        side: option
+        for side, option in spec["sides"].items()
+        if (option is None or getattr(args, option)) and not (args.quick and side == "float")
+    }
+    skipped = {
+        side: "--quick" if side == "float" else f"no --{str(spec['sides'][side]).replace('_', '-')}"
+        for side in spec["sides"]
+        if side not in sides
+    }
+
+    import tensorflow as tf
+
+    from ._timing import LoadSampler, load_average
+    from .qat import _lockstep
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = load_average()
+    with tempfile.TemporaryDirectory() as directory, LoadSampler(10.0) as sampler:
+        path = str(Path(directory) / "data.npz")
+        float_stage = None
+        if "float_epochs" in spec:
+            float_epochs = args.float_epochs or (QUICK["float_epochs"] if args.quick else spec["float_epochs"])
+            float_stage = _float_stage(data, spec, float_epochs, path)
+        else:
+            import numpy as np
+
+            np.savez(path, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test)
+        commands = {}
+        for side, option in sides.items():
+            config = {
+                "row": args.name,
+                "side": side,
+                "data": path,
+                "epochs": epochs,
+                "seed": SEED,
+                "learning_rate": spec["learning_rate"],
+                "lockstep": True,
+            }
+            env = environment({**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            if option is None:
+                python = sys.executable
+                env["PYTHONPATH"] = str(ROOT)
+            else:
+                python = str(Path(getattr(args, option)) / "bin" / "python")
+                env["PYTHONPATH"], env["TF_USE_LEGACY_KERAS"] = "", "1"
+            commands[side] = ([python, str(WORKER), json.dumps(config)], env)
+        results = _lockstep(commands, epochs, timeout=3600.0)
+    import keras
+
+    import ste
+
+    result: dict[str, Any] = {
+        "row": args.name,
+        "date": started.strftime("%Y-%m-%d"),
+        "started_utc": started.isoformat(timespec="seconds"),
+        "minutes": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60, 1),
+        "cpu": _cpu(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "ste": ste.__version__,
+        "command": _command_line(args),
+        "quick": args.quick,
+        "epochs": epochs,
+        "batch": 128,
+        "seed": SEED,
+        "data": data.source if not data.source.startswith("/") else "Fashion-MNIST IDX files",
+        "train_samples": len(data.y_train),
+        "test_samples": len(data.y_test),
+        "load_average": {"before": load_before, "during": sampler.summary(), "after": load_average()},
+        "float_stage": float_stage,
+        "sides": results,
+        "skipped_sides": skipped,
+    }
+    result["summary"] = _summary(args.name, spec, results, float_stage)
+    out = Path(args.out) if args.out else OUT / ("quick" if args.quick else "")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    _plot(result, out / f"{args.name}.png")
+    _print_row(result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

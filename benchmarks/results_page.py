@@ -1,0 +1,324 @@
+"""docs/results.md and the README's result lines, generated from ``benchmarks/results/accuracy/*.json`` only.
+
+    python -m benchmarks.results_page            # rewrite docs/results.md, docs/img/results/*.png and the README lines
+    python -m benchmarks.results_page --check    # exit 1 if either file differs from what the JSON gives
+
+The README's lines sit between ``<!-- results:start -->`` and ``<!-- results:end -->``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "page", "readme_lines", "results"]
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "accuracy"
+PAGE = ROOT / "docs" / "results.md"
+IMAGES = ROOT / "docs" / "img" / "results"
+README = ROOT / "README.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+ORDER = ("binary_cnn", "int8_qat", "low_bit")
+TITLES = {
+    "binary_cnn": "Binarized CNN: ste against larq 0.14 and float Keras 3",
+    "int8_qat": "Int8 quantization-aware training: ste against TFMOT 0.8",
+    "low_bit": "Ternary (BitNet b1.58) and binary schemes through quantize_model",
+}
+FASHION = "https://github.com/zalandoresearch/fashion-mnist#benchmark"
+ANCHORS = f"""\
+## Published anchors
+
+| model | Fashion-MNIST test accuracy | source |
+|---|---|---|
+| 2-conv CNNs (pooling; some with batch norm, dropout) | 0.876–0.934 | [Fashion-MNIST README, "Benchmark"]({FASHION}) |
+| MobileNet | 0.950 | [Fashion-MNIST README]({FASHION}) |
+| ResNet18 | 0.949 | [Fashion-MNIST README]({FASHION}) |
+| WRN40-4 | 0.967 | [Fashion-MNIST README]({FASHION}) |
+
+The peers publish no Fashion-MNIST figure for these networks. Their own published norms, which the goals below
+follow:
+
+- TFMOT, int8 quantization-aware training on ImageNet (float → int8): MobileNetV1 71.03 → 71.06 %, ResNet-50 76.3 →
+  76.1 %, MobileNetV2 70.77 → 70.01 %
+  ([TFMOT, "Quantization aware training"](https://www.tensorflow.org/model_optimization/guide/quantization/training)).
+- larq's "BinaryNet on MNIST" example, the layout of `binary_cnn`, reaches "approximately 98 %" on MNIST digits (an
+  easier set than Fashion-MNIST) ([larq, "Introduction to BNNs with Larq"](https://docs.larq.dev/larq/tutorials/mnist/)).
+"""
+
+
+def results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
+    """The full (not ``--quick``) results, by row name."""
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        if not data.get("quick"):
+            found[data["row"]] = data
+    return found
+
+
+def _epochs(n: int, what: str = "") -> str:
+    return f"{n} {what}{'epoch' if n == 1 else 'epochs'}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.2f} %"
+
+
+def _provenance(r: dict[str, Any]) -> str:
+    load = r["load_average"].get("during") or {}
+    during = f"load average {load['min']}–{load['max']} (median {load['median']})" if load else "load not recorded"
+    epochs = _epochs(r["epochs"])
+    if r.get("float_stage"):
+        epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], 'QAT ')}"
+    return (
+        f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
+        f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
+        f"{r['test_samples']} test images; {r['minutes']} min in all, {during}. Command: `{r['command']}`"
+    )
+
+
+def _side_table(r: dict[str, Any]) -> list[str]:
+    sides = r["sides"]
+    int8 = r["row"] == "int8_qat"
+    low = r["row"] == "low_bit"
+    head = "| side | versions | test accuracy | median step | allocator peak |"
+    rule = "|---|---|---|---|---|"
+    if int8:
+        head += " int8 TFLite accuracy | Keras QAT = TFLite predictions | .tflite bytes |"
+        rule += "---|---|---|"
+    if low:
+        head += " packed weights | float32 weights |"
+        rule += "---|---|"
+    lines = [head, rule]
+    if r.get("float_stage"):
+        cells = [
+            "float (trained first, the start of every side)",
+            f"Keras {r['keras']}",
+            _pct(r["float_stage"]["test_accuracy"]),
+            "",
+            "",
+        ]
+        cells += [""] * (3 if int8 else 2 if low else 0)
+        lines.append("| " + " | ".join(cells) + " |")
+    for side, f in sides.items():
+        cells = [
+            side,
+            f["versions"],
+            _pct(f["test_accuracy"]),
+            f"{1000 * f['median_step_s']:.1f} ms",
+            f"{f['peak_bytes'] / 2**20:.1f} MiB",
+        ]
+        if int8:
+            cells += [_pct(f["int8_accuracy"]), _pct(f["keras_tflite_agreement"]), str(f["tflite_bytes"])]
+        if low:
+            cells += [f"{f['packed_bytes']:,} B", f"{f['float32_bytes']:,} B"]
+        lines.append("| " + " | ".join(cells) + " |")
+    for side, why in r.get("skipped_sides", {}).items():
+        lines.append(f"| {side} | not run ({why}) |" + " |" * (3 + (3 if int8 else 2 if low else 0)))
+    return lines
+
+
+def _verdict(r: dict[str, Any]) -> list[str]:
+    s, sides = r["summary"], r["sides"]
+    lines = []
+    if r["row"] == "binary_cnn" and "larq" in sides:
+        lines.append(
+            f"ste {_pct(sides['ste']['test_accuracy'])} against larq {_pct(sides['larq']['test_accuracy'])} "
+            f"({s['accuracy_gap_points']:+.2f} points; goal: at least larq's minus 0.3 points — "
+            f"{'met' if s['goal_met'] else 'NOT met'}). Step time ste ÷ larq {s['step_time_ratio']:.2f}, allocator "
+            f"peak ste ÷ larq {s['peak_memory_ratio']:.2f}"
+            + (" (side by side, epochs alternating)." if r["epochs"] > 1 else ".")
+        )
+        if "float" in sides:
+            lines.append(f"Float Keras 3, same network: {_pct(sides['float']['test_accuracy'])}.")
+        if s["step_time_ratio"] > 1.05:
+            lines.append(
+                f"**ste trained slower than larq here** (step time ×{s['step_time_ratio']:.2f}); no cause specific "
+                "to this network is known yet. The step-by-step comparison on another binarized network, in "
+                "alternating rounds, is in [Performance](performance.md#binarized-training-against-larq)."
+            )
+    if r["row"] == "int8_qat":
+        ste_side = sides["ste"]
+        text = (
+            f"ste's int8 TFLite model: {_pct(ste_side['int8_accuracy'])}, "
+            f"{s['int8_minus_float_points']:+.2f} points from float (goal within 0.2); "
+            f"{_pct(ste_side['keras_tflite_agreement'])} of test predictions equal to the Keras QAT model's "
+            f"(goal at least 99 %)"
+        )
+        if "tfmot" in sides:
+            text += (
+                f"; TFMOT's int8 model {_pct(sides['tfmot']['int8_accuracy'])}, ste {s['int8_gap_points']:+.2f} "
+                f"points (goal at least −0.2). QAT step time ste ÷ TFMOT {s['step_time_ratio']:.2f}, allocator "
+                f"peak {s['peak_memory_ratio']:.2f}"
+            )
+        lines.append(text + f". {'All goals met' if s['goal_met'] else 'Not every goal is met'}.")
+        if s["int8_minus_float_points"] > 0.2:
+            lines.append(
+                f"The int8 model is **better** than the float start by {s['int8_minus_float_points']:.2f} points, so "
+                "the within-0.2-points goal fails upwards: the float start had "
+                f"{_epochs(len(r['float_stage']['curve']))} and was still improving, and the QAT epochs are further "
+                "training. The goal assumes a converged float start, as in TFMOT's published figures."
+            )
+        if s.get("step_time_ratio", 0) > 1.05:
+            lines.append(
+                f"**ste's QAT step was slower than TFMOT's here** (×{s['step_time_ratio']:.2f}); no cause specific "
+                "to this network is known yet."
+            )
+
+    if r["epochs"] == 1 and len(sides) > 1:
+        lines.append(
+            "With one epoch per side the sides cannot alternate: each side's epoch ran in a different stretch of "
+            "time, so the step-time and memory ratios of this run carry the machine's load changes (see the load "
+            "average below) and are indicative only."
+        )
+    return lines
+
+
+NOTES = {
+    "low_bit": (
+        "**Known cause of the binary scheme's result.** The binary scheme puts a sign on every quantized layer's "
+        "input. In this network the inputs of the depthwise, pointwise and dense layers come from ReLUs, so they are "
+        "≥ 0 and sign(x) (with sign(0) = +1) is the constant +1: those layers see no information and the network "
+        "cannot learn (10 % is chance on 10 balanced classes). A binary network needs inputs centred on zero "
+        "(batch norm before the sign, no ReLU), as `binary_cnn` has. The figure stays on this page until the scheme "
+        "handles it."
+    ),
+}
+
+
+def page(found: dict[str, dict[str, Any]]) -> str:
+    out = [
+        "# Results on Fashion-MNIST",
+        "",
+        "Accuracy of ste's binarized, int8 and low-bit networks on Fashion-MNIST (60,000 training and 10,000 test",
+        "images, 28×28, 10 classes), each beside its peer on the same network, data, seed, batch and epochs. This",
+        "page is generated from `benchmarks/results/accuracy/*.json` by `python -m benchmarks.results_page`; each",
+        "row comes from one command, `python -m benchmarks.accuracy NAME` (below each table, with its date, CPU and",
+        "TensorFlow version).",
+        "",
+        "**Data.** `apt-get install dataset-fashion-mnist` (Debian, Ubuntu), Keras's cache",
+        "(`keras.datasets.fashion_mnist.load_data()` fills it), or `--data DIR` with the four IDX files.",
+        "",
+        "**Peers.** Each runs in its own virtual environment (never an ste dependency) and in its own process, all",
+        "sides at once in lockstep: one side trains an epoch and evaluates while the others wait, in an order that",
+        "reverses every epoch, so that step times see the same machine load. Step time and memory are reported",
+        "only as ratios between sides of one run.",
+        "",
+        "```text",
+        "python3.11 -m venv LARQ_VENV && LARQ_VENV/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 \\",
+        "    'larq==0.14.*'",
+        "python3.11 -m venv TFMOT_VENV && TFMOT_VENV/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 \\",
+        "    tensorflow-model-optimization==0.8.1",
+        "python -m benchmarks.accuracy binary_cnn --larq-venv LARQ_VENV",
+        "python -m benchmarks.accuracy int8_qat --tfmot-venv TFMOT_VENV",
+        "python -m benchmarks.accuracy low_bit",
+        "```",
+        "",
+        ANCHORS,
+    ]
+    for name in ORDER:
+        out += [f"## {TITLES[name]}", ""]
+        if name not in found:
+            out += ["Not measured yet.", ""]
+            continue
+        r = found[name]
+        out += [*_side_table(r), ""]
+        out += [line + "\n" for line in _verdict(r)]
+        if name == "low_bit":
+            for side, f in r["sides"].items():
+                kernels = ", ".join(f"{k} {b} bits" for k, b in f.get("kernel_bits", {}).items())
+                out += [f"Kernels of the {side} model as stored packed: {kernels}.", ""]
+        if name == "low_bit" and r["sides"].get("binary", {}).get("test_accuracy", 1.0) < 0.2:
+            out += [NOTES[name], ""]
+        out += [_provenance(r), "", f"![{name}: test accuracy per epoch](img/results/{name}.png)", ""]
+    out += [
+        "## Not measured yet",
+        "",
+        "- Spiking networks against snnTorch (a rate-coded 2-layer LIF network in the style of snnTorch's tutorial 5,",
+        "  and a convolutional one): no row yet.",
+        "- Sparse and clustered networks against TFMOT: they wait for `ste.sparsity` and `ste.clustering`.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per headline figure."""
+    lines = []
+    if "binary_cnn" in found:
+        r = found["binary_cnn"]
+        sides = r["sides"]
+        line = f"- Binarized CNN ({_epochs(r['epochs'])}): ste {_pct(sides['ste']['test_accuracy'])}"
+        if "larq" in sides:
+            line += f", larq 0.14 {_pct(sides['larq']['test_accuracy'])}"
+        if "float" in sides:
+            line += f", float Keras 3 {_pct(sides['float']['test_accuracy'])}"
+        if "step_time_ratio" in r["summary"]:
+            line += f"; step time ste ÷ larq {r['summary']['step_time_ratio']:.2f}"
+        lines.append(line + ".")
+    if "int8_qat" in found:
+        r = found["int8_qat"]
+        sides = r["sides"]
+        line = (
+            f"- Int8 QAT ({_epochs(r['epochs'], 'QAT ')}): float {_pct(r['float_stage']['test_accuracy'])}, ste int8 "
+            f"TFLite {_pct(sides['ste']['int8_accuracy'])}"
+        )
+        if "tfmot" in sides:
+            line += f", TFMOT 0.8 int8 TFLite {_pct(sides['tfmot']['int8_accuracy'])}"
+        lines.append(line + ".")
+    if "low_bit" in found:
+        r = found["low_bit"]
+        parts = [
+            f"{side} {_pct(f['test_accuracy'])} ({f['packed_bytes'] / 1024:.1f} KiB packed)"
+            for side, f in r["sides"].items()
+        ]
+        lines.append(f"- quantize_model schemes ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
+    return lines
+
+
+def _readme(text: str, lines: list[str]) -> str:
+    if START not in text or END not in text:
+        raise SystemExit(f"benchmarks.results_page: README.md lacks the markers {START} and {END}")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return head + START + "\n" + "\n".join(lines) + "\n" + END + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.results_page", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the files differ from what the JSON gives")
+    args = parser.parse_args(argv)
+    found = results()
+    want_page = page(found)
+    want_readme = _readme(README.read_text(), readme_lines(found))
+    if args.check:
+        stale = [
+            str(p.relative_to(ROOT))
+            for p, want in ((PAGE, want_page), (README, want_readme))
+            if not p.is_file() or p.read_text() != want
+        ]
+        if stale:
+            print(
+                f"benchmarks.results_page: {', '.join(stale)} differ from the JSON; run python -m "
+                "benchmarks.results_page",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    PAGE.write_text(want_page)
+    README.write_text(want_readme)
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    for name in found:
+        png = RESULTS / f"{name}.png"
+        if png.is_file():
+            shutil.copyfile(png, IMAGES / f"{name}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

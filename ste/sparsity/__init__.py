@@ -1,0 +1,37 @@
+"""Magnitude pruning and N:M structured sparsity for Keras 3, with TFMOT's ``tfmot.sparsity.keras`` API.
+
+>>> import ste, keras
+>>> model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8), keras.layers.Dense(2)])
+>>> pruned = ste.sparsity.prune_low_magnitude(model, ste.sparsity.ConstantSparsity(0.5, begin_step=0, frequency=1))
+>>> # pruned.compile(...); pruned.fit(x, y, callbacks=[ste.sparsity.UpdatePruningStep()])
+>>> plain = ste.sparsity.strip_pruning(pruned)   # plain Keras layers, zeros in place
+
+The mask is applied by a straight-through op: ``gradient="masked"`` (TFMOT's: pruned weights get no gradient) or
+``gradient="sr_ste"`` (SR-STE: every weight gets the gradient straight through, plus ``decay·(1 − mask)·weight``).
+See docs/sparsity.md.
+"""
+
+from ._api import prune_low_magnitude, prune_scope, strip_pruning
+from ._callbacks import PruningSummaries, UpdatePruningStep
+from ._layers import PrunableLayer
+from ._mask import apply_mask, magnitude_mask, n_by_m_mask, sr_ste
+from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
+from ._wrapper import MissingCallbackError, PruneLowMagnitude
+
+__all__ = [
+    "ConstantSparsity",
+    "MissingCallbackError",
+    "PolynomialDecay",
+    "PrunableLayer",
+    "PruneLowMagnitude",
+    "PruningSchedule",
+    "PruningSummaries",
+    "UpdatePruningStep",
+    "apply_mask",
+    "magnitude_mask",
+    "n_by_m_mask",
+    "prune_low_magnitude",
+    "prune_scope",
+    "sr_ste",
+    "strip_pruning",
+]

@@ -1,0 +1,120 @@
+"""The pruning mask: which weights are kept (by magnitude, in blocks, or N:M), and the straight-through op that
+applies it.
+
+Masks keep exactly ``k = max(round(n·(1 − sparsity)), 1)`` of the ``n`` weights (or blocks) with the largest
+magnitude, as TFMOT's ``pruning_impl`` counts them; where magnitudes tie, the weight that comes first in row-major
+order is kept (TFMOT keeps every weight tied with the threshold, so ties can leave it with fewer zeros). Blocks are
+pooled by their mean (``"AVG"``) or largest (``"MAX"``) magnitude over the weights inside the tensor (a partial block
+at the edge pools what it has, as TensorFlow's ``SAME`` pooling does). ``(m, n)`` N:M sparsity (TFMOT's
+``sparsity_m_by_n``) zeroes the ``m`` smallest of every ``n`` consecutive weights along the input-channel axis.
+
+The op applying the mask is an ``ste`` op: its forward is ``weight · mask``, and its rule is the gradient choice:
+
+* ``"masked"`` (TFMOT's): ``dweight = dy · mask``; pruned weights get no gradient.
+* ``"sr_ste"`` (SR-STE, Zhou et al., ICLR 2021): ``dweight = dy + decay · (1 − mask) · weight``; every weight gets
+  the gradient of the masked weight straight through, and the pruned ones also decay, so the mask can change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from .._dsl import forward
+
+__all__ = ["GRADIENTS", "apply_mask", "magnitude_mask", "n_by_m_mask", "sr_ste"]
+
+
+def masked_weight(weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    """``weight · mask``; the gradient reaches the kept weights only (``dy · mask``)."""
+    return weight * tf.cast(mask, weight.dtype)
+
+
+def sr_ste_weight(weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    """``weight · mask``; the gradient is ``dy + decay · (1 − mask) · weight`` (SR-STE)."""
+    return weight * tf.cast(mask, weight.dtype)
+
+
+def _masked_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    return dy * tf.cast(mask, dy.dtype), None
+
+
+def _sr_ste_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    pruned = 1.0 - tf.cast(mask, dy.dtype)
+    return dy + tf.convert_to_tensor(decay, dy.dtype) * pruned * tf.cast(weight, dy.dtype), None
+
+
+apply_mask = forward(masked_weight).backward(_masked_rule)
+sr_ste = forward(sr_ste_weight).backward(_sr_ste_rule)
+
+GRADIENTS = {"masked": apply_mask, "sr_ste": sr_ste}
+
+
+def _magnitude(weight: Any) -> tf.Tensor:
+    """|weight| in float32 (float64 for float64 weights), so that half-precision ties are not created by rounding
+    the sort keys further."""
+    dtype = tf.float64 if weight.dtype == tf.float64 else tf.float32
+    return tf.abs(tf.cast(weight, dtype))
+
+
+def kept_count(size: int, sparsity: Any) -> tf.Tensor:
+    """``max(round(size·(1 − sparsity)), 1)`` (round half to even), computed in float32 as TFMOT does."""
+    kept = tf.round(tf.cast(size, tf.float32) * (1.0 - tf.cast(sparsity, tf.float32)))
+    return tf.cast(tf.maximum(kept, 1.0), tf.int32)
+
+
+def _top_mask(scores: tf.Tensor, k: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    """A boolean mask of ``scores``' shape keeping its ``k`` largest entries (earlier index first on ties), and the
+    k-th largest score."""
+    flat = tf.reshape(scores, [-1])
+    order = tf.argsort(flat, direction="DESCENDING", stable=True)
+    size = tf.size(flat)
+    ranks = tf.scatter_nd(order[:, None], tf.range(size), [size])
+    threshold = tf.gather(flat, order[k - 1])
+    return tf.reshape(ranks < k, tf.shape(scores)), threshold
+
+
+def _pool(magnitude: tf.Tensor, block: tuple[int, int], pooling: str) -> tf.Tensor:
+    rows, cols = magnitude.shape
+    bh, bw = block
+    out_rows, out_cols = -(-rows // bh), -(-cols // bw)
+    padded = tf.pad(magnitude, [[0, out_rows * bh - rows], [0, out_cols * bw - cols]])
+    blocks = tf.reshape(padded, [out_rows, bh, out_cols, bw])
+    if pooling == "MAX":
+        return tf.reduce_max(blocks, axis=[1, 3])  # magnitudes are >= 0, so the zero padding never wins
+    ones = tf.pad(tf.ones_like(magnitude), [[0, out_rows * bh - rows], [0, out_cols * bw - cols]])
+    counts = tf.reduce_sum(tf.reshape(ones, [out_rows, bh, out_cols, bw]), axis=[1, 3])
+    return tf.reduce_sum(blocks, axis=[1, 3]) / counts
+
+
+def magnitude_mask(
+    weight: Any, sparsity: Any, block_size: tuple[int, int] = (1, 1), block_pooling_type: str = "AVG"
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The mask (in ``weight``'s dtype) keeping the weights (or blocks of a rank-2 weight) of largest magnitude so
+    that ``sparsity`` of them are zero, and the threshold magnitude (the smallest one kept)."""
+    magnitude = _magnitude(weight)
+    if tuple(block_size) == (1, 1):
+        keep, threshold = _top_mask(magnitude, kept_count(int(magnitude.shape.num_elements()), sparsity))
+        return tf.cast(keep, weight.dtype), tf.cast(threshold, weight.dtype)
+    pooled = _pool(magnitude, (int(block_size[0]), int(block_size[1])), block_pooling_type)
+    keep, threshold = _top_mask(pooled, kept_count(int(pooled.shape.num_elements()), sparsity))
+    expanded = tf.repeat(tf.repeat(keep, block_size[0], axis=0), block_size[1], axis=1)
+    rows, cols = magnitude.shape
+    return tf.cast(expanded[:rows, :cols], weight.dtype), tf.cast(threshold, weight.dtype)
+
+
+def n_by_m_mask(weight: Any, zeros: int, group: int, axis: int) -> tf.Tensor:
+    """The mask zeroing the ``zeros`` smallest-magnitude weights of every ``group`` consecutive ones along ``axis``
+    (earlier position kept on ties); ``weight.shape[axis]`` must be a multiple of ``group``."""
+    magnitude = _magnitude(weight)
+    rank = magnitude.shape.rank
+    axis = axis % rank
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    moved = tf.transpose(magnitude, perm)
+    groups = tf.reshape(moved, [-1, group])
+    order = tf.argsort(groups, axis=-1, direction="DESCENDING", stable=True)
+    ranks = tf.argsort(order, axis=-1, stable=True)  # the position of each weight in its group's order
+    keep = tf.reshape(ranks < group - zeros, tf.shape(moved))
+    inverse = [perm.index(d) for d in range(rank)]
+    return tf.cast(tf.transpose(keep, inverse), weight.dtype)

@@ -1,0 +1,171 @@
+"""Pruning schedules: when the mask is recomputed and at which sparsity (TFMOT's ``pruning_schedule`` formulas).
+
+A schedule is called with the pruning step (an integer tensor) and returns ``(should_prune, sparsity)``: a boolean
+scalar, and the float32 fraction of zeros the mask must hold at that step. Pruning happens when
+``begin_step <= step <= end_step`` (``end_step = -1``: for ever) and ``(step - begin_step) % frequency == 0``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .._errors import ParameterError
+
+__all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule"]
+
+
+def _integer(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ParameterError(f"{owner}: {name} must be an integer; received {value!r} ({type(value).__name__}).")
+    return int(value)
+
+
+def _sparsity(owner: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < 1.0:
+        raise ParameterError(
+            f"{owner}: {name} must be a number in [0, 1) (the fraction of weights set to zero); received {value!r}. "
+            f"Fix: pass e.g. {name}=0.5 for half of the weights pruned (1.0 would prune every weight)."
+        )
+    return float(value)
+
+
+def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: bool) -> tuple[int, int, int]:
+    begin = _integer(owner, "begin_step", begin_step)
+    end = _integer(owner, "end_step", end_step)
+    every = _integer(owner, "frequency", frequency)
+    if begin < 0:
+        raise ParameterError(f"{owner}: begin_step must be >= 0; received {begin}.")
+    if end < -1:
+        raise ParameterError(f"{owner}: end_step must be -1 or >= 0; received {end}.")
+    if end == -1 and not forever:
+        raise ParameterError(
+            f"{owner}: end_step cannot be -1 (prune for ever): the sparsity decays from begin_step to end_step. "
+            f"Fix: pass the step at which the final sparsity is reached, or use ConstantSparsity."
+        )
+    if end != -1 and end < begin:
+        raise ParameterError(
+            f"{owner}: end_step ({end}) is before begin_step ({begin}). Fix: pass end_step >= begin_step"
+            f"{'' if not forever else ', or end_step=-1 to prune until training ends'}."
+        )
+    if every <= 0:
+        raise ParameterError(f"{owner}: frequency must be > 0 (prune every `frequency` steps); received {every}.")
+    return begin, end, every
+
+
+class PruningSchedule:
+    """Base class of pruning schedules: ``schedule(step) -> (should_prune, sparsity)``.
+
+    Subclasses implement ``__call__`` and ``get_config`` (and register with Keras to be saved with a model);
+    :meth:`should_prune_in_step` is TFMOT's rule for when to prune.
+    """
+
+    @staticmethod
+    def should_prune_in_step(step: Any, begin_step: int, end_step: int, frequency: int) -> tf.Tensor:
+        """True when ``begin_step <= step <= end_step`` (``end_step=-1``: no end) and ``(step - begin_step)`` is a
+        multiple of ``frequency``."""
+        step = tf.cast(step, tf.int64)
+        in_range = tf.logical_and(
+            tf.greater_equal(step, begin_step), tf.logical_or(tf.less_equal(step, end_step), end_step < 0)
+        )
+        return tf.logical_and(in_range, tf.equal(tf.math.floormod(step - begin_step, frequency), 0))
+
+    def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(step) -> (should_prune, sparsity).")
+
+    def get_config(self) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} must implement get_config().")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> PruningSchedule:
+        if "class_name" in config and "config" in config:  # TFMOT's own format
+            config = config["config"]
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({arguments})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PruningSchedule) and type(self) is type(other) and self.get_config() == other.get_config()
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(sorted(self.get_config().items()))))
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class ConstantSparsity(PruningSchedule):
+    """The same sparsity at every pruning step in ``[begin_step, end_step]``, every ``frequency`` steps (TFMOT's
+    ``ConstantSparsity``; ``end_step=-1`` prunes until training ends)."""
+
+    def __init__(self, target_sparsity: float, begin_step: int, end_step: int = -1, frequency: int = 100) -> None:
+        owner = "ste.sparsity.ConstantSparsity"
+        self.target_sparsity = _sparsity(owner, "target_sparsity", target_sparsity)
+        self.begin_step, self.end_step, self.frequency = _steps(owner, begin_step, end_step, frequency, True)
+
+    def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        should = self.should_prune_in_step(step, self.begin_step, self.end_step, self.frequency)
+        return should, tf.constant(self.target_sparsity, tf.float32)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "target_sparsity": self.target_sparsity,
+            "begin_step": self.begin_step,
+            "end_step": self.end_step,
+            "frequency": self.frequency,
+        }
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class PolynomialDecay(PruningSchedule):
+    """Sparsity rising from ``initial_sparsity`` to ``final_sparsity`` between ``begin_step`` and ``end_step``
+    (TFMOT's ``PolynomialDecay``, Zhu & Gupta 2017)::
+
+        p = clip((step - begin_step) / (end_step - begin_step), 0, 1)
+        sparsity = final_sparsity + (initial_sparsity - final_sparsity) * (1 - p) ** power
+
+    With ``end_step == begin_step`` (where TFMOT divides zero by zero) ``p`` is 1 from ``begin_step`` on.
+    """
+
+    def __init__(
+        self,
+        initial_sparsity: float,
+        final_sparsity: float,
+        begin_step: int,
+        end_step: int,
+        power: float = 3,
+        frequency: int = 100,
+    ) -> None:
+        owner = "ste.sparsity.PolynomialDecay"
+        self.initial_sparsity = _sparsity(owner, "initial_sparsity", initial_sparsity)
+        self.final_sparsity = _sparsity(owner, "final_sparsity", final_sparsity)
+        self.begin_step, self.end_step, self.frequency = _steps(owner, begin_step, end_step, frequency, False)
+        if isinstance(power, bool) or not isinstance(power, numbers.Real) or not float(power) > 0:
+            raise ParameterError(f"{owner}: power must be a number > 0; received {power!r}.")
+        self.power: float = power
+
+    def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        elapsed = tf.cast(tf.cast(step, tf.int64) - self.begin_step, tf.float32)
+        if self.end_step == self.begin_step:  # no steps to decay over: the final sparsity from begin_step on
+            p = tf.cast(elapsed >= 0, tf.float32)
+        else:
+            p = tf.clip_by_value(elapsed / float(self.end_step - self.begin_step), 0.0, 1.0)
+        sparsity = self.final_sparsity + (self.initial_sparsity - self.final_sparsity) * tf.pow(
+            1.0 - p, float(self.power)
+        )
+        return self.should_prune_in_step(step, self.begin_step, self.end_step, self.frequency), sparsity
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "initial_sparsity": self.initial_sparsity,
+            "final_sparsity": self.final_sparsity,
+            "power": self.power,
+            "begin_step": self.begin_step,
+            "end_step": self.end_step,
+            "frequency": self.frequency,
+        }

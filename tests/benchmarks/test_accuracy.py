@@ -1,0 +1,95 @@
+"""``python -m benchmarks.accuracy``: bad input fails in one line before training, ``--quick`` runs end to end (with
+the real Fashion-MNIST only: it is skipped where the data is not installed, never downloaded), and the results page
+and the README agree with the JSON they are generated from."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import _fashion, accuracy, results_page  # noqa: E402
+
+
+def _one_line_exit(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        accuracy.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("benchmarks.accuracy: "), err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_unknown_row_is_one_line_naming_the_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line_exit(["binary_nett", "--quick"], capsys, "'binary_nett'", "binary_cnn", "int8_qat", "low_bit")
+
+
+def test_a_venv_without_python_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line_exit(["binary_cnn", "--larq-venv", str(tmp_path)], capsys, "--larq-venv", "bin/python")
+
+
+def test_bad_data_folder_is_one_line_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / (_fashion.FILES["x_train"] + ".gz")).write_bytes(b"")
+    _one_line_exit(["int8_qat", "--data", str(tmp_path)], capsys, "lacks", "dataset-fashion-mnist")
+
+
+def _have_data() -> bool:
+    cache = _fashion.keras_cache()
+    return _fashion.DEBIAN.is_dir() or all(_fashion._file(cache, name) for name in _fashion.FILES.values())
+
+
+@pytest.mark.skipif(not _have_data(), reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.parametrize("row", ["binary_cnn", "int8_qat"])
+def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "benchmarks.accuracy", row, "--quick", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / f"{row}.json").read_text())
+    assert (tmp_path / f"{row}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result["quick"] is True and result["command"] == f"python -m benchmarks.accuracy {row} --quick"
+    for key in ("date", "cpu", "tensorflow", "load_average"):
+        assert result[key]
+    side = result["sides"]["ste"]
+    assert len(side["curve"]) == 1 and 0.0 <= side["test_accuracy"] <= 1.0
+    assert side["test_accuracy"] == side["curve"][-1]["test_accuracy"]
+    assert f"test accuracy {100 * side['test_accuracy']:.2f} %" in done.stdout
+    if row == "int8_qat":
+        assert 0.0 <= side["int8_accuracy"] <= 1.0 and 0.0 <= side["keras_tflite_agreement"] <= 1.0
+        assert side["int8_kernels"][0] == side["int8_kernels"][1] > 0  # every conv / dense kernel runs in int8
+
+
+def test_results_page_and_readme_are_generated_from_the_json() -> None:
+    assert results_page.main(["--check"]) == 0, "run python -m benchmarks.results_page"
+
+
+def test_readme_figures_are_the_json_figures() -> None:
+    """Read back every percentage on the README's result lines and find it in the JSON of its row (independently of
+    the generator's formatting code)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(results_page.START, 1)[1].split(results_page.END, 1)[0]
+    found = results_page.results()
+    rows = {"Binarized CNN": "binary_cnn", "Int8 QAT": "int8_qat", "quantize_model schemes": "low_bit"}
+    lines = [line for line in block.splitlines() if line.startswith("- ")]
+    assert len(lines) == len(found)
+    for line in lines:
+        name = next(row for prefix, row in rows.items() if line.startswith("- " + prefix))
+        r = found[name]
+        figures = {
+            round(100 * f[k], 2) for f in r["sides"].values() for k in ("test_accuracy", "int8_accuracy") if k in f
+        }
+        if r.get("float_stage"):
+            figures.add(round(100 * r["float_stage"]["test_accuracy"], 2))
+        quoted = [float(v) for v in re.findall(r"(\d+\.\d+) %", line)]
+        assert quoted and all(v in figures for v in quoted), (line, figures)
+        assert f"({r['epochs']} " in line
