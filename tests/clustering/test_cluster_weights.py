@@ -320,4 +320,5 @@ def test_the_benchmark_runs_on_digits() -> None:
     args = argparse.Namespace(fashion_mnist=None, train=0, test=0, epochs=1, fine_tune_epochs=1, clusters=[4])
     rows = run("ste", args)
     assert [r["model"] for r in rows] == ["float", "4 clusters"] and rows[1]["values"] <= 4
-    assert rows[1]["gzip_bytes"] < rows[0]["gzip_bytes"] and rows[1]["tflite_bytes"] == rows[0]["tflite_bytes"]
+    assert rows[1]["gzip_bytes"] < rows[0]["gzip_bytes"] / 4  # 4 values per kernel compress; the float ones do not
+    assert abs(rows[1]["tflite_bytes"] - rows[0]["tflite_bytes"]) < 0.01 * rows[0]["tflite_bytes"]  # same tensors
