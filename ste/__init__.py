@@ -18,6 +18,7 @@ _check_requirements()  # no TensorFlow, or one too old: ste.errors.MissingDepend
 from . import (
     activations,
     callbacks,
+    clustering,
     constraints,
     errors,
     larq,
@@ -62,6 +63,7 @@ __all__ = [
     "backward_like",
     "bit_masks",
     "callbacks",
+    "clustering",
     "constraints",
     "errors",
     "export_quantized_weights",

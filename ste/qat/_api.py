@@ -8,7 +8,7 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -331,10 +331,13 @@ def _check_activation_bits(model: keras.Model) -> None:
             )
 
 
-def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
+def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Sequence[Any] | None = None) -> bytes:
     """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` (without the training-only
     gradient functions) then the stock ``tf.lite.TFLiteConverter.from_saved_model`` with
     ``optimizations=[tf.lite.Optimize.DEFAULT]``.
+
+    ``optimizations`` replaces that list (the converter's own attribute): ``[]`` converts a float model (a stripped
+    clustered or pruned one) to a float flatbuffer, whose kernels keep their exact values.
 
     ``int8_io=True`` also makes the model's inputs and outputs int8 (no float quantize/dequantize at the edges; the
     input scale and zero point are in the interpreter's input details). A model trained under a mixed-precision
@@ -342,6 +345,14 @@ def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
     fake-quant ops).
     """
     int8_io = check_bool("ste.to_tflite", "int8_io", int8_io)
+    if optimizations is not None and (
+        isinstance(optimizations, (str, tf.lite.Optimize))
+        or not all(isinstance(o, tf.lite.Optimize) for o in optimizations)
+    ):
+        raise ParameterError(
+            f"ste.to_tflite: optimizations must be a list of tf.lite.Optimize members or None; received "
+            f"{optimizations!r}. Fix: e.g. optimizations=[] for a float flatbuffer, or leave it None."
+        )
     _check_model(model, "ste.to_tflite")
     _check_activation_bits(model)
     model = _in_float32(model)
@@ -350,7 +361,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False) -> bytes:
         _export_for_inference(model, path)
         with _quiet_inference_load():
             converter = tf.lite.TFLiteConverter.from_saved_model(path)
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)
             if int8_io:
                 converter.inference_input_type = tf.int8
                 converter.inference_output_type = tf.int8

@@ -1,0 +1,126 @@
+"""The initial centroids of a weight tensor, by TFMOT's four methods (``clustering_centroids.py``), computed eagerly.
+
+Every method works on the flattened weights, in float32 (float64 for a float64 weight) and returns ``k`` centroids
+in the weight's dtype:
+
+* ``LINEAR``: ``linspace(min(w), max(w), k)``.
+* ``RANDOM``: ``uniform(min(w), max(w))``, ``k`` draws from Keras's seed generator.
+* ``DENSITY_BASED``: the empirical CDF ``F(x) = #(w <= x) / n`` on 30 grid points ``linspace(min(w) - gap,
+  max(w) + gap, 30)`` (``gap = 0.01``), probabilities ``linspace(0.01, 1, k)`` looked up with
+  ``searchsorted(F, p, side="right")`` → ``i``; each centroid is TFMOT's interpolation between grid points
+  ``min(i, 29)`` and the one before it (which lands on grid point ``min(i, 29)``).
+* ``KMEANS_PLUS_PLUS``: TensorFlow's ``KmeansPlusPlusInitialization`` kernel on the weights, seed 9,
+  ``2 + log(k)`` candidates per draw (TFMOT's call): each centroid is one of the weights.
+
+With ``preserve_sparsity`` (TFMOT's sparsity-aware initialization) one centroid is exactly 0, and the other ``k - 1``
+are split between the negative and the positive weights in proportion to their counts (``round`` half to even),
+each side initialized by the method on its own; the order is negative, zero, positive. ``DENSITY_BASED``'s gap
+becomes ``min(0.01, min(|min|, |max|) / 2)`` of the side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ._config import CentroidInitialization
+
+__all__ = ["initial_centroids"]
+
+_GRID = 30  # TFMOT's number of CDF interpolation nodes
+_KMEANS_SEED = 9  # TFMOT's seed for k-means++
+
+
+def _linear(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
+    return tf.linspace(tf.reduce_min(w), tf.reduce_max(w), k)
+
+
+def _random(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
+    low, high = tf.reduce_min(w), tf.reduce_max(w)
+    return tf.convert_to_tensor(keras.random.uniform((k,), minval=low, maxval=high, dtype=w.dtype.name))
+
+
+def _density_based(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
+    low, high = tf.reduce_min(w), tf.reduce_max(w)
+    gap = tf.constant(0.01, w.dtype)
+    if preserve_sparsity:
+        gap = tf.minimum(gap, tf.minimum(tf.abs(low), tf.abs(high)) / 2)
+    grid = tf.linspace(low - gap, high + gap, _GRID)
+    size = tf.cast(tf.size(w), w.dtype)
+    cdf = tf.reduce_sum(tf.cast(w[None, :] <= grid[:, None], w.dtype), axis=1) / size
+    probabilities = tf.linspace(tf.constant(0.01, w.dtype), tf.constant(1.0, w.dtype), k)
+    index = tf.searchsorted(cdf, probabilities, side="right")
+    clipped = tf.minimum(index, _GRID - 1)
+    previous = tf.maximum(0, clipped - 1)
+    x1, x2 = tf.gather(grid, clipped), tf.gather(grid, previous)
+    y1, y2 = tf.gather(cdf, clipped), tf.gather(cdf, previous)
+    # TFMOT's TFLinearEquationSolver through (x1, y1) and (x2, y2), solved for x at y1.
+    run = tf.maximum(x2 - x1, tf.constant(0.001, w.dtype))
+    slope = (y2 - y1) / run
+    intercept = y1 - x1 * ((y2 - y1) / run)
+    return tf.where(tf.equal(y2, y1), x1, (y1 - intercept) / tf.where(tf.equal(slope, 0), tf.ones_like(slope), slope))
+
+
+def _kmeans_plus_plus(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
+    points = tf.reshape(tf.cast(w, tf.float32), [-1, 1])
+    drawn = min(k, int(points.shape[0]))  # the kernel cannot draw more centroids than there are points
+    centroids = tf.raw_ops.KmeansPlusPlusInitialization(
+        points=points,
+        num_to_sample=tf.constant(drawn, tf.int64),
+        seed=tf.constant(_KMEANS_SEED, tf.int64),
+        num_retries_per_sample=tf.constant(-1, tf.int64),
+    )
+    centroids = tf.cast(tf.reshape(centroids, [drawn]), w.dtype)
+    if drawn < k:  # only a side of a sparsity-preserving split can be this small; repeat its largest centroid
+        centroids = tf.concat([centroids, tf.fill([k - drawn], tf.reduce_max(centroids))], axis=0)
+    return centroids
+
+
+_METHODS: dict[CentroidInitialization, Callable[[tf.Tensor, int, bool], tf.Tensor]] = {
+    CentroidInitialization.LINEAR: _linear,
+    CentroidInitialization.RANDOM: _random,
+    CentroidInitialization.DENSITY_BASED: _density_based,
+    CentroidInitialization.KMEANS_PLUS_PLUS: _kmeans_plus_plus,
+}
+
+
+def _interval(method: CentroidInitialization, w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
+    if k <= 0:
+        return tf.zeros([0], w.dtype)
+    return _METHODS[method](w, k, preserve_sparsity)
+
+
+def _zero_centroid(method: CentroidInitialization, w: tf.Tensor, k: int) -> tf.Tensor:
+    negative = tf.boolean_mask(w, w < 0)
+    positive = tf.boolean_mask(w, w > 0)
+    nonzero = int(tf.size(negative)) + int(tf.size(positive))
+    zero = tf.zeros([1], w.dtype)
+    if nonzero == 0:
+        return zero
+    n_negative = int(np.round((k - 1) * (int(tf.size(negative)) / nonzero)))  # numpy and TF both round half to even
+    n_positive = k - 1 - n_negative
+    return tf.concat(
+        [_interval(method, negative, n_negative, True), zero, _interval(method, positive, n_positive, True)], axis=0
+    )
+
+
+def initial_centroids(
+    weights: tf.Tensor, k: int, method: CentroidInitialization, preserve_sparsity: bool = False
+) -> tf.Tensor:
+    """``k`` initial centroids of ``weights`` (any shape) by ``method``, in the weights' dtype (see the module
+    docstring). Runs eagerly (inside ``tf.init_scope``)."""
+    with tf.init_scope():
+        dtype = tf.as_dtype(weights.dtype)
+        compute = tf.float64 if dtype == tf.float64 else tf.float32
+        w = tf.reshape(tf.cast(tf.convert_to_tensor(weights), compute), [-1])
+        if preserve_sparsity:
+            centroids = _zero_centroid(method, w, k)
+        else:
+            centroids = _interval(method, w, k, False)
+        missing = k - int(centroids.shape[0])
+        if missing > 0:  # every weight is zero: the zero centroid only
+            centroids = tf.concat([centroids, tf.zeros([missing], compute)], axis=0)
+        return tf.cast(centroids, dtype)

@@ -1,0 +1,200 @@
+""":class:`ClusterWeights`: a layer whose kernels are read as their clustered values (TFMOT's ``ClusterWeights``).
+
+For each clustered weight ``w`` (see ``_clusterable.py``) the wrapper owns a trainable ``cluster_centroids_<name>``
+variable of ``k`` centroids, initialized from ``w`` when the wrapper is built. In every call the layer runs with
+``w`` read as ``cluster_assign(w, centroids)`` (``_op.py``), whichever attribute or sub-layer reads it
+(``keras.StatelessScope``), so the latent ``w`` and the centroids both learn.
+
+With ``preserve_sparsity`` (TFMOT's sparsity-preserving clustering) the wrapper also keeps, as non-trainable
+variables saved with the model, the mask ``sparsity_mask_<name>`` (1 where the clustered weight was non-zero when
+the wrapper was built) and ``centroid_mask_<name>`` (0 at the centroid nearest zero, which the initialization makes
+exactly zero). A call uses ``w · mask`` and ``centroids · centroid_mask``: masked weights are exactly zero (their
+nearest centroid is the zero one) and get no gradient, and the zero centroid stays zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+from keras.src.backend.common.stateless_scope import get_stateless_scope
+
+from .._arguments import check_bool
+from .._errors import ParameterError, UnsupportedLayerError
+from ._clusterable import clusterable_weights, covered
+from ._config import CentroidInitialization, GradientAggregation, member
+from ._init_methods import initial_centroids
+from ._op import cluster_assign, cluster_indices
+
+__all__ = ["ClusterWeights", "check_clusters"]
+
+
+def check_clusters(number_of_clusters: Any, preserve_sparsity: bool, owner: str) -> int:
+    """``number_of_clusters`` as an int >= 1 (>= 2 with ``preserve_sparsity``), else :class:`ste.ParameterError`."""
+    least = 2 if preserve_sparsity else 1
+    if isinstance(number_of_clusters, bool) or not isinstance(number_of_clusters, int) or number_of_clusters < least:
+        why = " (one centroid is the zero one when preserve_sparsity=True)" if preserve_sparsity else ""
+        raise ParameterError(
+            f"{owner}: number_of_clusters must be an integer >= {least}{why}; received {number_of_clusters!r}. "
+            f"Fix: pass e.g. number_of_clusters=16."
+        )
+    return int(number_of_clusters)
+
+
+@keras.saving.register_keras_serializable(package="ste")
+class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
+    """``layer`` with its kernels clustered into ``number_of_clusters`` centroids (see the module docstring).
+
+    Made by :func:`ste.clustering.cluster_weights`; named ``cluster_<layer name>`` as in TFMOT. Saved with the
+    layer's config, so a ``.keras`` file loads after ``import ste``.
+    """
+
+    def __init__(
+        self,
+        layer: Any,
+        number_of_clusters: int,
+        cluster_centroids_init: Any = CentroidInitialization.KMEANS_PLUS_PLUS,
+        preserve_sparsity: bool = False,
+        cluster_gradient_aggregation: Any = GradientAggregation.SUM,
+        **kwargs: Any,
+    ) -> None:
+        owner = "ste.clustering.ClusterWeights"
+        if isinstance(layer, dict):
+            layer = keras.saving.deserialize_keras_object(layer)
+        if not isinstance(layer, keras.layers.Layer) or isinstance(layer, keras.Model):
+            raise ParameterError(f"{owner}: layer must be a Keras layer (not a model); received {layer!r}.")
+        if isinstance(layer, ClusterWeights):
+            raise ParameterError(
+                f"{owner}: the layer '{layer.name}' is already clustered. Fix: cluster the original layer once, or "
+                f"ste.clustering.strip_clustering the model first."
+            )
+        preserve_sparsity = check_bool(owner, "preserve_sparsity", preserve_sparsity)
+        self.number_of_clusters = check_clusters(number_of_clusters, preserve_sparsity, owner)
+        self.cluster_centroids_init = member(
+            CentroidInitialization, cluster_centroids_init, owner, "cluster_centroids_init"
+        )
+        self.cluster_gradient_aggregation = member(
+            GradientAggregation, cluster_gradient_aggregation, owner, "cluster_gradient_aggregation"
+        )
+        self.preserve_sparsity = preserve_sparsity
+        if not covered(layer):
+            raise UnsupportedLayerError(
+                f"{owner}: cannot cluster the layer '{layer.name}' ({type(layer).__name__}): it is not one of the "
+                f"built-in layers ste.clustering covers. Fix: derive it from ste.clustering.ClusterableLayer and "
+                f"return the weights to cluster from get_clusterable_weights()."
+            )
+        kwargs.setdefault("name", f"cluster_{layer.name}")
+        kwargs.setdefault("dtype", layer.dtype_policy)
+        super().__init__(**kwargs)
+        self.layer = layer
+        self._clustered: list[tuple[str, Any, Any, Any, Any]] = []
+
+    def _where(self) -> str:
+        return f"ClusterWeights '{self.name}' ({type(self.layer).__name__})"
+
+    def build(self, input_shape: Any) -> None:
+        if not self.layer.built:
+            self.layer.build(input_shape)
+        clustered = []
+        for name, variable in clusterable_weights(self.layer):
+            size = _size(variable)
+            if self.number_of_clusters > size:
+                raise ParameterError(
+                    f"{self._where()}: number_of_clusters={self.number_of_clusters} is more than the {size} values "
+                    f"of its weight '{name}' {tuple(variable.shape)}. Fix: pass number_of_clusters <= {size}, or "
+                    f"leave this layer unclustered."
+                )
+            with tf.init_scope():
+                value = tf.convert_to_tensor(variable.value)
+                start = initial_centroids(
+                    value, self.number_of_clusters, self.cluster_centroids_init, self.preserve_sparsity
+                )
+            centroids = self.add_weight(
+                name=f"cluster_centroids_{name}",
+                shape=(self.number_of_clusters,),
+                dtype=variable.dtype,
+                initializer="zeros",
+                trainable=True,
+            )
+            centroids.assign(start)
+            mask = keep = None
+            if self.preserve_sparsity:
+                with tf.init_scope():
+                    nonzero = tf.not_equal(tf.gather(start, cluster_indices(value, start)), 0)
+                    zero = tf.argmin(tf.abs(start), output_type=tf.int32)
+                    kept = 1 - tf.one_hot(zero, self.number_of_clusters, dtype=start.dtype)
+                mask = self.add_weight(
+                    name=f"sparsity_mask_{name}",
+                    shape=tuple(variable.shape),
+                    dtype=variable.dtype,
+                    initializer="zeros",
+                    trainable=False,
+                )
+                mask.assign(tf.cast(nonzero, variable.dtype))
+                keep = self.add_weight(
+                    name=f"centroid_mask_{name}",
+                    shape=(self.number_of_clusters,),
+                    dtype=variable.dtype,
+                    initializer="zeros",
+                    trainable=False,
+                )
+                keep.assign(kept)
+            clustered.append((name, variable, centroids, mask, keep))
+        self._clustered = clustered
+        self.built = True
+
+    def clustered_values(self) -> list[tuple[Any, tf.Tensor]]:
+        """``(variable, clustered value)`` for each clustered weight, from the current latent weights and
+        centroids."""
+        aggregation = self.cluster_gradient_aggregation.value
+        values = []
+        for _, variable, centroids, mask, keep in self._clustered:
+            w = variable.value
+            c = centroids.value
+            if mask is not None:
+                w = w * mask.value
+                c = c * keep.value
+            values.append((variable, cluster_assign(w, c, aggregation=aggregation)))
+        return values
+
+    def call(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        mapping = self.clustered_values()
+        outer = get_stateless_scope()  # a stateless call of the whole model: its values stay in force here
+        scope = keras.StatelessScope(state_mapping=mapping, collect_losses=True)
+        seeded = dict(outer.state_mapping) if outer is not None else {}
+        scope.state_mapping = {**seeded, **scope.state_mapping}
+        with scope:
+            outputs = self.layer(inputs, *args, **kwargs)
+        mapped = {id(variable) for variable, _ in mapping}
+        for variable in self.layer.variables:  # assignments inside the layer
+            value = scope.get_current_value(variable)
+            if id(variable) in mapped or value is None or value is seeded.get(id(variable)):
+                continue
+            if outer is not None:
+                outer.add_update((variable, value))
+            else:
+                variable.assign(value)
+        for loss in scope.losses:
+            self.add_loss(loss)
+        return outputs
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return self.layer.compute_output_shape(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            **super().get_config(),
+            "layer": keras.saving.serialize_keras_object(self.layer),
+            "number_of_clusters": self.number_of_clusters,
+            "cluster_centroids_init": self.cluster_centroids_init.value,
+            "preserve_sparsity": self.preserve_sparsity,
+            "cluster_gradient_aggregation": self.cluster_gradient_aggregation.value,
+        }
+
+
+def _size(variable: Any) -> int:
+    size = 1
+    for dim in variable.shape:
+        size *= int(dim)
+    return size
