@@ -15,9 +15,9 @@ from typing import Any
 
 import keras
 
-from .._arguments import check_bool
-from .._errors import ParameterError, UnsupportedLayerError
-from .._keras_versions import complete_config
+from .._common._arguments import check_bool
+from .._keras._versions import complete_config
+from ..errors import ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered, has_kernel
 from ._config import CentroidInitialization, GradientAggregation, member
 from ._wrapper import ClusterWeights, check_clusters
@@ -104,7 +104,7 @@ def cluster_weights(
 
     ``preserve_sparsity=True`` keeps the zeros of a pruned kernel exactly zero (TFMOT's sparsity-preserving
     clustering). Layers with trainable weights that the clustering does not cover stay as they are, named in one
-    warning; ``strict=True`` raises :class:`ste.UnsupportedLayerError` instead. ``kwargs`` go to each
+    warning; ``strict=True`` raises :class:`ste.errors.UnsupportedLayerError` instead. ``kwargs`` go to each
     :class:`ClusterWeights` (e.g. ``name`` for a single layer).
     """
     preserve_sparsity = check_bool(_OWNER, "preserve_sparsity", preserve_sparsity)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from typing import Any, TypeVar
 
-from .._errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["CentroidInitialization", "GradientAggregation", "member"]
 
@@ -40,8 +40,8 @@ E = TypeVar("E", bound=enum.Enum)
 
 
 def member(kind: type[E], value: Any, owner: str, argument: str) -> E:
-    """``value`` (a member of ``kind`` or its string value, any case) as the member, else :class:`ste.ParameterError`
-    naming the allowed values."""
+    """``value`` (a member of ``kind`` or its string value, any case) as the member, else
+    :class:`ste.errors.ParameterError` naming the allowed values."""
     if isinstance(value, kind):
         return value
     if isinstance(value, str):

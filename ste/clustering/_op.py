@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .._dsl import forward
+from .._core._dsl import forward
 
 __all__ = ["cluster_assign", "cluster_indices"]
 

@@ -20,8 +20,8 @@ import keras
 import tensorflow as tf
 from keras.src.backend.common.stateless_scope import get_stateless_scope
 
-from .._arguments import check_bool
-from .._errors import ParameterError, UnsupportedLayerError
+from .._common._arguments import check_bool
+from ..errors import ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered
 from ._config import CentroidInitialization, GradientAggregation, member
 from ._init_methods import initial_centroids
@@ -31,7 +31,8 @@ __all__ = ["ClusterWeights", "check_clusters"]
 
 
 def check_clusters(number_of_clusters: Any, preserve_sparsity: bool, owner: str) -> int:
-    """``number_of_clusters`` as an int >= 1 (>= 2 with ``preserve_sparsity``), else :class:`ste.ParameterError`."""
+    """``number_of_clusters`` as an int >= 1 (>= 2 with ``preserve_sparsity``), else
+    :class:`ste.errors.ParameterError`."""
     least = 2 if preserve_sparsity else 1
     if isinstance(number_of_clusters, bool) or not isinstance(number_of_clusters, int) or number_of_clusters < least:
         why = " (one centroid is the zero one when preserve_sparsity=True)" if preserve_sparsity else ""

@@ -247,7 +247,7 @@ def test_uncovered_layers_warn_once_and_strict_refuses() -> None:
     messages = [str(w.message) for w in caught if "not covered" in str(w.message)]
     assert len(messages) == 1 and "'scale'" in messages[0]
     assert type(clustered.get_layer("scale")).__name__ == "Scale"
-    with pytest.raises(ste.UnsupportedLayerError, match=r"strict=True.*'scale'.*ClusterableLayer"):
+    with pytest.raises(ste.errors.UnsupportedLayerError, match=r"strict=True.*'scale'.*ClusterableLayer"):
         cluster_weights(model, 2, strict=True)
 
 
@@ -268,16 +268,24 @@ def test_clusterable_layer_protocol() -> None:
 @pytest.mark.parametrize(
     "call,error,match",
     [
-        (lambda m: cluster_weights(m, 0), ste.ParameterError, r"number_of_clusters must be an integer >= 1"),
-        (lambda m: cluster_weights(m, 2.5), ste.ParameterError, r"number_of_clusters.*2\.5"),
-        (lambda m: cluster_weights(m, 1, preserve_sparsity=True), ste.ParameterError, r">= 2.*zero one"),
-        (lambda m: cluster_weights(m, 25), ste.ParameterError, r"25 is more than the 24 values.*kernel"),
-        (lambda m: cluster_weights(m, 4, "KMEANS"), ste.ParameterError, r"unknown cluster_centroids_init 'KMEANS'"),
-        (lambda m: cluster_weights(m, 4, cluster_gradient_aggregation="MEAN"), ste.ParameterError, r"AVG"),
-        (lambda m: cluster_weights(m, 4, preserve_sparsity="yes"), ste.ParameterError, r"True or False"),
-        (lambda m: cluster_weights(cluster_weights(m, 4), 4), ste.ParameterError, r"already clustered"),
-        (lambda m: cluster_weights(keras.layers.Flatten(), 4), ste.UnsupportedLayerError, r"no kernel to cluster"),
-        (lambda m: cluster_weights("model", 4), ste.ParameterError, r"expected a Keras 3 model"),
+        (lambda m: cluster_weights(m, 0), ste.errors.ParameterError, r"number_of_clusters must be an integer >= 1"),
+        (lambda m: cluster_weights(m, 2.5), ste.errors.ParameterError, r"number_of_clusters.*2\.5"),
+        (lambda m: cluster_weights(m, 1, preserve_sparsity=True), ste.errors.ParameterError, r">= 2.*zero one"),
+        (lambda m: cluster_weights(m, 25), ste.errors.ParameterError, r"25 is more than the 24 values.*kernel"),
+        (
+            lambda m: cluster_weights(m, 4, "KMEANS"),
+            ste.errors.ParameterError,
+            r"unknown cluster_centroids_init 'KMEANS'",
+        ),
+        (lambda m: cluster_weights(m, 4, cluster_gradient_aggregation="MEAN"), ste.errors.ParameterError, r"AVG"),
+        (lambda m: cluster_weights(m, 4, preserve_sparsity="yes"), ste.errors.ParameterError, r"True or False"),
+        (lambda m: cluster_weights(cluster_weights(m, 4), 4), ste.errors.ParameterError, r"already clustered"),
+        (
+            lambda m: cluster_weights(keras.layers.Flatten(), 4),
+            ste.errors.UnsupportedLayerError,
+            r"no kernel to cluster",
+        ),
+        (lambda m: cluster_weights("model", 4), ste.errors.ParameterError, r"expected a Keras 3 model"),
     ],
 )
 def test_bad_input_is_refused_before_anything_changes(call, error, match) -> None:
@@ -307,7 +315,7 @@ def test_a_shared_layer_stays_one_clustered_layer_called_twice() -> None:
 
 def test_an_unbuilt_layer_checks_the_cluster_count_when_it_is_built() -> None:
     wrapper = cluster_weights(keras.layers.Dense(2), 7)
-    with pytest.raises(ste.ParameterError, match=r"7 is more than the 6 values of its weight 'kernel' \(3, 2\)"):
+    with pytest.raises(ste.errors.ParameterError, match=r"7 is more than the 6 values of its weight 'kernel' \(3, 2\)"):
         wrapper(np.ones((1, 3), np.float32))
 
 
