@@ -226,3 +226,192 @@ def test_asymmetric_last_value_mask_matches_nudged_range(dtype: str) -> None:
         b_max = float(tf.cast(tf.constant(float(n_max), tf.float64), dtype))
         expected = ((x_np >= b_min) & (x_np <= b_max)).astype(np.float64)
         np.testing.assert_array_equal(as_np(tape.gradient(y, x)), expected, err_msg=f"seed {seed}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A1: folded batch norm with γ = 0 learns: dγ equals the unfolded batch norm's Σ dy·x̂.
+# ---------------------------------------------------------------------------------------------------------------
+
+EPS = 1e-3
+MOMENTUM = 0.9
+TOL = {"float16": 3e-2, "bfloat16": 1.5e-1, "float32": 2e-4, "float64": 1e-9}
+
+
+def _bn_reference(kind: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+                  r: np.ndarray) -> dict[str, np.ndarray]:
+    """Autodiff of conv (+ bias) then batch norm with batch statistics, in float64 (Σ r·y as the loss)."""
+    xt, wt, bt, gt, btt = (tf.Variable(a, dtype=tf.float64) for a in (x, w, b, gamma, beta))
+    with tf.GradientTape() as tape:
+        if kind == "conv":
+            z = tf.nn.conv2d(xt, wt, 1, "VALID") + bt
+        else:
+            z = tf.nn.depthwise_conv2d(xt, wt, [1, 1, 1, 1], "VALID") + bt
+        mean = tf.reduce_mean(z, axis=[0, 1, 2])
+        var = tf.reduce_mean(tf.square(z - mean), axis=[0, 1, 2])
+        xhat = (z - mean) / tf.sqrt(var + EPS)
+        y = gt * xhat + btt
+        loss = tf.reduce_sum(y * r)
+    grads = tape.gradient(loss, [xt, wt, bt, gt, btt])
+    return {"y": y.numpy(), "x": grads[0].numpy(), "kernel": grads[1].numpy(), "bias": grads[2].numpy(),
+            "gamma": grads[3].numpy(), "beta": grads[4].numpy(), "mean": mean.numpy(), "var": var.numpy(),
+            "sum_dy_xhat": tf.reduce_sum(r * xhat, axis=[0, 1, 2]).numpy()}
+
+
+def _folded(kind: str, dtype: str, quantized: bool) -> tuple[keras.layers.Layer, tuple[int, ...]]:
+    bn = {"momentum": MOMENTUM, "epsilon": EPS, "center": True, "scale": True}
+    if kind == "conv":
+        kq = qat.WeightFakeQuant(channel_axes=1) if quantized else None
+        layer = qat.FoldedConv2D(4, 3, kernel_quantizer=kq, batch_norm=bn, dtype=dtype)
+        return layer, (3, 3, 2, 4)
+    kq = qat.WeightFakeQuant(channel_axes=2) if quantized else None
+    layer = qat.FoldedDepthwiseConv2D(3, kernel_quantizer=kq, batch_norm=bn, dtype=dtype)
+    return layer, (3, 3, 4, 1)
+
+
+def _bn_case(kind: str, dtype: str, mode: str, quantized: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    rng = np.random.default_rng(11)
+    layer, kshape = _folded(kind, dtype, quantized)
+    channels = 4
+    cin = 2 if kind == "conv" else 4
+    x = rng.normal(size=(6, 7, 7, cin))
+    w = rng.normal(size=kshape) * 0.5
+    b = rng.normal(size=channels) * 0.1
+    gamma = np.array([0.0, 0.7, -1.3, 0.0])
+    beta = np.array([0.25, -0.5, 0.1, 0.0])
+    r = rng.normal(size=(6, 5, 5, channels))
+    mm0, mv0 = np.full(channels, 0.2), np.full(channels, 1.5)
+    layer.build((None, 7, 7, cin))
+    by_name = {v.path.split("/")[-1]: v for v in layer.weights}
+    for name, value in [("kernel", w), ("bias", b), ("gamma", gamma), ("beta", beta), ("moving_mean", mm0),
+                        ("moving_variance", mv0)]:
+        by_name[name].assign(value.astype(by_name[name].dtype))
+    ref = _bn_reference(kind, x, w, b, gamma, beta, r)
+    xt = tf.constant(x, dtype)
+    rt = tf.constant(r, dtype)
+    trainables = [by_name[n] for n in ("kernel", "bias", "gamma", "beta")]
+
+    def step(xt: tf.Tensor) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            y = layer(xt, training=True)
+            loss = tf.reduce_sum(tf.cast(y, tf.float64) * tf.cast(rt, tf.float64))
+        return (y, *tape.gradient(loss, [xt, *trainables]))
+
+    y, gx, gk, gb, gg, gbeta = _run(step, mode)(xt)
+    got = {"y": as_np(y), "x": as_np(gx), "kernel": as_np(gk), "bias": as_np(gb), "gamma": as_np(gg),
+           "beta": as_np(gbeta), "moving_mean": as_np(by_name["moving_mean"]),
+           "moving_variance": as_np(by_name["moving_variance"])}
+    ref["moving_mean"] = MOMENTUM * mm0 + (1 - MOMENTUM) * ref["mean"]
+    ref["moving_variance"] = MOMENTUM * mv0 + (1 - MOMENTUM) * ref["var"]
+    return ref, got
+
+
+def _close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
+    scale = max(1.0, float(np.max(np.abs(want))))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+def test_folded_zero_gamma_unquantized_equals_unfolded_formula(kind: str, dtype: str, mode: str) -> None:
+    """Without a kernel quantizer the folded layer is conv + batch norm: outputs, every first-order gradient and
+    the moving statistics, for γ = 0, γ < 0 and γ > 0."""
+    ref, got = _bn_case(kind, dtype, mode, quantized=False)
+    tol = TOL[dtype]
+    for key in ("y", "x", "kernel", "bias", "gamma", "beta", "moving_mean", "moving_variance"):
+        _close(got[key], ref[key], tol, f"{key} ({kind}, {dtype}, {mode})")
+    assert abs(got["gamma"][0]) > 0.1 and abs(got["gamma"][3]) > 0.1  # it learns
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+def test_folded_zero_gamma_quantized_gets_sum_dy_xhat(kind: str, dtype: str, mode: str) -> None:
+    """With the int8 kernel quantizer a γ = 0 channel convolves with its float kernel: it outputs β, its γ gets
+    Σ dy·x̂ and its moving statistics follow z's (docs/qat.md, Batch-norm folding)."""
+    ref, got = _bn_case(kind, dtype, mode, quantized=True)
+    tol = TOL[dtype]
+    for c in (0, 3):
+        _close(got["y"][..., c], np.broadcast_to(ref["y"][..., c], got["y"][..., c].shape), tol, f"y[{c}]")
+        _close(got["gamma"][c], ref["sum_dy_xhat"][c], tol, f"dgamma[{c}] ({kind}, {dtype}, {mode})")
+        _close(got["moving_mean"][c], ref["moving_mean"][c], tol, f"moving_mean[{c}]")
+        _close(got["moving_variance"][c], ref["moving_variance"][c], tol, f"moving_variance[{c}]")
+    _close(got["gamma"][0], ref["gamma"][0], tol, "the reference's own dγ equals Σ dy·x̂")
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise"])
+def test_folded_second_order_equals_unfolded_formula(kind: str) -> None:
+    """docs/qat.md: without a kernel quantizer the gradients are the batch norm's, first and second order
+    (a gradient penalty ||∂L/∂x||² differentiated with respect to γ, β and the kernel), γ = 0 included."""
+    rng = np.random.default_rng(2)
+    layer, kshape = _folded(kind, "float64", quantized=False)
+    cin = 2 if kind == "conv" else 4
+    x = rng.normal(size=(4, 6, 6, cin))
+    w, b = rng.normal(size=kshape) * 0.5, rng.normal(size=4) * 0.1
+    gamma, beta = np.array([0.0, 0.7, -1.3, 0.4]), np.array([0.25, -0.5, 0.1, 0.0])
+    r = rng.normal(size=(4, 4, 4, 4))
+    layer.build((None, 6, 6, cin))
+    by_name = {v.path.split("/")[-1]: v for v in layer.weights}
+    for name, value in [("kernel", w), ("bias", b), ("gamma", gamma), ("beta", beta)]:
+        by_name[name].assign(value)
+    xt = tf.constant(x)
+
+    def penalty(fn: Callable[[tf.Tensor], tf.Tensor], params: list[Any]) -> list[Any]:
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                inner.watch(xt)
+                loss = tf.reduce_sum(fn(xt) * r)
+            gx = inner.gradient(loss, xt)
+            pen = tf.reduce_sum(gx * gx)
+        return outer.gradient(pen, params)
+
+    got = penalty(lambda t: layer(t, training=True), [by_name[n] for n in ("kernel", "gamma", "beta")])
+    wv, gv, bv = tf.Variable(w), tf.Variable(gamma), tf.Variable(beta)
+
+    def unfolded(t: tf.Tensor) -> tf.Tensor:
+        if kind == "conv":
+            z = tf.nn.conv2d(t, wv, 1, "VALID") + b
+        else:
+            z = tf.nn.depthwise_conv2d(t, wv, [1, 1, 1, 1], "VALID") + b
+        mean = tf.reduce_mean(z, axis=[0, 1, 2])
+        var = tf.reduce_mean(tf.square(z - mean), axis=[0, 1, 2])
+        return gv * (z - mean) / tf.sqrt(var + EPS) + bv
+
+    want = penalty(unfolded, [wv, gv, bv])
+    for name, g, h, shape in zip(("kernel", "gamma", "beta"), got, want, (w.shape, (4,), (4,))):
+        # the penalty does not depend on β: None (no path) and zeros are the same answer
+        g = np.zeros(shape) if g is None else as_np(g)
+        h = np.zeros(shape) if h is None else h.numpy()
+        _close(g, h, 1e-8, name)
+    if kind == "conv":  # channels mix in ∂L/∂x: the γ = 0 channel has a non-zero second-order gradient to check
+        assert np.abs(want[1].numpy()[0]) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("kind", ["conv", "depthwise", "separable", "dense"])
+def test_quantize_model_zero_gamma_batch_norm_learns(kind: str, dtype: str) -> None:
+    """A zero-initialized batch norm after every layer that can carry one, through quantize_model and fit: γ moves
+    off 0 (a γ with gradient 0 stays 0 for good)."""
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype)
+    try:
+        i = keras.Input((6, 6, 3))
+        layer = {"conv": keras.layers.Conv2D(4, 3), "depthwise": keras.layers.DepthwiseConv2D(3, depth_multiplier=2),
+                 "separable": keras.layers.SeparableConv2D(4, 3), "dense": keras.layers.Dense(4)}[kind]
+        h = layer(i)
+        h = keras.layers.BatchNormalization(gamma_initializer="zeros", beta_initializer="ones", name="bn")(h)
+        h = keras.layers.ReLU()(h)
+        h = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 1, padding="same")(h))
+        model = keras.Model(i, keras.layers.Dense(2, dtype="float32")(h))
+        qmodel = ste.quantize_model(model)
+        qmodel.compile(keras.optimizers.SGD(0.1), "mse")
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(32, 6, 6, 3)).astype("float32"), rng.normal(size=(32, 2)).astype("float32")
+        gammas = [v for v in qmodel.weights if v.path.endswith("gamma")]
+        assert len(gammas) == 1, [v.path for v in qmodel.weights]
+        assert np.all(as_np(gammas[0]) == 0)
+        qmodel.fit(x, y, batch_size=16, epochs=2, verbose=0)
+        assert np.all(np.abs(as_np(gammas[0])) > 0), (kind, dtype, as_np(gammas[0]))
+    finally:
+        keras.config.set_dtype_policy(policy)
