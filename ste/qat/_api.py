@@ -71,7 +71,7 @@ def _prefix(owner: str, prefix: Any) -> str:
     if "/" in prefix:  # Keras refuses a layer name with "/" (it separates the parts of a variable's path)
         raise ParameterError(
             f"{owner}: quantized_layer_name_prefix must not contain '/' (Keras layer names cannot); received "
-            f"{prefix!r}. Fix: e.g. quantized_layer_name_prefix=\"quant_\"."
+            f'{prefix!r}. Fix: e.g. quantized_layer_name_prefix="quant_".'
         )
     return prefix
 

@@ -118,7 +118,7 @@ RANGES = [(-6.0, 6.0), (-2.3, 3.7), (-0.1, 25.0), (0.0, 1.0), (-1.0, 1.0), (-3e-
 
 def _probe_points(lo: float, hi: float, dtype: str, bits: int, narrow: bool) -> tuple[np.ndarray, Any, Any]:
     # the range is a float32 tensor (as the quantizers' variables are), nudged in the input's nudging dtype
-    n_min, n_max, scale = nudge(np.float32(lo), np.float32(hi), bits, narrow, nudge_dtype(dtype))
+    n_min, n_max, _ = nudge(np.float32(lo), np.float32(hi), bits, narrow, nudge_dtype(dtype))
     b_min = np.asarray(tf.cast(tf.constant(n_min, tf.float64), dtype).numpy().astype(np.float64))
     b_max = np.asarray(tf.cast(tf.constant(n_max, tf.float64), dtype).numpy().astype(np.float64))
     inner = np.linspace(float(n_min), float(n_max), 41)
@@ -134,7 +134,7 @@ def test_activation_fake_quant_gradient_mask(dtype: str, mode: str, bits: int, n
         x_np, b_min, b_max = _probe_points(lo, hi, dtype, bits, narrow)
         x = tf.constant(x_np, dtype)
 
-        def grad(x: tf.Tensor) -> tf.Tensor:
+        def grad(x: tf.Tensor, lo: float = lo, hi: float = hi) -> tf.Tensor:
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 y = qat.fake_quant_op(x, tf.constant(lo), tf.constant(hi), bits=bits, narrow_range=narrow)
@@ -200,8 +200,9 @@ def test_activation_quantizer_training_step_mask(dtype: str) -> None:
         y = layer(x, training=True)
     np.testing.assert_allclose(float(layer.weights[0].numpy()), lo, rtol=1e-6)
     np.testing.assert_allclose(float(layer.weights[1].numpy()), hi, rtol=1e-6)
-    n_min, n_max, _ = nudge(float(layer.weights[0].numpy()), float(layer.weights[1].numpy()), 8, False,
-                            nudge_dtype(dtype))
+    n_min, n_max, _ = nudge(
+        float(layer.weights[0].numpy()), float(layer.weights[1].numpy()), 8, False, nudge_dtype(dtype)
+    )
     b_min = float(tf.cast(tf.constant(float(n_min), tf.float64), dtype))
     b_max = float(tf.cast(tf.constant(float(n_max), tf.float64), dtype))
     expected = ((x_np >= b_min) & (x_np <= b_max)).astype(np.float64)
@@ -237,8 +238,9 @@ MOMENTUM = 0.9
 TOL = {"float16": 3e-2, "bfloat16": 1.5e-1, "float32": 2e-4, "float64": 1e-9}
 
 
-def _bn_reference(kind: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
-                  r: np.ndarray) -> dict[str, np.ndarray]:
+def _bn_reference(
+    kind: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, gamma: np.ndarray, beta: np.ndarray, r: np.ndarray
+) -> dict[str, np.ndarray]:
     """Autodiff of conv (+ bias) then batch norm with batch statistics, in float64 (Σ r·y as the loss)."""
     xt, wt, bt, gt, btt = (tf.Variable(a, dtype=tf.float64) for a in (x, w, b, gamma, beta))
     with tf.GradientTape() as tape:
@@ -252,9 +254,17 @@ def _bn_reference(kind: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, gamma:
         y = gt * xhat + btt
         loss = tf.reduce_sum(y * r)
     grads = tape.gradient(loss, [xt, wt, bt, gt, btt])
-    return {"y": y.numpy(), "x": grads[0].numpy(), "kernel": grads[1].numpy(), "bias": grads[2].numpy(),
-            "gamma": grads[3].numpy(), "beta": grads[4].numpy(), "mean": mean.numpy(), "var": var.numpy(),
-            "sum_dy_xhat": tf.reduce_sum(r * xhat, axis=[0, 1, 2]).numpy()}
+    return {
+        "y": y.numpy(),
+        "x": grads[0].numpy(),
+        "kernel": grads[1].numpy(),
+        "bias": grads[2].numpy(),
+        "gamma": grads[3].numpy(),
+        "beta": grads[4].numpy(),
+        "mean": mean.numpy(),
+        "var": var.numpy(),
+        "sum_dy_xhat": tf.reduce_sum(r * xhat, axis=[0, 1, 2]).numpy(),
+    }
 
 
 def _folded(kind: str, dtype: str, quantized: bool) -> tuple[keras.layers.Layer, tuple[int, ...]]:
@@ -282,8 +292,14 @@ def _bn_case(kind: str, dtype: str, mode: str, quantized: bool) -> tuple[dict[st
     mm0, mv0 = np.full(channels, 0.2), np.full(channels, 1.5)
     layer.build((None, 7, 7, cin))
     by_name = {v.path.split("/")[-1]: v for v in layer.weights}
-    for name, value in [("kernel", w), ("bias", b), ("gamma", gamma), ("beta", beta), ("moving_mean", mm0),
-                        ("moving_variance", mv0)]:
+    for name, value in [
+        ("kernel", w),
+        ("bias", b),
+        ("gamma", gamma),
+        ("beta", beta),
+        ("moving_mean", mm0),
+        ("moving_variance", mv0),
+    ]:
         by_name[name].assign(value.astype(by_name[name].dtype))
     ref = _bn_reference(kind, x, w, b, gamma, beta, r)
     xt = tf.constant(x, dtype)
@@ -298,9 +314,16 @@ def _bn_case(kind: str, dtype: str, mode: str, quantized: bool) -> tuple[dict[st
         return (y, *tape.gradient(loss, [xt, *trainables]))
 
     y, gx, gk, gb, gg, gbeta = _run(step, mode)(xt)
-    got = {"y": as_np(y), "x": as_np(gx), "kernel": as_np(gk), "bias": as_np(gb), "gamma": as_np(gg),
-           "beta": as_np(gbeta), "moving_mean": as_np(by_name["moving_mean"]),
-           "moving_variance": as_np(by_name["moving_variance"])}
+    got = {
+        "y": as_np(y),
+        "x": as_np(gx),
+        "kernel": as_np(gk),
+        "bias": as_np(gb),
+        "gamma": as_np(gg),
+        "beta": as_np(gbeta),
+        "moving_mean": as_np(by_name["moving_mean"]),
+        "moving_variance": as_np(by_name["moving_variance"]),
+    }
     ref["moving_mean"] = MOMENTUM * mm0 + (1 - MOMENTUM) * ref["mean"]
     ref["moving_variance"] = MOMENTUM * mv0 + (1 - MOMENTUM) * ref["var"]
     return ref, got
@@ -397,8 +420,12 @@ def test_quantize_model_zero_gamma_batch_norm_learns(kind: str, dtype: str) -> N
     keras.config.set_dtype_policy(dtype)
     try:
         i = keras.Input((6, 6, 3))
-        layer = {"conv": keras.layers.Conv2D(4, 3), "depthwise": keras.layers.DepthwiseConv2D(3, depth_multiplier=2),
-                 "separable": keras.layers.SeparableConv2D(4, 3), "dense": keras.layers.Dense(4)}[kind]
+        layer = {
+            "conv": keras.layers.Conv2D(4, 3),
+            "depthwise": keras.layers.DepthwiseConv2D(3, depth_multiplier=2),
+            "separable": keras.layers.SeparableConv2D(4, 3),
+            "dense": keras.layers.Dense(4),
+        }[kind]
         h = layer(i)
         h = keras.layers.BatchNormalization(gamma_initializer="zeros", beta_initializer="ones", name="bn")(h)
         h = keras.layers.ReLU()(h)
@@ -441,9 +468,12 @@ def _penalty_model(dtype: str) -> keras.Model:
     keras.config.set_dtype_policy(dtype)
     try:
         rng = np.random.default_rng(4)
-        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(7, name="d1"), keras.layers.Dense(3, name="d2")])
-        model.set_weights([rng.normal(size=(5, 7)), rng.normal(size=7) * 0.1, rng.normal(size=(7, 3)),
-                           rng.normal(size=3) * 0.1])
+        model = keras.Sequential(
+            [keras.Input((5,)), keras.layers.Dense(7, name="d1"), keras.layers.Dense(3, name="d2")]
+        )
+        model.set_weights(
+            [rng.normal(size=(5, 7)), rng.normal(size=7) * 0.1, rng.normal(size=(7, 3)), rng.normal(size=3) * 0.1]
+        )
         return ste.quantize_model(model)
     finally:
         keras.config.set_dtype_policy(policy)
@@ -454,8 +484,13 @@ def _penalty_reference(qmodel: keras.Model, x: np.ndarray, r: np.ndarray) -> tup
     differentiated as the identity. Returns dP/dW1, dP/dW2 in float64."""
     kernels = [as_np(v) for v in qmodel.weights if v.path.endswith("kernel")]
     biases = [as_np(v) for v in qmodel.weights if v.path.endswith("bias")]
-    ranges = [(as_np(lo), as_np(hi)) for lo, hi in zip(
-        [v for v in qmodel.weights if v.path.endswith("/min")], [v for v in qmodel.weights if v.path.endswith("/max")])]
+    ranges = [
+        (as_np(lo), as_np(hi))
+        for lo, hi in zip(
+            [v for v in qmodel.weights if v.path.endswith("/min")],
+            [v for v in qmodel.weights if v.path.endswith("/max")],
+        )
+    ]
     assert len(kernels) == 2 and len(ranges) == 3, [v.path for v in qmodel.weights]
     xq, m1 = _np_act_quant(x, *ranges[0])
     a, b = _np_weight_quant(kernels[0]), _np_weight_quant(kernels[1])
@@ -512,8 +547,14 @@ def test_low_bit_second_order_same_kind_in_every_dtype(scheme: str) -> None:
         policy = keras.config.dtype_policy()
         keras.config.set_dtype_policy(dtype)
         try:
-            model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="first"),
-                                      keras.layers.Dense(5, name="middle"), keras.layers.Dense(2, name="last")])
+            model = keras.Sequential(
+                [
+                    keras.Input((6,)),
+                    keras.layers.Dense(5, name="first"),
+                    keras.layers.Dense(5, name="middle"),
+                    keras.layers.Dense(2, name="last"),
+                ]
+            )
             qmodel = ste.quantize_model(model, scheme=scheme)
         finally:
             keras.config.set_dtype_policy(policy)
@@ -559,6 +600,6 @@ def test_bfloat16_fake_quant_within_one_step(dtype: str, mode: str) -> None:
     for lo, hi in [(-6.0, 6.0), (-2.3, 3.7), (0.0, 1.0), (-0.1, 25.0)]:
         x = tf.cast(rng.uniform(lo * 1.1, hi * 1.1, (100, 70)), dtype)
         want, scale = _exact_fake_quant(as_np(x), lo, hi)
-        got = as_np(_run(lambda t: qat.fake_quant_op(t, tf.constant(lo), tf.constant(hi)), mode)(x))
+        got = as_np(_run(lambda t, lo=lo, hi=hi: qat.fake_quant_op(t, tf.constant(lo), tf.constant(hi)), mode)(x))
         # one step (a tie the half-precision division rounds across) plus the output's own rounding
         assert np.max(np.abs(got - want)) <= 1.5 * scale, (lo, hi, np.max(np.abs(got - want)) / scale)

@@ -44,8 +44,12 @@ class DefaultDenseQuantizeConfig(qat.QuantizeConfig):
         return [(layer.kernel, qat.LastValueQuantizer(num_bits=8, symmetric=True, narrow_range=False, per_axis=False))]
 
     def get_activations_and_quantizers(self, layer: Any) -> list[Any]:
-        return [(layer.activation, qat.MovingAverageQuantizer(num_bits=8, symmetric=False, narrow_range=False,
-                                                              per_axis=False))]
+        return [
+            (
+                layer.activation,
+                qat.MovingAverageQuantizer(num_bits=8, symmetric=False, narrow_range=False, per_axis=False),
+            )
+        ]
 
     def set_quantize_weights(self, layer: Any, quantize_weights: Any) -> None:
         layer.kernel = quantize_weights[0]
@@ -89,8 +93,7 @@ def _np_symmetric_wide(w: np.ndarray, bits: int) -> np.ndarray:
 def test_guide_clone_function_annotation_quantizes_only_dense() -> None:
     """TFMOT's guide: annotate through clone_model's clone_function, then quantize_apply."""
     keras.utils.set_random_seed(0)
-    base = keras.Sequential([keras.Input((10,)), L.Dense(8, activation="relu"), L.LayerNormalization(),
-                             L.Dense(3)])
+    base = keras.Sequential([keras.Input((10,)), L.Dense(8, activation="relu"), L.LayerNormalization(), L.Dense(3)])
 
     def apply_quantization_to_dense(layer: Any) -> Any:
         if isinstance(layer, L.Dense):
@@ -117,11 +120,15 @@ def test_guide_annotate_then_clone_keeps_annotation_or_refuses() -> None:
 
 
 def test_guide_custom_config_quantizes_kernel_with_its_quantizer() -> None:
-    model = ste.quantize_annotate_model(keras.Sequential([
-        keras.Input((20,)),
-        ste.quantize_annotate_layer(CustomLayer(20, activation="relu"), FourBitDenseQuantizeConfig()),
-        L.Flatten(),
-    ]))
+    model = ste.quantize_annotate_model(
+        keras.Sequential(
+            [
+                keras.Input((20,)),
+                ste.quantize_annotate_layer(CustomLayer(20, activation="relu"), FourBitDenseQuantizeConfig()),
+                L.Flatten(),
+            ]
+        )
+    )
     with ste.quantize_scope({"FourBitDenseQuantizeConfig": FourBitDenseQuantizeConfig, "CustomLayer": CustomLayer}):
         quantized = ste.quantize_apply(model)
     wrapper = next(layer for layer in quantized.layers if isinstance(layer, qat.QuantizeWrapper))
@@ -136,17 +143,24 @@ def test_guide_custom_config_quantizes_kernel_with_its_quantizer() -> None:
 
 
 def test_guide_custom_layer_trains_saves_loads_and_converts(tmp_path: Any) -> None:
-    model = ste.quantize_annotate_model(keras.Sequential([
-        keras.Input((20,)),
-        ste.quantize_annotate_layer(CustomLayer(20, activation="relu"), DefaultDenseQuantizeConfig()),
-        L.Flatten(),
-        L.Dense(4),
-    ]))
+    model = ste.quantize_annotate_model(
+        keras.Sequential(
+            [
+                keras.Input((20,)),
+                ste.quantize_annotate_layer(CustomLayer(20, activation="relu"), DefaultDenseQuantizeConfig()),
+                L.Flatten(),
+                L.Dense(4),
+            ]
+        )
+    )
     scope = {"DefaultDenseQuantizeConfig": DefaultDenseQuantizeConfig, "CustomLayer": CustomLayer}
     with ste.quantize_scope(scope):
         quantized = ste.quantize_apply(model, quantized_layer_name_prefix="quant_")
-    assert all(layer.name.startswith("quant_") for layer in quantized.layers
-               if isinstance(layer, (qat.QuantizeWrapper, ste.layers.QuantDense))), [lr.name for lr in quantized.layers]
+    assert all(
+        layer.name.startswith("quant_")
+        for layer in quantized.layers
+        if isinstance(layer, (qat.QuantizeWrapper, ste.layers.QuantDense))
+    ), [lr.name for lr in quantized.layers]
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(64, 20)).astype("float32"), rng.integers(0, 4, 64)
     quantized.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -172,12 +186,15 @@ def test_guide_custom_layer_trains_saves_loads_and_converts(tmp_path: Any) -> No
 
 def test_fix_input_output_range_scales_in_tflite() -> None:
     model = keras.Sequential([keras.Input((5,)), L.Dense(10)])
-    fixed = ste.fix_input_output_range(ste.quantize_model(model), input_min=0.0, input_max=1.0, output_min=0.0,
-                                       output_max=255.0)
+    fixed = ste.fix_input_output_range(
+        ste.quantize_model(model), input_min=0.0, input_max=1.0, output_min=0.0, output_max=255.0
+    )
     interpreter = tf.lite.Interpreter(model_content=ste.to_tflite(fixed, int8_io=True))
     interpreter.allocate_tensors()
-    (in_scale, in_zero), (out_scale, out_zero) = (interpreter.get_input_details()[0]["quantization"],
-                                                  interpreter.get_output_details()[0]["quantization"])
+    (in_scale, in_zero), (out_scale, out_zero) = (
+        interpreter.get_input_details()[0]["quantization"],
+        interpreter.get_output_details()[0]["quantization"],
+    )
     assert in_zero == -128 and abs(in_scale - 1 / 255) < 1e-7, (in_scale, in_zero)
     assert out_zero == -128 and abs(out_scale - 1.0) < 1e-6, (out_scale, out_zero)
 
@@ -279,8 +296,9 @@ class _EluConfig(DefaultDenseQuantizeConfig):
     [(_BadWeightsConfig(), "relu"), (_ForeignWeightConfig(), "relu"), (_EluConfig(), "elu")],
 )
 def test_bad_quantize_config_is_a_typed_error(config: Any, activation: str) -> None:
-    model = keras.Sequential([keras.Input((4,)),
-                              ste.quantize_annotate_layer(CustomLayer(3, activation=activation), config)])
+    model = keras.Sequential(
+        [keras.Input((4,)), ste.quantize_annotate_layer(CustomLayer(3, activation=activation), config)]
+    )
     expect_ste_error(lambda: ste.quantize_apply(model))
 
 
