@@ -69,6 +69,11 @@ def _prefix(owner: str, prefix: Any) -> str:
         return ""
     if not isinstance(prefix, str):
         raise ParameterError(f"{owner}: quantized_layer_name_prefix must be a string or None; received {prefix!r}.")
+    if "/" in prefix:  # Keras refuses a layer name with "/" (it separates the parts of a variable's path)
+        raise ParameterError(
+            f"{owner}: quantized_layer_name_prefix must not contain '/' (Keras layer names cannot); received "
+            f'{prefix!r}. Fix: e.g. quantized_layer_name_prefix="quant_".'
+        )
     return prefix
 
 

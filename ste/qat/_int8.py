@@ -193,8 +193,8 @@ class NBitScheme(Int8Scheme):
     def __init__(self, disable_per_axis: bool = False, num_bits_weight: int = 8, num_bits_activation: int = 8) -> None:
         owner = "ste.qat.NBitScheme"
         self.per_axis = not check_bool(owner, "disable_per_axis", disable_per_axis)
-        self.weight_bits = check_bits(owner, num_bits_weight, low=2, high=8)
-        self.activation_bits = check_bits(owner, num_bits_activation, low=2, high=8)
+        self.weight_bits = check_bits(owner, num_bits_weight, low=2, high=8, name="num_bits_weight")
+        self.activation_bits = check_bits(owner, num_bits_activation, low=2, high=8, name="num_bits_activation")
 
     def __repr__(self) -> str:
         return (

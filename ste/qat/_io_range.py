@@ -125,7 +125,7 @@ def fix_input_output_range(
     narrow = check_bool(owner, "narrow_range", narrow_range)
     if not isinstance(model, keras.Model):
         raise ParameterError(f"{owner}: expected a quantization-aware Keras model; received {type(model).__name__}.")
-    bits = check_bits(owner, num_bits, low=2, high=8)
+    bits = check_bits(owner, num_bits, low=2, high=8, name="num_bits")
     changes: dict[str, Callable[[dict[str, Any]], None]] = {}
     for side, low, high, find in (
         ("input ", input_min, input_max, _input_quantizers),

@@ -71,7 +71,7 @@ class _RangeQuantizer(Quantizer):
 
     def __init__(self, num_bits: int, per_axis: bool, symmetric: bool, narrow_range: bool, **kwargs: Any) -> None:
         owner = f"ste.qat.{type(self).__name__}"
-        self.num_bits = check_bits(owner, num_bits, low=2, high=8)
+        self.num_bits = check_bits(owner, num_bits, low=2, high=8, name="num_bits")
         self.per_axis = check_bool(owner, "per_axis", per_axis)
         self.symmetric = check_bool(owner, "symmetric", symmetric)
         self.narrow_range = check_bool(owner, "narrow_range", narrow_range)
@@ -189,7 +189,7 @@ class FixedQuantizer(Quantizer):
 
     def __init__(self, num_bits: int, init_min: float, init_max: float, narrow_range: bool, **kwargs: Any) -> None:
         owner = "ste.qat.FixedQuantizer"
-        self.num_bits = check_bits(owner, num_bits, low=2, high=8)
+        self.num_bits = check_bits(owner, num_bits, low=2, high=8, name="num_bits")
         self.init_min, self.init_max = check_fixed_range(owner, init_min, init_max)
         self.narrow_range = check_bool(owner, "narrow_range", narrow_range)
         self.bits = self.precision = self.num_bits

@@ -89,6 +89,14 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
             quantize_config = keras.saving.deserialize_keras_object(quantize_config)
         if not isinstance(layer, keras.layers.Layer) or isinstance(layer, keras.Model):
             raise ParameterError(f"QuantizeWrapper: layer must be a Keras layer (not a model); received {layer!r}.")
+        if not all(  # a ste.qat.QuantizeConfig (checked by its methods: _config imports this module)
+            callable(getattr(quantize_config, method, None))
+            for method in ("get_weights_and_quantizers", "get_activations_and_quantizers", "get_output_quantizers")
+        ):
+            raise ParameterError(
+                f"QuantizeWrapper: quantize_config must be a ste.qat.QuantizeConfig subclass instance; received "
+                f"{quantize_config!r}. Fix: subclass ste.qat.QuantizeConfig and pass an instance of it."
+            )
         kwargs.setdefault("name", layer.name)
         kwargs.setdefault("dtype", layer.dtype_policy)
         super().__init__(**kwargs)

@@ -95,11 +95,12 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
 _BASE_KEYS = frozenset({"name", "trainable", "dtype", "autocast", "activity_regularizer"})
 
 
-def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16) -> int:
-    """``bits`` as an int in [low, high] or :class:`ste.errors.ParameterError`."""
+def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16, name: str = "bits") -> int:
+    """``bits`` (the argument ``name``) as an int in [low, high] or :class:`ste.errors.ParameterError`."""
     if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not low <= int(bits) <= high:
         raise ParameterError(
-            f"{owner}: bits must be an integer from {low} to {high}; received {bits!r}. Fix: e.g. {owner}(bits=4)."
+            f"{owner}: {name} must be an integer from {low} to {high}; received {bits!r}. "
+            f"Fix: e.g. {owner}({name}={max(low, min(4, high))})."
         )
     return int(bits)
 

@@ -508,6 +508,11 @@ def to_nir(model: keras.Model, dt: float = 1.0) -> Any:
     """
     nir = _nir()
     dt = _checked_dt(dt, "to_nir")
+    if not isinstance(model, keras.Model):
+        raise ConversionError(
+            f"to_nir: expected a Keras model (functional or Sequential); received {type(model).__name__}. "
+            f"Fix: pass the keras.Model whose layers to export."
+        )
     if not model.built or not getattr(model, "inputs", None):
         raise ConversionError(
             f"to_nir: model '{model.name}' has no known inputs. Fix: build it from keras.Input((None, *features))."
