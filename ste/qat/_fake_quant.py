@@ -2,8 +2,10 @@
 
 The forward of a float32 input is ``tf.quantization.fake_quant_with_min_max_vars`` (``_per_channel`` for a vector
 range): the op the TFLite converter reads ranges from to emit int8 kernels. Other floating dtypes (float16 and
-bfloat16 under mixed precision, float64) use the same formula written with ordinary ops in the input's dtype, so
-activations are never cast back to float32. The nudging is TensorFlow's: scale = (max − min)/(q_max − q_min), zero
+bfloat16 under mixed precision, float64) use the same formula written with ordinary ops: float64 in float64;
+float16 and bfloat16 clamp in their own dtype and find the level in float32 (a half-precision significand cannot
+hold 256 levels: bfloat16 would land up to 2.5 steps off), rounding the result to their dtype once.
+The nudging is TensorFlow's: scale = (max − min)/(q_max − q_min), zero
 point round(q_min − min/scale) (half away from zero) clipped to [q_min, q_max], min' = (q_min − zero point)·scale,
 max' = (q_max − zero point)·scale, then q = floor((clip(x, min', max') − min')/scale + 1/2)·scale + min'. q_min is 1
 with ``narrow_range`` (the symmetric int8 range [−127, 127]), else 0; q_max = 2^bits − 1. The range is nudged in
@@ -72,7 +74,14 @@ def _nudged(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_ran
 def _formula(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tf.Tensor:
     n_min, n_max, scale, empty = _nudged(x, low, high, bits, narrow_range)
     n_max = tf.where(empty, n_min, n_max)  # a [0, 0] range clamps to 0: TensorFlow's kernels output 0
-    clamped = tf.clip_by_value(x, n_min, n_max)
+    clamped = tf.clip_by_value(x, n_min, n_max)  # in x's dtype: the bounds the gradient's mask compares with
+    if x.dtype in (tf.float16, tf.bfloat16):
+        # 256 levels do not fit in a half-precision significand (bfloat16 keeps 8 bits): the level is found in
+        # float32, TensorFlow's kernels' precision, and the result rounded to x's dtype once.
+        wide_min, _, wide_scale = nudged_range(low, high, bits=bits, narrow_range=narrow_range, dtype=tf.float32)
+        wide = tf.cast(clamped, tf.float32)
+        level = tf.floor((wide - wide_min) / wide_scale + 0.5)
+        return tf.cast(level * wide_scale + wide_min, x.dtype)
     return tf.floor((clamped - n_min) / scale + tf.constant(0.5, x.dtype)) * scale + n_min
 
 
