@@ -26,16 +26,18 @@ except RuntimeError:  # already initialised (e.g. a plugin ran an op first)
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """Where pytest-xdist is installed: ``-n auto`` unless the command line gives ``-n``, and ``--dist loadgroup``
-    unless it gives ``--dist``, so that the tests marked ``xdist_group`` share a worker. ``-n 0`` or ``-p no:xdist``
-    runs every test in this process (for debugging: ``--pdb``, ``-s``). A hook rather than ``addopts``, which would
-    break ``-p no:xdist`` and an environment without pytest-xdist."""
+    """Where pytest-xdist is installed: ``-n auto`` unless the command line gives ``-n``, and ``--dist loadfile``
+    unless it gives ``--dist``: the tests of one file run in one worker, so a module-scoped fixture (a documentation
+    build, the multi-worker processes) runs once. ``-n 0`` or ``-p no:xdist`` runs every test in this process (for
+    debugging: ``--pdb``, ``-s``). A hook rather than ``addopts``, which would break ``-p no:xdist`` and a run without
+    pytest-xdist installed. (Not ``--dist loadgroup``: with pytest 9.2, pytest-xdist 3.8 ignores ``xdist_group``
+    marks without a word, pytest-dev/pytest-xdist#1386.)"""
     if not hasattr(config.option, "numprocesses") or hasattr(config, "workerinput"):
         return  # no pytest-xdist, or one of its workers
     if config.option.numprocesses is None:
         config.option.numprocesses = "auto"
     if config.option.dist == "no":
-        config.option.dist = "loadgroup"
+        config.option.dist = "loadfile"
 
 
 settings.register_profile(

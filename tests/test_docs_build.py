@@ -15,12 +15,9 @@ from tests.helpers import extra_requirements, run_python
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# The tests that read the built site share one build (about 15 s), in the worker that runs them all.
-pytestmark = pytest.mark.xdist_group("mkdocs")
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
+    """One build (about 15 s) for the module's tests: pytest-xdist runs a file's tests in one worker."""
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
         pytest.importorskip(module)
     directory = tmp_path_factory.mktemp("mkdocs")

@@ -47,7 +47,7 @@ FIELDS = (
 
 # The models are built and summarized in a fresh process (8 ImageNet models: ~15 s there, ~45 s inside the suite's
 # process); it writes the figures below to summaries.json, and the quicknet_small lines printed by larq's and ste's
-# summaries. The tests that read them share one run, in the worker that runs them all.
+# summaries. The module's tests share one run (pytest-xdist runs a file's tests in one worker).
 _SCRIPT = f"""
 import json, sys
 import keras
@@ -83,7 +83,6 @@ def _by_bits(figures: dict[str, int]) -> dict[int, int]:
     return {int(bits): count for bits, count in figures.items()}
 
 
-@pytest.mark.xdist_group("larq_zoo")
 @pytest.mark.parametrize("name", ONE_PER_FAMILY)
 def test_agrees_with_larq_summary(figures, name):
     summary, larq = figures[name], LARQ[name]
@@ -97,7 +96,6 @@ def test_agrees_with_larq_summary(figures, name):
     assert summary["non_trainable_params"] == larq["non_trainable_params"]
 
 
-@pytest.mark.xdist_group("larq_zoo")
 @pytest.mark.parametrize("name", ONE_PER_FAMILY)
 def test_reproduces_larq_zoos_published_figures(figures, name):
     summary = figures[name]
@@ -110,7 +108,6 @@ def test_reproduces_larq_zoos_published_figures(figures, name):
     assert f"{size / 2**20:.2f}" == memory.split()[0]  # larq-zoo writes MiB as "MB"
 
 
-@pytest.mark.xdist_group("larq_zoo")
 def test_quicknet_small_prints_the_published_numbers(figures):
     printed = figures["quicknet_small_printed"]
     # larq's conventions: batch norm folded

@@ -29,12 +29,9 @@ def _with_root(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")}
 
 
-# The tests that read the report share one smoke run (a minute or more), in the worker that runs them all.
-needs_report = pytest.mark.xdist_group("benchmark_smoke")
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """One smoke run (a minute or more) for the module's tests: pytest-xdist runs a file's tests in one worker."""
     directory = tmp_path_factory.mktemp("benchmarks")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # as on a fresh shell
     run_python(
@@ -54,7 +51,6 @@ def _positive(value: float) -> bool:
     return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
-@needs_report
 def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, Any], str]) -> None:
     results, _ = report
     assert results["mode"] == "smoke"
@@ -83,7 +79,6 @@ def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, An
     assert qat["runs"]["ste"][0]["architecture"] == qat["float"]["architecture"]
 
 
-@needs_report
 def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], str]) -> None:
     results, _ = report
     calls = results["config"]["tracing"]["calls"]
@@ -103,7 +98,6 @@ def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], st
         assert all(_positive(r) for r in ratios.values())
 
 
-@needs_report
 def test_markdown_has_targets_and_one_row_per_cell(report: tuple[dict[str, Any], str]) -> None:
     results, table = report
     assert "Reproduce: `python -m benchmarks.run --smoke`" in table

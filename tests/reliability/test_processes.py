@@ -1,8 +1,8 @@
 """Tests that need fresh Python processes: exports that outlive the package, multi-worker training, determinism.
 
 The ``process_jobs`` fixture starts the subprocesses (processes.py) when the first test that needs them runs; these
-tests only wait for them and check their results. They share the processes, so they run in one pytest-xdist worker
-(``xdist_group``).
+tests only wait for them and check their results (pytest-xdist runs a file's tests in one worker, so the processes
+start once).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from . import _worker, scaleout
 from .processes import ROOT, Jobs, Scaler, _env, _forward_and_gradients, start_jobs, start_workers
 
 Started = tuple[Jobs, Path, dict[str, Any]]
-shares_the_processes = pytest.mark.xdist_group("multi_worker")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +34,6 @@ def process_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
     yield from start_jobs(tmp_path_factory)
 
 
-@shares_the_processes
 def test_exports_load_and_differentiate_in_a_process_without_ste(process_jobs: Started) -> None:
     runner, tmp, expected = process_jobs
     runner.wait("loader")
@@ -82,7 +80,6 @@ def _worker_results(process_jobs: Started) -> tuple[list[dict[str, Any]], dict[s
     return workers, json.loads((tmp / "reference.json").read_text())
 
 
-@shares_the_processes
 @pytest.mark.parametrize("loop", ["fit", "loop"], ids=["fit", "custom-loop"])
 @pytest.mark.parametrize("kind", scaleout.NETS)
 def test_two_workers_train_as_one_process(process_jobs: Started, kind: str, loop: str) -> None:
@@ -104,7 +101,6 @@ def test_two_workers_train_as_one_process(process_jobs: Started, kind: str, loop
         assert len(flips) == 2 and all(single[kind][loop]["logs"][k] > 0 for k in flips)
 
 
-@shares_the_processes
 def test_a_killed_worker_resumes_with_backup_and_restore(process_jobs: Started) -> None:
     """Worker 1 stops in the middle of the last epoch; the test kills both workers by PID. Resumed from the
     chief's backup (ste.callbacks.BackupAndRestore, at the epoch boundary) by two new workers, and by one process,
@@ -142,7 +138,6 @@ def test_a_killed_worker_resumes_with_backup_and_restore(process_jobs: Started) 
     assert "flip_ratio/conv1" in uninterrupted["logs"] and "gamma" in uninterrupted["logs"]
 
 
-@shares_the_processes
 def test_seeded_runs_are_bit_identical(process_jobs: Started) -> None:
     runner, tmp, _ = process_jobs
     runner.wait("determinism0")
