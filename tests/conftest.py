@@ -1,4 +1,5 @@
-"""Test-wide set-up: quiet TensorFlow, four logical CPU devices (for distribution tests), hypothesis profiles."""
+"""Test-wide set-up: a pytest-xdist worker per core, quiet TensorFlow, four logical CPU devices (for distribution
+tests), hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
 from hypothesis import HealthCheck, settings
 
-# Logical devices must be configured before TensorFlow runs its first op, so it happens here, once per session.
+# Logical devices must be configured before TensorFlow runs its first op, so it happens here, once per process.
 _cpus = tf.config.list_physical_devices("CPU")
 try:
     tf.config.set_logical_device_configuration(
@@ -21,6 +22,23 @@ try:
     )
 except RuntimeError:  # already initialised (e.g. a plugin ran an op first)
     pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Where pytest-xdist is installed: ``-n auto`` unless the command line gives ``-n``, and ``--dist loadfile``
+    unless it gives ``--dist``: the tests of one file run in one worker, so a module-scoped fixture (a documentation
+    build, the multi-worker processes) runs once. ``-n 0`` or ``-p no:xdist`` runs every test in this process (for
+    debugging: ``--pdb``, ``-s``). A hook rather than ``addopts``, which would break ``-p no:xdist`` and a run without
+    pytest-xdist installed. (Not ``--dist loadgroup``: with pytest 9.2, pytest-xdist 3.8 ignores ``xdist_group``
+    marks without a word, pytest-dev/pytest-xdist#1386.)"""
+    if not hasattr(config.option, "numprocesses") or hasattr(config, "workerinput"):
+        return  # no pytest-xdist, or one of its workers
+    if config.option.numprocesses is None:
+        config.option.numprocesses = "auto"
+    if config.option.dist == "no":
+        config.option.dist = "loadfile"
+
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -35,48 +53,8 @@ _CPU_KERNEL_TESTS = ("layers", "benchmarks/test_smoke.py", "test_serialization.p
 _TESTS = Path(__file__).resolve().parent
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    from tests.jobs import OUTCOMES, Outcomes
-
-    if os.environ.get(OUTCOMES):  # a pytest subprocess of tests/jobs.py's offload: its outcomes, for the proxies
-        config.pluginmanager.register(Outcomes(os.environ[OUTCOMES]), "ste-outcomes")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = Path(str(item.fspath)).resolve()
         if any(where.is_relative_to(_TESTS / part) for part in _CPU_KERNEL_TESTS):
             item.add_marker(pytest.mark.cpu_kernels)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Replace the offloaded modules' tests by proxies of one pytest subprocess (tests/jobs.py's ``offload``), start
-    the background job of every collected test marked ``@JOB.needed`` (those proxies too), and run those tests last,
-    so that the jobs run beside the rest of the suite."""
-    from tests.jobs import offload
-
-    if session.config.option.collectonly:
-        return
-    session.items[:] = offload(session.items)
-    readers = [item for item in session.items if item.get_closest_marker("background_job")]
-    for item in readers:
-        for marker in item.iter_markers("background_job"):
-            marker.args[0].start()
-    session.items[:] = [item for item in session.items if item not in readers] + readers
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """How long each background job ran, and when: the queue runs one at a time, so its total bounds the suite's."""
-    from tests.jobs import STARTED
-
-    if STARTED:
-        terminalreporter.section("background jobs (seconds after the first was queued)")
-        for job in STARTED:
-            terminalreporter.write_line(job.timing())
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    from tests.jobs import STARTED
-
-    for job in STARTED:
-        job.stop()

@@ -3,7 +3,9 @@ cannot run on this CPU)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,8 +39,6 @@ def as_float64(values: Sequence[Any] | np.ndarray | tf.Tensor) -> np.ndarray:
 def pyproject() -> dict[str, Any]:
     """pyproject.toml, parsed by tomllib (Python 3.11 and later) or, on Python 3.10, by tomli (which pytest itself
     requires there); a skip that says so if neither is installed."""
-    from pathlib import Path
-
     try:
         import tomllib as toml
     except ModuleNotFoundError:  # Python 3.10
@@ -68,7 +68,6 @@ def extra_requirements(name: str) -> set[str]:
 def load_example(name: str) -> Any:
     """The module examples/<name>.py (examples/ is not a package)."""
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"examples_{name}", path)
@@ -78,21 +77,76 @@ def load_example(name: str) -> Any:
     return module
 
 
-def example_job(name: str, *args: str) -> Any:
-    """``python examples/<name>.py ARGS`` as a user runs it (a fresh process, in a directory of its own), as a
-    background job (tests/jobs.py): it trains beside the rest of the suite."""
-    import os
-    from pathlib import Path
+@dataclass(frozen=True)
+class Finished:
+    """What a fresh Python process did (:func:`run_python`)."""
 
-    from tests.jobs import BackgroundJob
+    returncode: int
+    stdout: str
+    stderr: str
+    directory: Path  # where it wrote its files
+
+    def numbers(self, pattern: str) -> list[float]:
+        """The groups of ``pattern``'s first match in stdout, as numbers (the test fails if nothing matches)."""
+        import re
+
+        found = re.search(pattern, self.stdout)
+        assert found, f"{pattern!r} not in the output:\n{self.stdout[-3000:]}"
+        return [float(group) for group in found.groups()]
+
+
+def run_python(
+    args: Sequence[str | Path],
+    directory: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600.0,
+    check: bool = True,
+) -> Finished:
+    """``python ARGS`` in a fresh interpreter, run to its end: in ``cwd`` (default ``directory``, where it writes its
+    files), with ``env`` (default this process's). For what a process of the suite cannot show: a user's command
+    line, a setting TensorFlow reads once at import. The test fails if the process outlives ``timeout`` (a safety
+    net, not a speed check: it is killed), or, with ``check``, if it exits with a non-zero status (its stderr)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    command = [sys.executable, *(str(arg) for arg in args)]
+    where = directory if cwd is None else cwd
+    try:
+        done = subprocess.run(
+            command,
+            env=None if env is None else dict(env),
+            cwd=where,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as error:
+        out, err = (
+            part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+            for part in (error.stdout, error.stderr)
+        )
+        pytest.fail(
+            f"{command[1:4]} did not finish within {timeout} s:\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        )
+    finished = Finished(done.returncode, done.stdout, done.stderr, directory)
+    if check and done.returncode != 0:
+        pytest.fail(f"{command[1:4]} exited with {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return finished
+
+
+def run_example(name: str, directory: Path, *args: str) -> Finished:
+    """``python examples/<name>.py ARGS`` as a user runs it: a fresh process, in ``directory``, which must succeed."""
+    import os
 
     root = Path(__file__).resolve().parents[1]
-
-    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-        env = {**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
-        return [str(root / "examples" / f"{name}.py"), *args], env, directory
-
-    return BackgroundJob(f"example-{name}", command, timeout=600)
+    env = {**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
+    return run_python([root / "examples" / f"{name}.py", *args], directory, env=env)
 
 
 #: TensorFlow's errors for CPU kernels it lacks where oneDNN is off (a CPU without AVX-512, unless

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import ste
 from ste._tools._cli import main
-from tests.jobs import BackgroundJob
+from tests.helpers import run_python
 
 
 def test_list_shows_every_entry_with_its_defaults(capsys):
@@ -210,36 +210,25 @@ def test_usage_errors_exit_2_with_one_line_and_no_tensorflow(args, needle, tmp_p
     assert not any(line.split("|")[-1].strip().startswith("tensorflow") for line in imported)
 
 
-def _users_module_command(*args: str) -> BackgroundJob:
-    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-        (directory / "my_rules_cli.py").write_text(
-            "import tensorflow as tf\nimport ste\n\n"
-            "@ste.registry.register('cli_user_rule')\n"
-            "def cli_user_rule(x, k=3.0):\n"
-            "    return k * tf.ones_like(x)\n"
-        )
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-        # the module is found from the current directory, as `python -m` users expect
-        return ["-m", "ste", "--import", "my_rules_cli", *args], env, directory
-
-    return BackgroundJob(f"cli-{args[0]}", command, timeout=180)
-
-
-USER_SHOW = _users_module_command("show", "cli_user_rule")
-USER_CHECK = _users_module_command("check", "cli_user_rule")
-
-
-@USER_SHOW.needed
-@USER_CHECK.needed
-def test_a_command_imports_the_users_module_and_prints_no_tensorflow_log():
-    done = USER_SHOW.wait()
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "cli_user_rule(k=3.0)"
-    assert "peak:       3 everywhere" in done.stdout  # k·1
-    assert done.stderr == ""  # no TensorFlow start-up lines (oneDNN, CUDA, cpu_feature_guard)
-    checked = USER_CHECK.wait()  # float16 kernels log an oneDNN line at error level on CPUs without AVX-512 FP16
-    assert checked.returncode == 0 and "finite at 0" in checked.stdout, checked.stderr
+def test_a_command_imports_the_users_module_and_prints_no_tensorflow_log(tmp_path):
+    (tmp_path / "my_rules_cli.py").write_text(
+        "import tensorflow as tf\nimport ste\n\n"
+        "@ste.registry.register('cli_user_rule')\n"
+        "def cli_user_rule(x, k=3.0):\n"
+        "    return k * tf.ones_like(x)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    # the module is found from the current directory, as `python -m` users expect
+    shown, checked = (
+        run_python(["-m", "ste", "--import", "my_rules_cli", command, "cli_user_rule"], tmp_path, env=env, timeout=180)
+        for command in ("show", "check")
+    )
+    assert shown.stdout.splitlines()[0] == "cli_user_rule(k=3.0)"
+    assert "peak:       3 everywhere" in shown.stdout  # k·1
+    assert shown.stderr == ""  # no TensorFlow start-up lines (oneDNN, CUDA, cpu_feature_guard)
+    # float16 kernels log an oneDNN line at error level on CPUs without AVX-512 FP16
+    assert "finite at 0" in checked.stdout, checked.stderr
     assert checked.stderr == ""
 
 

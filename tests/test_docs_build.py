@@ -10,30 +10,24 @@ from pathlib import Path
 import pytest
 
 import ste
-from tests.helpers import extra_requirements
-from tests.jobs import BackgroundJob
+from tests.helpers import extra_requirements, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _mkdocs_build(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
-    return ["-m", "mkdocs", "build", "--strict", "--site-dir", str(directory / "site")], env, ROOT
-
-
-SITE = BackgroundJob("mkdocs", _mkdocs_build, timeout=600)  # about 15 s, beside the rest of the suite
-
-
 @pytest.fixture(scope="module")
-def site():
+def site(tmp_path_factory):
+    """One build (about 15 s) for the module's tests: pytest-xdist runs a file's tests in one worker."""
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
         pytest.importorskip(module)
-    done = SITE.wait()
+    directory = tmp_path_factory.mktemp("mkdocs")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
+    args = ["-m", "mkdocs", "build", "--strict", "--site-dir", directory / "site"]
+    done = run_python(args, directory, env=env, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.directory / "site"
+    return directory / "site"
 
 
-@SITE.needed
 def test_every_registry_entry_has_a_generated_page_and_plot(site):
     assert not (ROOT / "docs" / "gallery").exists(), "the gallery is generated at build time, never committed"
     index = (site / "gallery" / "index.html").read_text()
@@ -46,7 +40,6 @@ def test_every_registry_entry_has_a_generated_page_and_plot(site):
         assert formula and html.escape(formula, quote=False) in page
 
 
-@SITE.needed
 def test_gallery_peaks_are_the_computed_ones(site):
     # Independent: sigmoid'(0) = 1/4 at beta = 1; the clipped straight-through is 1 on [-1, 1].
     sigmoid = (site / "gallery" / "sigmoid_surrogate" / "index.html").read_text()
@@ -55,7 +48,6 @@ def test_gallery_peaks_are_the_computed_ones(site):
     assert "1 for x in [-1, 1]" in clipped
 
 
-@SITE.needed
 def test_layout_in_headless_chromium(site):
     """At 1280×900 and 390×844: no clipped table, no wrapped code line at column 0, no copy button over code, the
     sidebar's sections in view (tests/docs_layout.py). Screenshots go to STE_LAYOUT_SCREENSHOTS, else beside the
@@ -70,7 +62,6 @@ def test_layout_in_headless_chromium(site):
     assert len(list(out.glob("*-desktop.png"))) == len(list(out.glob("*-phone.png"))) > 0
 
 
-@SITE.needed
 def test_pages_and_api_reference_are_built(site):
     for page in ("guide", "recipes/activation-gradient", "quantizers", "larq", "tools", "performance", "api"):
         assert (site / page / "index.html").exists(), page
@@ -103,7 +94,6 @@ def test_readme_docs_command_installs_everything_the_build_imports():
     assert {"mkdocs-material", "mkdocstrings", "matplotlib"} <= extra_requirements("docs")
 
 
-@SITE.needed
 def test_gallery_is_readable(site):
     """Thumbnails at least 240 px wide, each entry over its own width, plateaus as intervals."""
     index = (site / "gallery" / "index.html").read_text()
@@ -118,7 +108,6 @@ def test_gallery_is_readable(site):
     assert int.from_bytes(png[16:20], "big") >= 2 * 240  # the image itself is wider than its thumbnail
 
 
-@SITE.needed
 def test_gallery_overview_gives_the_plots_room(site):
     """Two columns (the entry's facts, its plot) and no table of contents: at a 1280 px window the plots are about
     390 px wide (a six-column table squeezed them to about 110 px and broke names mid-word)."""
@@ -130,14 +119,12 @@ def test_gallery_overview_gives_the_plots_room(site):
     assert min(widths) >= 400
 
 
-@SITE.needed
 def test_no_restructuredtext_markup_on_the_gallery_pages(site):
     for page in (site / "gallery").glob("*/index.html"):
         text = page.read_text()
         assert "``" not in text and ":class:" not in text and ":func:" not in text, page
 
 
-@SITE.needed
 def test_code_blocks_wrap_and_text_blocks_keep_their_columns(site):
     css = (site / "stylesheets" / "ste.css").read_text()
     assert ".highlight:not(.language-text) pre > code" in css and "pre-wrap" in css
@@ -147,7 +134,6 @@ def test_code_blocks_wrap_and_text_blocks_keep_their_columns(site):
     assert '<span id="__span-0-1">' in page  # one span per line: a wrapped line hangs under its start
 
 
-@SITE.needed
 def test_sphinx_roles_become_links_to_the_api_entries(site):
     api = (site / "api" / "index.html").read_text()
     links = re.findall(r'<a href="#([^"]+)"><code>', api)

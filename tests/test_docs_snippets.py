@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import ste
-from tests.jobs import BackgroundJob
+from tests.helpers import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")], key=lambda path: str(path.relative_to(ROOT)))
@@ -83,7 +83,8 @@ def _name(path: Path) -> str:
 
 
 def run_page(name: str) -> None:
-    """Run the page's blocks as a reader's session, in the current directory (the page's background job)."""
+    """Run the page's blocks as a reader's session, in the current directory (the fresh process that
+    ``test_page_code_runs`` starts)."""
     path = ROOT / name
     namespace: dict = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
     for number, (block, not_run, need) in enumerate(_blocks(path)):
@@ -105,29 +106,17 @@ def run_page(name: str) -> None:
         namespace.update(scope)
 
 
-def _page_job(path: Path) -> BackgroundJob:
+@pytest.mark.parametrize("name", [_name(path) for path in PAGES if _blocks(path)])
+def test_page_code_runs(name, tmp_path):
     """The page's blocks in a fresh interpreter, as a reader runs them, in a directory of its own (blocks that save
-    files write there): a background job beside the rest of the suite."""
-
-    def command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
-        lce_python = _lce_python()
-        if lce_python:
-            env["STE_LCE_PYTHON"] = lce_python
-        code = f"from tests.test_docs_snippets import run_page; run_page({_name(path)!r})"
-        return ["-c", code], env, directory
-
-    return BackgroundJob(f"docs-{path.stem}", command, timeout=600)
-
-
-PAGE_JOBS = {_name(path): _page_job(path) for path in PAGES if _blocks(path)}
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=job.background_mark()) for name, job in PAGE_JOBS.items()])
-def test_page_code_runs(name):
+    files write there; what a block registers or sets stays in its own process)."""
     if name in NEEDS:
         pytest.importorskip(NEEDS[name][0], reason=NEEDS[name][1])
-    done = PAGE_JOBS[name].succeeded()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "MPLBACKEND": "Agg"}
+    lce_python = _lce_python()
+    if lce_python:
+        env["STE_LCE_PYTHON"] = lce_python
+    done = run_python(["-c", f"from tests.test_docs_snippets import run_page; run_page({name!r})"], tmp_path, env=env)
     skipped = [line.split(SKIPPED, 1)[1].strip() for line in done.stdout.splitlines() if line.startswith(SKIPPED)]
     if skipped:
         pytest.skip("every other block ran; not run here: " + "; ".join(skipped))

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import load_example
-from tests.jobs import BackgroundJob
+from tests.helpers import load_example, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 LARQ = json.loads((ROOT / "tests" / "data" / "larq_zoo_summary.json").read_text())
@@ -46,9 +45,9 @@ FIELDS = (
     "non_trainable_params",
 )
 
-# The models are built and summarized in a fresh process, a background job beside the rest of the suite (8 ImageNet
-# models take ~45 s to build); it writes the figures below to summaries.json, and the quicknet_small lines printed by
-# larq's and ste's summaries.
+# The models are built and summarized in a fresh process (8 ImageNet models: ~15 s there, ~45 s inside the suite's
+# process); it writes the figures below to summaries.json, and the quicknet_small lines printed by larq's and ste's
+# summaries. The module's tests share one run (pytest-xdist runs a file's tests in one worker).
 _SCRIPT = f"""
 import json, sys
 import keras
@@ -72,25 +71,18 @@ json.dump(figures, open("summaries.json", "w"))
 """
 
 
-def _summaries(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return ["-c", _SCRIPT], env, directory
-
-
-SUMMARIES = BackgroundJob("larq-zoo", _summaries, timeout=600)
-
-
 @pytest.fixture(scope="module")
-def figures() -> dict[str, Any]:
-    done = SUMMARIES.succeeded()
-    return json.loads((done.directory / "summaries.json").read_text())
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    directory = tmp_path_factory.mktemp("larq_zoo")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run_python(["-c", _SCRIPT], directory, env=env)
+    return json.loads((directory / "summaries.json").read_text())
 
 
 def _by_bits(figures: dict[str, int]) -> dict[int, int]:
     return {int(bits): count for bits, count in figures.items()}
 
 
-@SUMMARIES.needed
 @pytest.mark.parametrize("name", ONE_PER_FAMILY)
 def test_agrees_with_larq_summary(figures, name):
     summary, larq = figures[name], LARQ[name]
@@ -104,7 +96,6 @@ def test_agrees_with_larq_summary(figures, name):
     assert summary["non_trainable_params"] == larq["non_trainable_params"]
 
 
-@SUMMARIES.needed
 @pytest.mark.parametrize("name", ONE_PER_FAMILY)
 def test_reproduces_larq_zoos_published_figures(figures, name):
     summary = figures[name]
@@ -117,7 +108,6 @@ def test_reproduces_larq_zoos_published_figures(figures, name):
     assert f"{size / 2**20:.2f}" == memory.split()[0]  # larq-zoo writes MiB as "MB"
 
 
-@SUMMARIES.needed
 def test_quicknet_small_prints_the_published_numbers(figures):
     printed = figures["quicknet_small_printed"]
     # larq's conventions: batch norm folded

@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.jobs import BackgroundJob
+from tests.helpers import run_python
 
 
 def _sigmoid(x):
@@ -121,32 +121,23 @@ def test_op_in_dense_round_trips_through_keras_file_with_safe_mode(name, tmp_pat
 _FRESH_X = np.linspace(-3.0, 3.0, 8, dtype=np.float32).reshape(2, 4)
 
 
-def _fresh_process_load(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-    """Save the model here (when the tests are collected); a new interpreter imports ste and loads it."""
+def test_keras_file_loads_in_a_fresh_process_after_import_ste(tmp_path):
+    """Nothing of this process (registrations, caches) helps: a new interpreter imports ste and loads the file."""
     op = ste.forward(keras.activations.relu).backward("sigmoid_surrogate(beta=2.0)")
     inputs = keras.Input((4,))
-    keras.Model(inputs, keras.layers.Activation(op)(inputs)).save(directory / "fresh.keras")
+    keras.Model(inputs, keras.layers.Activation(op)(inputs)).save(tmp_path / "fresh.keras")
     script = (
         "import numpy as np, keras, tensorflow as tf, ste\n"
-        f"m = keras.models.load_model({str(directory / 'fresh.keras')!r})\n"
+        "m = keras.models.load_model('fresh.keras')\n"
         f"x = tf.constant(np.array({_FRESH_X.tolist()!r}, dtype=np.float32))\n"
         "with tf.GradientTape() as tape:\n"
         "    tape.watch(x)\n"
         "    y = m(x)\n"
-        f"np.save({str(directory / 'y.npy')!r}, y.numpy())\n"
-        f"np.save({str(directory / 'g.npy')!r}, tape.gradient(y, x).numpy())\n"
+        "np.save('y.npy', y.numpy())\n"
+        "np.save('g.npy', tape.gradient(y, x).numpy())\n"
     )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return ["-c", script], env, directory
-
-
-FRESH_PROCESS = BackgroundJob("fresh-load", _fresh_process_load, timeout=300)
-
-
-@FRESH_PROCESS.needed
-def test_keras_file_loads_in_a_fresh_process_after_import_ste():
-    """Nothing of this process (registrations, caches) helps: a new interpreter imports ste and loads the file."""
-    done = FRESH_PROCESS.succeeded()
+    done = run_python(["-c", script], tmp_path, env=env, timeout=300)
     x = _FRESH_X
     np.testing.assert_allclose(np.load(done.directory / "y.npy"), np.maximum(x, 0.0), rtol=1e-6)
     sig = _sigmoid(2.0 * x)

@@ -22,27 +22,26 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import run as bench  # noqa: E402
 from benchmarks._variants import RULES, VARIANTS  # noqa: E402
-from tests.jobs import BackgroundJob  # noqa: E402
+from tests.helpers import run_python  # noqa: E402
 
 
 def _with_root(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")}
 
 
-def _smoke_command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # as on a fresh shell
-    return ["-m", "benchmarks.run", "--smoke", "--out", str(directory / "results")], _with_root(env), ROOT
-
-
-# a minute or more, mostly one Python thread tracing and converting: it runs beside the rest of the suite
-SMOKE = BackgroundJob("bench-smoke", _smoke_command)
-needs_report = SMOKE.needed
-
-
 @pytest.fixture(scope="module")
-def report() -> tuple[dict[str, Any], str]:
-    done = SMOKE.succeeded()
-    results = done.directory / "results"
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    """One smoke run (a minute or more) for the module's tests: pytest-xdist runs a file's tests in one worker."""
+    directory = tmp_path_factory.mktemp("benchmarks")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}  # as on a fresh shell
+    run_python(
+        ["-m", "benchmarks.run", "--smoke", "--out", directory / "results"],
+        directory,
+        env=_with_root(env),
+        cwd=ROOT,
+        timeout=900,
+    )
+    results = directory / "results"
     stamped = sorted(p.name for p in results.iterdir())
     assert any(name.startswith("smoke-") and name.endswith(".json") for name in stamped), stamped
     return json.loads((results / "latest.json").read_text()), (results / "latest.md").read_text()
@@ -52,7 +51,6 @@ def _positive(value: float) -> bool:
     return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
-@needs_report
 def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, Any], str]) -> None:
     results, _ = report
     assert results["mode"] == "smoke"
@@ -81,7 +79,6 @@ def test_json_has_every_section_with_positive_timings(report: tuple[dict[str, An
     assert qat["runs"]["ste"][0]["architecture"] == qat["float"]["architecture"]
 
 
-@needs_report
 def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], str]) -> None:
     results, _ = report
     calls = results["config"]["tracing"]["calls"]
@@ -101,7 +98,6 @@ def test_tracing_and_memory_sections_are_counts(report: tuple[dict[str, Any], st
         assert all(_positive(r) for r in ratios.values())
 
 
-@needs_report
 def test_markdown_has_targets_and_one_row_per_cell(report: tuple[dict[str, Any], str]) -> None:
     results, table = report
     assert "Reproduce: `python -m benchmarks.run --smoke`" in table
@@ -126,20 +122,12 @@ def test_update_docs_replaces_only_the_marked_block(tmp_path: Path) -> None:
     assert "| new | table |" in text
 
 
-def _without_allocator_command(directory: Path) -> tuple[list[str], dict[str, str], Path]:
-    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="false", TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3")
-    code = "from benchmarks._allocator import require_statistics; require_statistics(); print('available')"
-    return ["-c", code], _with_root(env), ROOT
-
-
-WITHOUT_ALLOCATOR = BackgroundJob("bench-no-bfc", _without_allocator_command, timeout=300)
-
-
-@WITHOUT_ALLOCATOR.needed
-def test_a_process_without_allocator_statistics_says_what_to_do() -> None:
+def test_a_process_without_allocator_statistics_says_what_to_do(tmp_path: Path) -> None:
     """Where TensorFlow was imported without the BFC allocator (on a CPU with oneDNN off), the suite exits with one
     line naming the variable to set, not a traceback (issue 18). Where oneDNN is on, the statistics exist anyway."""
-    done = WITHOUT_ALLOCATOR.wait()
+    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="false", TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3")
+    code = "from benchmarks._allocator import require_statistics; require_statistics(); print('available')"
+    done = run_python(["-c", code], tmp_path, env=_with_root(env), cwd=ROOT, timeout=300, check=False)
     if done.returncode == 0:
         assert done.stdout.strip() == "available"
         pytest.skip("this TensorFlow keeps CPU allocator statistics even without TF_CPU_ALLOCATOR_USE_BFC")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.helpers import example_job
+from tests.helpers import run_example
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,12 +17,8 @@ def test_readme_main_command_runs_the_binarized_example():
     assert command.rstrip().endswith("python examples/binarized_digits.py")
 
 
-EXAMPLE_RUN = example_job("binarized_digits", "--epochs", "3", "--verbose", "0")
-
-
-@EXAMPLE_RUN.needed
-def test_example_trains_both_networks_and_prints_the_summary():
-    done = EXAMPLE_RUN.succeeded()
+def test_example_trains_both_networks_and_prints_the_summary(tmp_path):
+    done = run_example("binarized_digits", tmp_path, "--epochs", "3", "--verbose", "0")
     binarized, float_accuracy = done.numbers(r"test accuracy  binarized: ([\d.]+)%   float: ([\d.]+)%")
     assert binarized > 80 and float_accuracy > 80  # 3 epochs; the full run reaches about 98 %
     assert "compression ratio" in done.stdout

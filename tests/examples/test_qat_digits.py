@@ -3,14 +3,11 @@ and file sizes."""
 
 from __future__ import annotations
 
-from tests.helpers import example_job
-
-EXAMPLE_RUN = example_job("qat_digits", "--epochs", "4", "--qat-epochs", "1")
+from tests.helpers import run_example
 
 
-@EXAMPLE_RUN.needed
-def test_example_trains_quantizes_and_converts():
-    done = EXAMPLE_RUN.succeeded()
+def test_example_trains_quantizes_and_converts(tmp_path):
+    done = run_example("qat_digits", tmp_path, "--epochs", "4", "--qat-epochs", "1")
     float_accuracy, qat, int8 = done.numbers(
         r"test accuracy  float: ([\d.]+)%   QAT: ([\d.]+)%   int8 TFLite: ([\d.]+)%"
     )

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.jobs import BackgroundJob
+from tests.helpers import run_python
 
 from .helpers import data, ops, residual_net, run
 
@@ -98,8 +98,8 @@ def test_to_tflite_refuses_a_non_model():
         ste.to_tflite("model.keras")
 
 
-# MobileNetV2's export and conversion take ~30 s of one Python thread: a fresh process, a background job beside the
-# rest of the suite (tests/jobs.py), writes the flatbuffer and the Keras layer kinds; the test reads them.
+# MobileNetV2's export and conversion (~30 s) run in a fresh process, which writes the flatbuffer and the Keras layer
+# kinds; the test reads them.
 _MOBILENET = """
 import json, numpy as np, keras, ste
 model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), classes=10)
@@ -111,17 +111,9 @@ json.dump([type(layer).__name__ for layer in model.layers], open("layers.json", 
 """
 
 
-def _mobilenet(directory: Path) -> tuple[list[str], dict[str, str], Path]:
+def test_mobilenet_v2_converts_end_to_end(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return ["-c", _MOBILENET], env, directory
-
-
-MOBILENET = BackgroundJob("mobilenet-v2", _mobilenet, timeout=600)
-
-
-@MOBILENET.needed
-def test_mobilenet_v2_converts_end_to_end():
-    done = MOBILENET.succeeded()
+    done = run_python(["-c", _MOBILENET], tmp_path, env=env)
     found = ops((done.directory / "mobilenet_v2.tflite").read_bytes())
     names = [name for name, _, _ in found]
     keras_kinds = json.loads((done.directory / "layers.json").read_text())

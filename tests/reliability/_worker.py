@@ -54,7 +54,7 @@ class _HangMidEpoch:
 
                     # until the test kills it, however late the session reaches that test (a loaded 38-minute run
                     # reached it 620 s after the marker, when a 600 s sleep had already ended); the session's end
-                    # kills it otherwise (tests/jobs.py)
+                    # kills it otherwise (the fixture in processes.py)
                     while True:
                         time.sleep(60)
 

@@ -1,18 +1,21 @@
-"""Subprocess jobs for test_processes.py, started once per session by tests/reliability/conftest.py.
+"""The subprocesses of test_processes.py, and :class:`Jobs`, which starts them and kills them by process id.
 
 All subprocesses (two MultiWorkerMirroredStrategy workers and the same trainings in one process, two seeded
-training runs, one export loader) start
-together, as soon as the first reliability test runs, so that their TensorFlow start-ups overlap with each other
-and with the in-process tests; the tests in test_processes.py (which conftest moves to the end) wait for them.
-The fault test kills the workers mid-epoch and starts the runs that resume from
-their backups. Every process has a time limit and is killed at the end of the session, whatever happened.
+training runs, one export loader) start together, when the first test that needs them asks for the ``process_jobs``
+fixture, so that their TensorFlow start-ups overlap with each other; the tests wait for them. The fault test kills
+the workers mid-epoch by process id and starts the runs that resume from their backups. Every process has a time
+limit and is killed when the module's tests are done, whatever happened.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,16 +25,85 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.jobs import TIMEOUT, Jobs
 from tests.references import tf_sign
 
 from . import models
 
 WORKER = Path(__file__).with_name("_worker.py")
 ROOT = Path(__file__).resolve().parents[2]  # the repository: subprocesses import this checkout's ste
-# Time limits (tests/jobs.py's TIMEOUT, a safety net): the multi-worker and reference trainings take 1-3 min alone;
-# all the jobs run at once, so on a loaded machine every job is slower (the export loader ran out of 150 s at load 13).
-SCALEOUT_TIMEOUT = TIMEOUT
+# Time limits, a safety net, not a speed check: the multi-worker and reference trainings take 1-3 min alone; all the
+# jobs run at once, so on a loaded machine every job is slower (the export loader ran out of 150 s at load 13).
+TIMEOUT = 480.0
+
+
+class Jobs:
+    """Named ``python PROGRAM ...`` subprocesses, with output in log files (never a pipe that could fill up) and a
+    deadline counted from their start; a test can wait for one, wait for a file it writes, or kill it by its id."""
+
+    def __init__(self, *program: str | Path) -> None:
+        self.program = [str(part) for part in program]  # what follows ``python``: a script, or ``-m`` and a module
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}  # stdout
+        self.errors: dict[str, Path] = {}  # stderr
+        self.deadlines: dict[str, float] = {}
+
+    def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path, timeout: float = TIMEOUT) -> None:
+        """``python PROGRAM ARGS`` in ``cwd``; its stdout and stderr go to ``name.log`` and ``name.err`` there."""
+        self.logs[name], self.errors[name] = (cwd / f"{name}.{kind}" for kind in ("log", "err"))
+        with open(self.logs[name], "wb") as out, open(self.errors[name], "wb") as err:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, *self.program, *args],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
+        self.deadlines[name] = time.monotonic() + timeout
+
+    def output(self, name: str) -> str:
+        """The end of job ``name``'s stdout and stderr (for failure messages)."""
+        out, err = (path.read_text(errors="replace")[-3000:] for path in (self.logs[name], self.errors[name]))
+        return f"stdout:\n{out}\nstderr:\n{err}"
+
+    def wait(self, name: str) -> None:
+        proc = self.procs[name]
+        try:
+            proc.wait(timeout=max(1.0, self.deadlines[name] - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"subprocess {name} did not finish within its time limit")
+        assert proc.returncode == 0, f"subprocess {name} failed:\n{self.output(name)}"
+
+    def wait_for_file(self, name: str, path: Path) -> None:
+        """Until ``path`` exists (written by job ``name``, which goes on running), within the job's time limit."""
+        proc = self.procs[name]
+        while not path.exists():
+            if proc.poll() is not None and not path.exists():
+                pytest.fail(
+                    f"subprocess {name} ended (code {proc.returncode}) before writing {path.name}:\n{self.output(name)}"
+                )
+            if time.monotonic() > self.deadlines[name]:
+                self.kill(name)
+                pytest.fail(f"subprocess {name} did not write {path.name} within its time limit")
+            time.sleep(0.2)
+
+    def kill(self, name: str) -> int | None:
+        """Kill job ``name`` by its process id (if still running); its exit code."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=30)
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def _free_ports(n: int) -> list[int]:
@@ -93,7 +165,7 @@ def start_workers(jobs: Jobs, prefix: str, args: list[str], cwd: Path) -> None:
     for index in range(2):
         config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         own = [a.replace("{out}", str(cwd / f"{prefix}{index}.json")) for a in args]
-        jobs.start(f"{prefix}{index}", own, _env(TF_CONFIG=config), cwd, SCALEOUT_TIMEOUT)
+        jobs.start(f"{prefix}{index}", own, _env(TF_CONFIG=config), cwd)
 
 
 def start_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Jobs, Path, dict[str, Any]]]:

@@ -1,7 +1,8 @@
 """Tests that need fresh Python processes: exports that outlive the package, multi-worker training, determinism.
 
-The subprocesses are started early in the session by the ``process_jobs`` fixture (tests/reliability/conftest.py,
-processes.py); these tests only wait for them and check their results.
+The ``process_jobs`` fixture starts the subprocesses (processes.py) when the first test that needs them runs; these
+tests only wait for them and check their results (pytest-xdist runs a file's tests in one worker, so the processes
+start once).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,16 @@ import numpy as np
 import pytest
 
 import ste
-from tests.jobs import Jobs
 
 from . import _worker, scaleout
-from .processes import ROOT, Scaler, _env, _forward_and_gradients, start_workers
+from .processes import ROOT, Jobs, Scaler, _env, _forward_and_gradients, start_jobs, start_workers
 
 Started = tuple[Jobs, Path, dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def process_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
+    yield from start_jobs(tmp_path_factory)
 
 
 def test_exports_load_and_differentiate_in_a_process_without_ste(process_jobs: Started) -> None:

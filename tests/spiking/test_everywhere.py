@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.jobs import in_fresh_process
 
 STEPS, FEATURES, CLASSES = 8, 6, 3
 
@@ -150,7 +149,7 @@ def test_keras_save_and_load(tmp_path) -> None:
 
 
 def _exported_surrogate_gradient(directory: Path, neuron: dict[str, Any]) -> None:
-    """The export's gradient is the live model's (run in a fresh process: ``EXPORTS`` below)."""
+    """The export's gradient is the live model's."""
     model = keras.Sequential(  # one spiking layer keeps the export short
         [keras.Input((STEPS, FEATURES)), keras.layers.Dense(CLASSES), ste.spiking.LIF(**neuron)]
     )
@@ -168,20 +167,16 @@ def _exported_surrogate_gradient(directory: Path, neuron: dict[str, Any]) -> Non
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-7)
 
 
-# every learned parameter (the spike op takes them as inputs); the default spike op, gradient through the reset. A
-# SavedModel export traces every custom gradient (~10 s): each runs in a fresh process beside the suite.
+# every learned parameter (the spike op takes them as inputs); the default spike op, gradient through the reset
 EXPORTS = {
-    "learned": in_fresh_process(
-        _exported_surrogate_gradient,
-        {"reset": "zero", "learn_beta": True, "learn_threshold": True, "learn_surrogate": True},
-    ),
-    "default": in_fresh_process(_exported_surrogate_gradient, {"reset": "subtract", "detach_reset": False}),
+    "learned": {"reset": "zero", "learn_beta": True, "learn_threshold": True, "learn_surrogate": True},
+    "default": {"reset": "subtract", "detach_reset": False},
 }
 
 
-@pytest.mark.parametrize("case", [pytest.param(k, marks=job.background_mark()) for k, job in EXPORTS.items()])
-def test_savedmodel_export_keeps_the_surrogate_gradient(case: str) -> None:
-    EXPORTS[case].succeeded()
+@pytest.mark.parametrize("case", EXPORTS)
+def test_savedmodel_export_keeps_the_surrogate_gradient(case: str, tmp_path: Path) -> None:
+    _exported_surrogate_gradient(tmp_path, EXPORTS[case])
 
 
 def test_forward_mode_matches_reverse_mode() -> None:

@@ -15,7 +15,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.jobs import in_fresh_process
 
 from . import reference
 from . import test_gradients as lif_table
@@ -518,20 +517,15 @@ CONV_DTYPES = [("float16", False), ("bfloat16", False), ("float32", True), ("flo
 
 
 def _convolutions_like_unfused(directory: Path) -> None:
-    """The fused conv stack against the unfused network in the four dtypes, float32 under XLA (``CONV_JOB``)."""
+    """The fused conv stack against the unfused network in the four dtypes, float32 under XLA."""
     for dtype, jit in CONV_DTYPES:
         fused, unfused = _conv_pair(dtype, jit_compile=jit)
         x = tf.constant(np.random.default_rng(8).random((BATCH, STEPS, *FRAME)) < 0.5, dtype)
         _assert_like_unfused(fused, unfused, x, dtype)
 
 
-# four networks of each kind traced (~20 s): in a fresh process beside the suite
-CONV_JOB = in_fresh_process(_convolutions_like_unfused)
-
-
-@CONV_JOB.needed
-def test_fused_convolutions_match_the_unfused_network_in_every_dtype() -> None:
-    CONV_JOB.succeeded()
+def test_fused_convolutions_match_the_unfused_network_in_every_dtype(tmp_path: Path) -> None:
+    _convolutions_like_unfused(tmp_path)
 
 
 def test_a_fused_convolution_saves_and_loads(tmp_path) -> None:
@@ -612,8 +606,7 @@ def test_the_dense_products_summed_over_steps_are_matmul_and_its_autodiff(inputs
 
 
 def _exported_stack(directory: Path) -> None:
-    """A SavedModel export of a fused conv-conv-dense stack gives the live model's outputs and input gradient (run
-    in a fresh process: ``EXPORT`` below)."""
+    """A SavedModel export of a fused conv-conv-dense stack gives the live model's outputs and input gradient."""
     fused, _ = _conv_pair("float32")
     x = tf.constant(np.random.default_rng(11).random((BATCH, STEPS, *FRAME)) < 0.5, tf.float32)
     fused.export(str(directory / "exported"), verbose=False)
@@ -633,10 +626,5 @@ def _exported_stack(directory: Path) -> None:
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
 
 
-# a SavedModel export traces the custom gradient: it runs in a fresh process beside the suite
-EXPORT = in_fresh_process(_exported_stack)
-
-
-@EXPORT.needed
-def test_savedmodel_export_of_a_fused_stack_keeps_outputs_and_gradient() -> None:
-    EXPORT.succeeded()
+def test_savedmodel_export_of_a_fused_stack_keeps_outputs_and_gradient(tmp_path: Path) -> None:
+    _exported_stack(tmp_path)

@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.jobs import in_fresh_process
 
 from . import reference
 from .test_everywhere import _data as _sequences
@@ -421,7 +420,7 @@ def test_encoders_refuse_what_would_be_silently_wrong_or_a_raw_error() -> None:
 
 
 def _exported_gradient(directory: Path, kind: str) -> None:
-    """The export's gradient is the live model's (run in a fresh process: ``EXPORTS`` below)."""
+    """The export's gradient is the live model's."""
     layer = ste.spiking.RSynaptic(learn_alpha=True, recurrent_bias=True) if kind == "RSynaptic" else ste.spiking.LI()
     x = tf.constant(_sequences(4)[0])
     model = keras.Sequential([keras.Input(x.shape[1:]), keras.layers.Dense(UNITS), layer])
@@ -440,10 +439,6 @@ def _exported_gradient(directory: Path, kind: str) -> None:
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6 * scale)
 
 
-# a SavedModel export traces every custom gradient (~10 s for RSynaptic): each runs in a fresh process beside the suite
-EXPORTS = {kind: in_fresh_process(_exported_gradient, kind) for kind in ("RSynaptic", "LI")}
-
-
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=job.background_mark()) for k, job in EXPORTS.items()])
-def test_savedmodel_export_keeps_the_gradient(kind: str) -> None:
-    EXPORTS[kind].succeeded()
+@pytest.mark.parametrize("kind", ["RSynaptic", "LI"])
+def test_savedmodel_export_keeps_the_gradient(kind: str, tmp_path: Path) -> None:
+    _exported_gradient(tmp_path, kind)
