@@ -18,9 +18,9 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from keras.src.backend.common.stateless_scope import get_stateless_scope
 
 from .._common._arguments import check_bool
+from .._keras._stateless import call_with_values
 from ..errors import ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered
 from ._config import CentroidInitialization, GradientAggregation, member
@@ -160,25 +160,12 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
         return values
 
     def call(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        mapping = self.clustered_values()
-        outer = get_stateless_scope()  # a stateless call of the whole model: its values stay in force here
-        scope = keras.StatelessScope(state_mapping=mapping, collect_losses=True)
-        seeded = dict(outer.state_mapping) if outer is not None else {}
-        scope.state_mapping = {**seeded, **scope.state_mapping}
-        with scope:
-            outputs = self.layer(inputs, *args, **kwargs)
-        mapped = {id(variable) for variable, _ in mapping}
-        for variable in self.layer.variables:  # assignments inside the layer
-            value = scope.get_current_value(variable)
-            if id(variable) in mapped or value is None or value is seeded.get(id(variable)):
-                continue
-            if outer is not None:
-                outer.add_update((variable, value))
-            else:
-                variable.assign(value)
-        for loss in scope.losses:
-            self.add_loss(loss)
-        return outputs
+        return call_with_values(
+            self,
+            self.clustered_values(),
+            self.layer.variables,  # assignments inside the layer
+            lambda: self.layer(inputs, *args, **kwargs),
+        )
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return self.layer.compute_output_shape(input_shape)

@@ -24,6 +24,7 @@ from typing import Any
 
 import keras
 
+from .._keras._stateless import call_with_values
 from ..errors import ParameterError
 
 __all__ = ["QuantizeAwareActivation", "QuantizeWrapper"]
@@ -166,27 +167,14 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
         return bool(self.output_quantizers) or any(a.called and a.post is not None for a in activations)
 
     def call(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        from keras.src.backend.common.stateless_scope import get_stateless_scope
-
         weights = self._quantized_weights
         quantized = [quantizer(weight.value) for weight, quantizer in zip(weights, self.weight_quantizers)]
-        outer = get_stateless_scope()  # a stateless call of the whole model: its values stay in force here
-        scope = keras.StatelessScope(state_mapping=list(zip(self._quantized_weights, quantized)), collect_losses=True)
-        seeded = dict(outer.state_mapping) if outer is not None else {}
-        scope.state_mapping = {**seeded, **scope.state_mapping}
-        with scope:
-            outputs = self.layer(inputs, *args, **kwargs)
-        mapped = {id(weight) for weight in self._quantized_weights}
-        for variable in self.variables:  # assignments inside the layer (moving statistics, activation ranges)
-            value = scope.get_current_value(variable)
-            if id(variable) in mapped or value is None or value is seeded.get(id(variable)):
-                continue
-            if outer is not None:
-                outer.add_update((variable, value))
-            else:
-                variable.assign(value)
-        for loss in scope.losses:
-            self.add_loss(loss)
+        outputs = call_with_values(
+            self,
+            list(zip(weights, quantized)),
+            self.variables,  # assignments inside the layer (moving statistics, activation ranges)
+            lambda: self.layer(inputs, *args, **kwargs),
+        )
         if not self.output_quantizers:
             return outputs
         flat = keras.tree.flatten(outputs)

@@ -22,6 +22,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._keras._stateless import call_with_values
 from ..errors import MissingCallbackError, ParameterError
 from ._layers import check_weights, prunable_weights
 from ._mask import GRADIENTS, magnitude_mask, n_by_m_mask
@@ -158,21 +159,19 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     # -- the call -------------------------------------------------------------------------------------------------
 
     def call(self, inputs: Any, *args: Any, training: Any = None, **kwargs: Any) -> Any:
-        from keras.src.backend.common.stateless_scope import get_stateless_scope
-
         if training is True:
             self._training_step()
         op = GRADIENTS[self.gradient]
         hyper = {"decay": self.decay} if self.gradient == "sr_ste" else {}
         masked = [op(weight.value, mask.value, **hyper) for weight, mask, _ in self.pruning_vars]
-        outer = get_stateless_scope()
-        scope = keras.StatelessScope(state_mapping=[(w, m) for (w, _, _), m in zip(self.pruning_vars, masked)])
-        if outer is not None:
-            scope.state_mapping = {**dict(outer.state_mapping), **scope.state_mapping}
         if getattr(self.layer, "_call_has_training_arg", False) and training is not None:
             kwargs["training"] = training
-        with scope:
-            return self.layer(inputs, *args, **kwargs)
+        return call_with_values(
+            self,
+            [(weight, value) for (weight, _, _), value in zip(self.pruning_vars, masked)],
+            self.layer.variables,  # assignments inside the layer
+            lambda: self.layer(inputs, *args, **kwargs),
+        )
 
     def get_config(self) -> dict[str, Any]:
         return {
