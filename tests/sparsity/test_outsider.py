@@ -35,6 +35,13 @@ def tfmot_poly(step: int, s0: float, s1: float, begin: int, end: int, power: flo
     return s1 + (s0 - s1) * (1.0 - p) ** power
 
 
+def tfmot_poly32(step: int, s0: float, s1: float, begin: int, end: int, power: float) -> np.float32:
+    """TFMOT's PolynomialDecay in float32, op by op (its ``__call__``): the count of kept weights depends on it."""
+    f = np.float32
+    p = np.minimum(f(1), np.maximum(f(0), f(step - begin) / f(end - begin)))
+    return f(f(s0 - s1) * np.power(f(1) - p, f(power))) + f(s1)
+
+
 def kept(n: int, sparsity: float) -> int:
     return max(int(np.round(np.float32(n) * (np.float32(1.0) - np.float32(sparsity)))), 1)
 
@@ -78,7 +85,15 @@ def dense(units: int = 6, inputs: int = 8, seed: int = 0, dtype: str | None = No
     return keras.Sequential([keras.Input((inputs,)), L.Dense(units, use_bias=bias, dtype=dtype)])
 
 
-def fit_steps(model: keras.Model, batches: int, inputs: int = 8, units: int = 6, lr: float = 0.0, **compile_kw):
+def fit_steps(
+    model: keras.Model,
+    batches: int,
+    inputs: int = 8,
+    units: int = 6,
+    lr: float = 0.0,
+    recompile: bool = True,
+    **compile_kw,
+):
     """Train ``batches`` batches of one example with SGD(lr) and record the pruned kernel's zeros after each."""
     zeros: list[int] = []
 
@@ -86,10 +101,12 @@ def fit_steps(model: keras.Model, batches: int, inputs: int = 8, units: int = 6,
         def on_train_batch_end(self, batch, logs=None):
             zeros.append(int((kernel(model) == 0).sum()))
 
-    model.compile(keras.optimizers.SGD(lr), "mse", **compile_kw)
+    if recompile:
+        model.compile(keras.optimizers.SGD(lr), "mse", **compile_kw)
     x = np.random.default_rng(1).normal(size=(batches, inputs)).astype("float32")
-    model.fit(x, np.zeros((batches, units), "float32"), batch_size=1, verbose=0,
-              callbacks=[S.UpdatePruningStep(), Record()])
+    model.fit(
+        x, np.zeros((batches, units), "float32"), batch_size=1, verbose=0, callbacks=[S.UpdatePruningStep(), Record()]
+    )
     return zeros
 
 
@@ -226,7 +243,7 @@ def test_exact_fraction_at_update_steps(frequency):
     n, last = 120, 0
     for step, count in zip(range(1, 12), zeros):
         if tfmot_should_prune(step, 1, 9, frequency):
-            last = n - kept(n, tfmot_poly(step, 0.1, 0.8, 1, 9, 3))
+            last = n - kept(n, tfmot_poly32(step, 0.1, 0.8, 1, 9, 3))
             assert count == last, step
         else:
             assert count >= last, step  # masked gradient: pruned weights stay zero
@@ -296,25 +313,39 @@ def test_masked_op_second_order_against_finite_differences():
         g = tf.reduce_sum(grad(w))
     hessian_sum = outer.gradient(g, w).numpy()
     eps = 1e-6
-    fd = np.array(
-        [(np.sum(grad(w + eps * e)) - np.sum(grad(w - eps * e))) / (2 * eps) for e in np.eye(6)]
-    )
+    fd = np.array([(np.sum(grad(w + eps * e)) - np.sum(grad(w - eps * e))) / (2 * eps) for e in np.eye(6)])
     np.testing.assert_allclose(hessian_sum, fd, rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(hessian_sum, 6 * w.numpy() * m.numpy(), rtol=1e-10)
 
 
-def test_sr_ste_second_order_against_rule():
-    # The rule dw = dy + decay·(1 − m)·w; with dy = 3(w·m)² its derivative in w is 6·w·m² + decay·(1 − m).
+SR_STE_SECOND_ORDER = (
+    "sr_ste's second derivative is wrong at pruned weights: for f = sum(sr_ste(w, m, decay=0.5)**3), "
+    "d/dw sum(df/dw) should be 6·w·m² + decay·(1 − m) (central differences agree: 0.5 where m = 0), but ste "
+    "returns decay + (df/dw)_i there (1.18 and 0.35 instead of 0.5); kept weights are right"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=SR_STE_SECOND_ORDER)
+def test_sr_ste_second_order_against_finite_differences():
     w = tf.constant(np.random.default_rng(11).normal(size=(6,)), tf.float64)
     m = tf.constant([1, 0, 1, 1, 0, 1], tf.float64)
+
+    def grad(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = tf.reduce_sum(S.sr_ste(v, m, decay=0.5) ** 3)
+        return tape.gradient(y, v)
+
+    np.testing.assert_allclose(  # the first derivative is the documented rule
+        grad(w).numpy(), 3 * (w.numpy() * m.numpy()) ** 2 + 0.5 * (1 - m.numpy()) * w.numpy(), rtol=1e-12
+    )
     with tf.GradientTape() as outer:
         outer.watch(w)
-        with tf.GradientTape() as tape:
-            tape.watch(w)
-            y = tf.reduce_sum(S.sr_ste(w, m, decay=0.5) ** 3)
-        g = tf.reduce_sum(tape.gradient(y, w))
+        g = tf.reduce_sum(grad(w))
     got = outer.gradient(g, w).numpy()
-    np.testing.assert_allclose(got, 6 * w.numpy() * m.numpy() ** 2 + 0.5 * (1 - m.numpy()), rtol=1e-10)
+    eps = 1e-6
+    fd = np.array([(np.sum(grad(w + eps * e)) - np.sum(grad(w - eps * e))) / (2 * eps) for e in np.eye(6)])
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8)
 
 
 # -- dtypes, policies, tf.function, XLA, strategies ----------------------------------------------------------------
@@ -391,7 +422,7 @@ def test_save_load_then_continue_training(tmp_path):
     np.testing.assert_array_equal(mask_of(loaded), mask_of(model))
     assert int(wrapper(loaded).pruning_step.numpy()) == 3
     assert wrapper(loaded).pruning_schedule == schedule
-    zeros = fit_steps(loaded, 3, inputs=12, units=10, lr=0.01)  # steps 4, 5, 6 (optimizer iterations restored)
+    zeros = fit_steps(loaded, 3, inputs=12, units=10, recompile=False)  # steps 4, 5, 6 (optimizer iterations restored)
     assert int(loaded.optimizer.iterations.numpy()) == 6
     assert zeros == [120 - kept(120, tfmot_poly(s, 0.0, 0.8, 0, 6, 1)) for s in (4, 5, 6)]
 
@@ -410,8 +441,9 @@ def test_strip_gives_plain_layers_with_zeros():
 
 
 def test_to_tflite_of_stripped_model_keeps_zeros():
-    model = S.prune_low_magnitude(dense(units=8, inputs=16, bias=True), S.ConstantSparsity(0.5, 0, frequency=1),
-                                  sparsity_m_by_n=(2, 4))
+    model = S.prune_low_magnitude(
+        dense(units=8, inputs=16, bias=True), S.ConstantSparsity(0.5, 0, frequency=1), sparsity_m_by_n=(2, 4)
+    )
     fit_steps(model, 1, inputs=16, units=8, lr=0.0)
     plain = S.strip_pruning(model)
     interpreter = tf.lite.Interpreter(model_content=ste.to_tflite(plain))
@@ -439,8 +471,12 @@ def train_layer(layer: keras.layers.Layer, input_shape: tuple[int, ...], **kwarg
     pruned = wrapper(model)
     pruned._initial_for_test = pruned.pruning_vars[0][0].numpy().copy()  # SGD(0): the weight the mask is made of
     model.compile(keras.optimizers.SGD(0.0), "mse")
-    model.fit(np.ones((1, *input_shape), "float32"), np.zeros((1, *out_shape), "float32"), verbose=0,
-              callbacks=[S.UpdatePruningStep()])
+    model.fit(
+        np.ones((1, *input_shape), "float32"),
+        np.zeros((1, *out_shape), "float32"),
+        verbose=0,
+        callbacks=[S.UpdatePruningStep()],
+    )
     return wrapper(model)
 
 
@@ -476,7 +512,11 @@ def test_n_by_m_refused_where_no_input_channel_axis(layer, shape):
 
 @pytest.mark.parametrize(
     "layer,shape",
-    [(lambda: L.DepthwiseConv2D(3), (5, 5, 4)), (lambda: L.Embedding(10, 6), (3,)), (lambda: L.Conv3D(2, 2), (3, 3, 3, 2))],
+    [
+        (lambda: L.DepthwiseConv2D(3), (5, 5, 4)),
+        (lambda: L.Embedding(10, 6), (3,)),
+        (lambda: L.Conv3D(2, 2), (3, 3, 3, 2)),
+    ],
 )
 def test_other_layers_prune_half_by_magnitude(layer, shape):
     w = train_layer(layer(), shape)
@@ -498,6 +538,14 @@ def test_uncovered_layer_warns_once_and_strict_refuses():
         S.prune_low_magnitude(model)
     with pytest.raises(ste.UnsupportedLayerError):
         S.prune_low_magnitude(model, strict=True)
+
+
+def no_fix(values: object, message: str) -> object:
+    """A case whose error is an ste error naming the op, but whose message gives no fix (``message``: what it says)."""
+    return pytest.param(
+        *values if isinstance(values, tuple) else (values,),
+        marks=pytest.mark.xfail(strict=True, reason=f"the error gives no fix; it says only: {message}"),
+    )
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------
@@ -529,8 +577,13 @@ def test_end_step_before_begin_step(cls):
 
 @pytest.mark.parametrize(
     "kwargs,name",
-    [({"begin_step": -1}, "begin_step"), ({"frequency": 0}, "frequency"), ({"frequency": 1.5}, "frequency"),
-     ({"end_step": -7}, "end_step"), ({"begin_step": "0"}, "begin_step")],
+    [
+        no_fix(({"begin_step": -1}, "begin_step"), "'ConstantSparsity: begin_step must be >= 0; received -1.'"),
+        no_fix(({"frequency": 0}, "frequency"), "'frequency must be > 0 (prune every `frequency` steps); received 0.'"),
+        no_fix(({"frequency": 1.5}, "frequency"), "'frequency must be an integer; received 1.5 (float).'"),
+        no_fix(({"end_step": -7}, "end_step"), "'end_step must be -1 or >= 0; received -7.'"),
+        no_fix(({"begin_step": "0"}, "begin_step"), "'begin_step must be an integer; received '0' (str).'"),
+    ],
 )
 def test_bad_steps_name_the_fix(kwargs, name):
     arguments = {"target_sparsity": 0.5, "begin_step": 0, **kwargs}
@@ -539,13 +592,24 @@ def test_bad_steps_name_the_fix(kwargs, name):
     assert_good_error(info, name)
 
 
+@pytest.mark.xfail(strict=True, reason="the error gives no fix: 'power must be a number > 0; received 0.'")
 def test_bad_power():
     with pytest.raises(ste.STEError) as info:
         S.PolynomialDecay(0.1, 0.5, 0, 10, power=0)
     assert_good_error(info, "power")
 
 
-@pytest.mark.parametrize("pattern", [(4, 2), (2, 2), (0, 4), (2, 4.0), "2:4", (2,)])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        (4, 2),
+        (2, 2),
+        (0, 4),
+        no_fix(((2, 4.0),), "'sparsity_m_by_n must be a tuple of 2 integers; received (2, 4.0).'"),
+        no_fix("2:4", "'sparsity_m_by_n must be a tuple of 2 integers; received '2:4'.'"),
+        no_fix(((2,),), "'sparsity_m_by_n must be a tuple of 2 integers; received (2,).'"),
+    ],
+)
 def test_bad_n_by_m(pattern):
     model = dense()
     before = model.layers[0].kernel.numpy().copy()
@@ -591,15 +655,32 @@ def test_layer_without_kernel(layer):
     [
         ({"strict": "no"}, "strict"),
         ({"strict": 1}, "strict"),
-        ({"pruning_schedule": "constant"}, "pruning_schedule"),
-        ({"pruning_schedule": 0.5}, "pruning_schedule"),
-        ({"block_size": (1,)}, "block_size"),
-        ({"block_size": (0, 2)}, "block_size"),
-        ({"block_pooling_type": "avg"}, "block_pooling_type"),
-        ({"gradient": "sr-ste"}, "gradient"),
-        ({"gradient": "sr_ste", "decay": -1.0}, "decay"),
+        no_fix(
+            ({"pruning_schedule": "constant"}, "pruning_schedule"),
+            "'pruning_schedule must be a "
+            "ste.sparsity.PruningSchedule (ConstantSparsity, PolynomialDecay or a subclass); received 'constant'.'",
+        ),
+        no_fix(
+            ({"pruning_schedule": 0.5}, "pruning_schedule"),
+            "'pruning_schedule must be a PruningSchedule ...; "
+            "received 0.5.' (a TFMOT user passing the sparsity itself is not told to wrap it in ConstantSparsity)",
+        ),
+        no_fix(({"block_size": (1,)}, "block_size"), "'block_size must be a tuple of 2 integers; received (1,).'"),
+        no_fix(({"block_size": (0, 2)}, "block_size"), "'block_size must hold two integers >= 1; received (0, 2).'"),
+        no_fix(
+            ({"block_pooling_type": "avg"}, "block_pooling_type"),
+            "'block_pooling_type must be 'AVG' or 'MAX'; received 'avg'.'",
+        ),
+        no_fix(
+            ({"gradient": "sr-ste"}, "gradient"),
+            "'gradient must be 'masked' (...) or 'sr_ste' (...); received 'sr-ste'.'",
+        ),
+        no_fix(({"gradient": "sr_ste", "decay": -1.0}, "decay"), "'decay must be a number >= 0; received -1.0.'"),
         ({"decay": 0.1}, "decay"),
-        ({"block_size": (2, 2), "sparsity_m_by_n": (2, 4)}, "block_size"),
+        no_fix(
+            ({"block_size": (2, 2), "sparsity_m_by_n": (2, 4)}, "block_size"),
+            "'block_size and sparsity_m_by_n cannot be combined; pass one of them.' (no received values)",
+        ),
     ],
 )
 def test_bad_arguments_name_the_fix(kwargs, name):
@@ -609,6 +690,11 @@ def test_bad_arguments_name_the_fix(kwargs, name):
     assert_good_error(info, name)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the error gives no fix: 'expected a Keras 3 layer or a functional/Sequential model; received <type>.' "
+    "(no hint that tf.keras/tf_keras models are refused or how to build a Keras 3 one)",
+)
 @pytest.mark.parametrize("value", [42, "dense", np.ones(3)])
 def test_wrong_type_to_prune(value):
     with pytest.raises(ste.STEError) as info:
@@ -644,6 +730,10 @@ TFMOT_SCRIPT = textwrap.dedent(
     for pool in ("AVG", "MAX"):
         run("block_" + pool, w2, (6,), lambda: K.layers.Dense(7, use_bias=False), block_size=(2, 3),
             block_pooling_type=pool)
+    w6 = np.array(data["w6"], "float32")
+    for pool in ("AVG", "MAX"):
+        run("div_block_" + pool, w6, (6,), lambda: K.layers.Dense(6, use_bias=False), block_size=(2, 3),
+            block_pooling_type=pool)
     w5 = np.array(data["w5"], "float32")
     for pool in ("AVG", "MAX"):
         run("odd_block_" + pool, w5, (5,), lambda: K.layers.Dense(7, use_bias=False), block_size=(2, 3),
@@ -667,13 +757,18 @@ def tfmot_masks(tmp_path_factory):
         "w5": rng.normal(size=(5, 7)).tolist(),
         "w3": rng.normal(size=(3, 3, 8, 4)).tolist(),
         "w4": rng.normal(size=(9, 5)).tolist(),
+        "w6": rng.normal(size=(6, 6)).tolist(),
     }
     folder = tmp_path_factory.mktemp("tfmot")
     (folder / "in.json").write_text(json.dumps(data))
     (folder / "run.py").write_text(TFMOT_SCRIPT)
     python = Path(venv) / "bin" / "python"
-    subprocess.run([str(python), str(folder / "run.py"), str(folder / "in.json"), str(folder / "out.json")],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(python), str(folder / "run.py"), str(folder / "in.json"), str(folder / "out.json")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     out = json.loads((folder / "out.json").read_text())
     return {key: np.array(value) for key, value in data.items()}, {k: np.array(v) for k, v in out.items()}
 
@@ -685,11 +780,31 @@ def ste_mask(weight: np.ndarray, input_shape, make, **kwargs) -> np.ndarray:
     model = keras.Model(inputs, outputs)
     layer.kernel.assign(weight.astype("float32"))
     model.compile(keras.optimizers.SGD(0.0), "mse")
-    model.fit(np.ones((1, *input_shape), "float32"), np.zeros((1, *outputs.shape[1:]), "float32"), verbose=0,
-              callbacks=[S.UpdatePruningStep()])
+    model.fit(
+        np.ones((1, *input_shape), "float32"),
+        np.zeros((1, *outputs.shape[1:]), "float32"),
+        verbose=0,
+        callbacks=[S.UpdatePruningStep()],
+    )
     return mask_of(model)
 
 
+TFMOT_PARTIAL_BLOCKS = (
+    "block masks differ from TFMOT 0.8.1 when a block does not divide the weight: TFMOT pools with "
+    "tf.nn.pool(padding='SAME'), which puts part of the padding BEFORE the first row/column (7 columns, width 3: one "
+    "pad column each side), while ste pads only at the end (its docstring says 'as TensorFlow's SAME pooling does', "
+    "which is not what SAME does); e.g. a 6x7 kernel, block (2, 3), ConstantSparsity(0.5): 8 of 42 entries differ"
+)
+
+
+@pytest.mark.parametrize("pool", ["AVG", "MAX"])
+def test_block_masks_match_tfmot_divisible(tfmot_masks, pool):
+    data, out = tfmot_masks
+    got = ste_mask(data["w6"], (6,), lambda: L.Dense(6, use_bias=False), block_size=(2, 3), block_pooling_type=pool)
+    np.testing.assert_array_equal(got, out["div_block_" + pool])
+
+
+@pytest.mark.xfail(strict=True, reason=TFMOT_PARTIAL_BLOCKS)
 @pytest.mark.parametrize("pool", ["AVG", "MAX"])
 def test_block_masks_match_tfmot_divisible_rows(tfmot_masks, pool):
     data, out = tfmot_masks
@@ -697,6 +812,7 @@ def test_block_masks_match_tfmot_divisible_rows(tfmot_masks, pool):
     np.testing.assert_array_equal(got, out["block_" + pool])
 
 
+@pytest.mark.xfail(strict=True, reason=TFMOT_PARTIAL_BLOCKS)
 @pytest.mark.parametrize("pool", ["AVG", "MAX"])
 def test_block_masks_match_tfmot_odd_shape(tfmot_masks, pool):
     data, out = tfmot_masks
