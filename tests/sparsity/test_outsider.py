@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -830,3 +829,41 @@ def test_dense_mask_matches_tfmot(tfmot_masks):
     data, out = tfmot_masks
     got = ste_mask(data["w4"], (9,), lambda: L.Dense(5, use_bias=False))
     np.testing.assert_array_equal(got, out["dense"])
+
+
+def test_multi_head_attention_projections_each_pruned_exactly():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3, 8))
+    outputs = L.MultiHeadAttention(2, 4)(inputs, inputs)
+    model = S.prune_low_magnitude(keras.Model(inputs, outputs), S.ConstantSparsity(0.5, 0, frequency=1))
+    model.compile(keras.optimizers.SGD(0.0), "mse")
+    model.fit(
+        np.ones((1, 3, 8), "float32"), np.zeros((1, 3, 8), "float32"), verbose=0, callbacks=[S.UpdatePruningStep()]
+    )
+    triples = wrapper(model).pruning_vars
+    assert len(triples) == 4
+    for weight, mask, _ in triples:
+        n = int(np.prod(weight.shape))
+        assert int((mask.numpy() == 0).sum()) == n - kept(n, 0.5)
+
+
+def test_pruning_summaries_logs_each_mask_sparsity(tmp_path):
+    from tensorflow.core.util import event_pb2
+
+    model = S.prune_low_magnitude(dense(units=10, inputs=12), S.ConstantSparsity(0.7, 0, frequency=1))
+    model.compile(keras.optimizers.SGD(0.0), "mse")
+    model.fit(
+        np.ones((2, 12), "float32"),
+        np.zeros((2, 10), "float32"),
+        batch_size=1,
+        verbose=0,
+        callbacks=[S.UpdatePruningStep(), S.PruningSummaries(str(tmp_path))],
+    )
+    values = {}
+    for path in (tmp_path / "train").glob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = event_pb2.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag.endswith("/sparsity"):
+                    values[value.tag] = float(tf.make_ndarray(value.tensor))
+    assert list(values.values()) == [pytest.approx((120 - kept(120, 0.7)) / 120)]
