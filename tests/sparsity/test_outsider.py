@@ -867,3 +867,21 @@ def test_pruning_summaries_logs_each_mask_sparsity(tmp_path):
                 if value.tag.endswith("/sparsity"):
                     values[value.tag] = float(tf.make_ndarray(value.tensor))
     assert list(values.values()) == [pytest.approx((120 - kept(120, 0.7)) / 120)]
+
+
+def test_nested_model_inner_layers_pruned_and_original_untouched():
+    keras.utils.set_random_seed(0)
+    inner = keras.Sequential([keras.Input((8,)), L.Dense(8)])
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, L.Dense(4)(inner(inputs)))
+    before = [w.numpy().copy() for w in model.weights]
+    pruned = S.prune_low_magnitude(model, S.ConstantSparsity(0.5, 0, frequency=1))
+    wrappers = [layer for layer in pruned._flatten_layers() if isinstance(layer, S.PruneLowMagnitude)]
+    assert len(wrappers) == 2
+    pruned.compile(keras.optimizers.SGD(0.0), "mse")
+    pruned.fit(np.ones((1, 8), "float32"), np.zeros((1, 4), "float32"), verbose=0, callbacks=[S.UpdatePruningStep()])
+    for layer in wrappers:
+        n = int(np.prod(layer.pruning_vars[0][0].shape))
+        assert int((layer.pruning_vars[0][1].numpy() == 0).sum()) == n - kept(n, 0.5)
+    for old, new in zip(before, model.weights):
+        np.testing.assert_array_equal(old, new.numpy())
