@@ -535,7 +535,7 @@ def test_uncovered_layer_warns_once_and_strict_refuses():
     model = keras.Sequential([keras.Input((4, 3)), L.SimpleRNN(5), L.Dense(2)])
     with pytest.warns(UserWarning, match="simple_rnn"):
         S.prune_low_magnitude(model)
-    with pytest.raises(ste.UnsupportedLayerError):
+    with pytest.raises(ste.errors.UnsupportedLayerError):
         S.prune_low_magnitude(model, strict=True)
 
 
