@@ -1,4 +1,4 @@
-"""Side-by-side benchmarks of ``ste`` against hand-written TensorFlow (issue 6).
+"""Side-by-side benchmarks of ``ste`` against hand-written TensorFlow.
 
 Run ``python -m benchmarks.run`` from the repository root (``--smoke`` for tiny sizes). Results are written to
 ``benchmarks/results/`` as Markdown and JSON; ``docs/performance.md`` holds the latest full table.

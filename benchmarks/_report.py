@@ -1,4 +1,4 @@
-"""Turning the JSON results into Markdown tables, with the targets of issue 6 checked against them."""
+"""Turning the JSON results into Markdown tables, with the project's targets checked against them."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from typing import Any
 __all__ = ["markdown", "targets"]
 
 ELEMENTWISE_LIMIT = 1.05
-EAGER_LIMITS = {"forward": 1.3, "forward_backward": 1.1}  # issue 13 item 6: forward + backward ≤ 1.1×
+EAGER_LIMITS = {"forward": 1.3, "forward_backward": 1.1}  # eager calls: forward + backward ≤ 1.1×
 TRAINING_LIMIT = 1.05
 FLIP_RATIO_LIMIT = 1.05
 MEMORY_LIMIT = 1.10
-BITS_MEMORY_LIMIT = 0.5  # issue 13: binarized conv net peak, bits kept vs the plain path
+BITS_MEMORY_LIMIT = 0.5  # binarized conv net peak, bits kept vs the plain path
 BITS_TIME_LIMIT = {"graph": 1.10, "jit": 1.05}
 LARQ_GOAL = {"peak": 0.6, "time": 1.0}  # ste's documented binarized step against larq 0.14's
 CHAIN_MASK_LIMIT = 0.1
-BETWEEN_MASK_LIMIT = 0.25  # issue 18: with an elementwise op between the quantizers (4.5 against 20.5 input sizes)
+BETWEEN_MASK_LIMIT = 0.25  # with an elementwise op between the quantizers (4.5 against 20.5 input sizes)
 SPIKING_LIMIT = 1.05
-TFMOT_GOAL = {"time": 1.0, "points": -0.3}  # issue 19, item 5: ste's QAT step and int8 accuracy against TFMOT 0.8's
+TFMOT_GOAL = {"time": 1.0, "points": -0.3}  # ste's QAT step and int8 accuracy against TFMOT 0.8's
 
 
 def _ms(seconds: float) -> str:
@@ -403,7 +403,7 @@ def _spiking(section: dict[str, Any]) -> list[str]:
 
 
 def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
-    """The issue-21 table: ste, snnTorch and SpikingJelly on the same networks (benchmarks/spiking_peers.py)."""
+    """The spiking peers table: ste, snnTorch and SpikingJelly on the same networks (benchmarks/spiking_peers.py)."""
     if not peers:
         return []
     lines = [
@@ -433,7 +433,7 @@ def _spiking_peers(peers: dict[str, Any] | None) -> list[str]:
 
 
 def _qat(section: dict[str, Any]) -> list[str]:
-    """Issue 19: the digits CNN of examples/qat_digits.py fine-tuned with ste.quantize_model and with TFMOT 0.8."""
+    """The digits CNN of examples/qat_digits.py fine-tuned with ste.quantize_model and with TFMOT 0.8."""
     f = section["float"]
     lines = [
         f"### 8. QAT against TFMOT 0.8: the digits CNN of examples/qat_digits.py ({f['train_samples']} training "

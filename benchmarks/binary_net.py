@@ -1,4 +1,4 @@
-"""Issue 13: peak memory and step time of a Bi-Real-like binarized residual conv net, bits kept or not.
+"""Peak memory and step time of a Bi-Real-like binarized residual conv net, bits kept or not.
 
 The network: a float 3×3 stem convolution (32 channels) and batch norm, then ``blocks`` residual blocks
 ``h + BatchNorm(QuantConv2D(sign input, sign kernel, 3×3, 32 channels)(h))`` on 32×32 maps, global average pooling

@@ -1,4 +1,4 @@
-"""Cost of two MultiWorkerMirroredStrategy workers against one process, on the same machine (issue 20).
+"""Cost of two MultiWorkerMirroredStrategy workers against one process, on the same machine.
 
     python -m benchmarks.distributed            # 3 alternating rounds of: 1 process, 2 workers on 127.0.0.1
     python -m benchmarks.distributed --smoke    # one short round (checks that it runs)

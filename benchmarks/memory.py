@@ -73,7 +73,7 @@ CHAINS: dict[str, Callable[[], Op]] = {
     ),
     "ste sign, rule straight_through (keeps a bit mask)": lambda: ste.forward(sign).backward("straight_through"),
 }
-# Quantizers whose rules are hand-written with ste.mask_rule (issue 13): each with bit masks off and on.
+# Quantizers whose rules are hand-written with ste.mask_rule: each with bit masks off and on.
 QUANTIZER_CHAINS: dict[str, Callable[[], Op]] = {
     "DoReFa(bits=2) activations": lambda: ste.quantizers.DoReFa(bits=2),
     "Uniform(bits=8)": lambda: ste.quantizers.Uniform(bits=8),
@@ -99,7 +99,7 @@ def _bias_add() -> Op:
     return _channels(lambda y: tf.nn.bias_add(y, bias), 64)
 
 
-# Elementwise ops between the quantizers (issue 18): Grappler regroups the backward products of such chains.
+# Elementwise ops between the quantizers: Grappler regroups the backward products of such chains.
 BETWEEN: dict[str, Callable[[], Op]] = {
     "y·0.999": lambda: lambda y: y * 0.999,
     "bias add": _bias_add,

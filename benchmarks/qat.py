@@ -1,4 +1,4 @@
-"""Issue 19, item 5: quantization-aware training with ``ste.quantize_model`` against TFMOT 0.8, side by side.
+"""Quantization-aware training with ``ste.quantize_model`` against TFMOT 0.8, side by side.
 
 The network, data split, optimizer, batch and epochs are those of ``examples/qat_digits.py`` (its ``float_model``
 and ``compile_model``, built with Keras 3 for ste and with ``tf.keras`` for TFMOT). The float network is trained

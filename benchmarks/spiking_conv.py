@@ -1,7 +1,7 @@
 """Convolutional spiking layers: ``ste.spiking.TimeDistributed`` (time folded into the batch) against Keras 3's
 ``keras.layers.TimeDistributed`` (one call per step), forward + backward, side by side.
 
-The network of issue 21's convolutional benchmark: 2 spiking conv layers on 16×16 inputs, 25 steps, batch 16:
+The network of the convolutional spiking benchmark: 2 spiking conv layers on 16×16 inputs, 25 steps, batch 16:
 Conv2D(8, 3) → LIF → AvgPool(2) → Conv2D(16, 3) → LIF → Flatten → Dense(10) → LIF, one ``tape.gradient`` of the
 spike count with respect to every weight, in ``tf.function``. The two variants share the same layers and weights
 and differ only in the wrapper; a second copy of the Keras variant gives the A/A noise floor.

@@ -1,4 +1,4 @@
-"""Issue 21: training spiking networks in ste, snnTorch and SpikingJelly, side by side in separate processes.
+"""Training spiking networks in ste, snnTorch and SpikingJelly, side by side in separate processes.
 
 Workloads (inputs are Bernoulli(0.3) spikes; β = 0.9, threshold 1, atan surrogate, reset by subtraction):
 

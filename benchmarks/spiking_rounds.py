@@ -1,4 +1,4 @@
-"""Issue 21's peer comparison in alternating rounds: ``python -m benchmarks.spiking_rounds WORKLOAD ROUNDS VENV``.
+"""The spiking peer comparison in alternating rounds: ``python -m benchmarks.spiking_rounds WORKLOAD ROUNDS VENV``.
 
 Each round runs ste's fused network, SpikingJelly, ste's unfused network and snnTorch in turn, each in a fresh
 process (``benchmarks.spiking_peers``' own measurement); it prints every round and the medians. On a machine whose

@@ -1,4 +1,4 @@
-"""Issue 13, under XLA: the binarized residual net's training step with each spelling of the bit packing, side by side.
+"""Under XLA: the binarized residual net's training step with each spelling of the bit packing, side by side.
 
 ``python -m benchmarks.xla_packing [rounds]`` builds the network of ``binary_net`` once per variant (same initial
 weights), each traced with ``jit_compile=True``, and times them in alternating rounds (``_timing.alternate``, 2 steps

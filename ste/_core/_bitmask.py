@@ -194,7 +194,7 @@ def set_bit_masks(enabled: bool | None) -> None:
 
     * ``None`` (the default): a bit-packed mask (1 bit per element), except for ``bfloat16`` inputs traced under XLA
       (``jit_compile=True``), which keep their float input: there XLA:CPU runs the unpacking ~3× slower than the
-      plain op, for a saving of 16 bits per element (docs/performance.md, "Time of the packing").
+      plain op, for a saving of 16 bits per element (docs/performance.md, "Binarized residual conv net").
     * ``True``: bit-packed masks wherever an op can keep them, also for ``bfloat16`` under XLA.
     * ``False``: the float inputs, as in ste 0.1 (for debugging or comparison).
 
