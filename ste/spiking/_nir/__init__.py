@@ -34,18 +34,18 @@ from typing import Any
 import keras
 import numpy as np
 
-from ..errors import ConversionError, MissingDependencyError, STEError
-from ..registry import get
-from ._cell import SpikingCell
-from ._if import IF, IFCell
-from ._layer import SpikingRNN
-from ._li import LI, LICell
-from ._lif import LIF, LIFCell
-from ._nir_layers import ChannelsFirstFlatten, ElementwiseScale, SumPooling, ThresholdSpike
-from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
-from ._spike import DEFAULT_SURROGATE
-from ._synaptic import Synaptic, SynapticCell
-from ._time import TimeDistributed
+from ...errors import ConversionError, MissingDependencyError, STEError
+from ...registry import get
+from .._cell import SpikingCell
+from .._if import IF, IFCell
+from .._layer import SpikingRNN
+from .._li import LI, LICell
+from .._lif import LIF, LIFCell
+from .._nir_layers import ChannelsFirstFlatten, ElementwiseScale, SumPooling, ThresholdSpike
+from .._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
+from .._spike import DEFAULT_SURROGATE
+from .._synaptic import Synaptic, SynapticCell
+from .._time import TimeDistributed
 
 __all__ = ["from_nir", "to_nir"]
 
