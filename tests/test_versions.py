@@ -203,5 +203,7 @@ def test_import_without_tensorflow_names_the_pip_command(tmp_path: Path) -> None
     assert (done.returncode, done.stdout) == (0, "MissingDependencyError\n")
     done = _without_tensorflow(tmp_path, "-m", "ste", "--help")  # answered without TensorFlow, as before
     assert done.returncode == 0 and done.stdout.startswith("usage: ste")
-    done = _without_tensorflow(tmp_path, "-m", "ste", "list")  # the command line's one-line error
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"ste list: error: {message}\n")
+    done = _without_tensorflow(tmp_path, "-m", "ste", "list")  # built-in names: answered without TensorFlow
+    assert done.returncode == 0 and "atan" in done.stdout and "ste_sign" in done.stdout
+    done = _without_tensorflow(tmp_path, "-m", "ste", "check", "atan")  # the command line's one-line error
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"ste check: error: {message}\n")

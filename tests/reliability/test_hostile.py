@@ -247,7 +247,7 @@ def test_rule_signature_mismatch_is_a_rule_error() -> None:
 
 
 def test_every_error_class_is_an_ste_error_and_keeps_its_type_through_tf_function() -> None:
-    classes = [getattr(ste, name) for name in ste.__all__ if name.endswith("Error")]
+    classes = [getattr(ste.errors, name) for name in ste.errors.__all__]
     assert len(classes) >= 12
     for cls in classes:
         assert issubclass(cls, ste.STEError)
