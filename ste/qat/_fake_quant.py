@@ -60,27 +60,30 @@ def nudged_range(
     return (q_min - zero) * scale, (q_max - zero) * scale, scale
 
 
-def _nudged(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
-    """(min', max', scale, empty) in ``x``'s dtype, nudged in float64 for float64 ``x`` and in float32 otherwise;
-    ``empty`` (in the nudging dtype) marks a [0, 0] range."""
+def _wide_nudged(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
+    """(min', max', scale, empty) nudged in float64 for float64 ``x`` and in float32 otherwise, in that dtype;
+    ``empty`` marks a [0, 0] range."""
     wide = tf.float64 if x.dtype == tf.float64 else tf.float32
-    n_min, n_max, scale = (
-        tf.cast(t, x.dtype) for t in nudged_range(low, high, bits=bits, narrow_range=narrow_range, dtype=wide)
-    )
+    n_min, n_max, scale = nudged_range(low, high, bits=bits, narrow_range=narrow_range, dtype=wide)
     empty = tf.logical_and(tf.equal(tf.cast(low, wide), 0), tf.equal(tf.cast(high, wide), 0))
     return n_min, n_max, scale, empty
 
 
+def _nudged(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tuple[tf.Tensor, ...]:
+    """:func:`_wide_nudged` with (min', max', scale) in ``x``'s dtype."""
+    n_min, n_max, scale, empty = _wide_nudged(x, low, high, bits, narrow_range)
+    return tf.cast(n_min, x.dtype), tf.cast(n_max, x.dtype), tf.cast(scale, x.dtype), empty
+
+
 def _formula(x: tf.Tensor, low: tf.Tensor, high: tf.Tensor, bits: int, narrow_range: bool) -> tf.Tensor:
-    n_min, n_max, scale, empty = _nudged(x, low, high, bits, narrow_range)
+    wide_min, wide_max, wide_scale, empty = _wide_nudged(x, low, high, bits, narrow_range)
+    n_min, n_max, scale = (tf.cast(t, x.dtype) for t in (wide_min, wide_max, wide_scale))
     n_max = tf.where(empty, n_min, n_max)  # a [0, 0] range clamps to 0: TensorFlow's kernels output 0
     clamped = tf.clip_by_value(x, n_min, n_max)  # in x's dtype: the bounds the gradient's mask compares with
     if x.dtype in (tf.float16, tf.bfloat16):
         # 256 levels do not fit in a half-precision significand (bfloat16 keeps 8 bits): the level is found in
         # float32, TensorFlow's kernels' precision, and the result rounded to x's dtype once.
-        wide_min, _, wide_scale = nudged_range(low, high, bits=bits, narrow_range=narrow_range, dtype=tf.float32)
-        wide = tf.cast(clamped, tf.float32)
-        level = tf.floor((wide - wide_min) / wide_scale + 0.5)
+        level = tf.floor((tf.cast(clamped, tf.float32) - wide_min) / wide_scale + 0.5)
         return tf.cast(level * wide_scale + wide_min, x.dtype)
     return tf.floor((clamped - n_min) / scale + tf.constant(0.5, x.dtype)) * scale + n_min
 
