@@ -68,7 +68,9 @@ window.addEventListener("load", () => {
         problems.push("wrapped code line at column 0: " + line.textContent.trim().slice(0, 60));
       }
     }
-    const button = code.parentElement.querySelector(".md-clipboard");
+    // Material 9.6+ puts the copy button in nav.md-code__nav (.md-code__button); before, .md-clipboard
+    const button = code.parentElement.querySelector(".md-code__button[data-md-type='copy'], .md-clipboard");
+    if (!button) problems.push("no copy button found (the check cannot run): " + code.textContent.trim().slice(0, 40));
     if (button && lines.length) {
       const b = button.getBoundingClientRect();
       const range = document.createRange();
