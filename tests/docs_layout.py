@@ -117,6 +117,7 @@ def check(site: Path, out: Path, pages: tuple[str, ...] = PAGES) -> dict[str, li
     """{"PAGE at SIZE": [problems]} for every page and size; screenshots into ``out``."""
     browser = chromium()
     assert browser is not None, "no Chromium found"
+    site, out = site.resolve(), out.resolve()  # file:// URIs need absolute paths ("site" is the usual argument)
     out.mkdir(parents=True, exist_ok=True)
     found: dict[str, list[str]] = {}
     for page in pages:
