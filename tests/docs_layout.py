@@ -73,9 +73,18 @@ window.addEventListener("load", () => {
     if (!button) problems.push("no copy button found (the check cannot run): " + code.textContent.trim().slice(0, 40));
     if (button && lines.length) {
       const b = button.getBoundingClientRect();
-      const range = document.createRange();
-      range.selectNodeContents(lines[0]);
-      for (const r of range.getClientRects()) {
+      // the first line's visible characters only: the blanks that align a comment may run under the button
+      const ink = [];
+      const walker = document.createTreeWalker(lines[0], NodeFilter.SHOW_TEXT);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const word of node.textContent.matchAll(/\S+/g)) {
+          const range = document.createRange();
+          range.setStart(node, word.index);
+          range.setEnd(node, word.index + word[0].length);
+          ink.push(...range.getClientRects());
+        }
+      }
+      for (const r of ink) {
         if (r.width > 0 && r.right > b.left + 1 && r.left < b.right && r.bottom > b.top && r.top < b.bottom) {
           problems.push("copy button over: " + lines[0].textContent.trim().slice(0, 60)); break;
         }
