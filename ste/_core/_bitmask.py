@@ -16,7 +16,9 @@ unpacking masks each byte with its bits.
 
 Where the bits cost far more time than the targets allow, the default keeps the float input instead (see
 :func:`keep_bits`): ``bfloat16`` under XLA, where XLA:CPU runs the op with bits about 3× slower than the plain op
-(:func:`times_mask`; 9× with the product in bfloat16), against 1.1–1.5× for the other dtypes and compilers.
+(:func:`times_mask`; 9× with the product in bfloat16), against 1.1–1.5× for the other dtypes and compilers; a tensor
+under :data:`MIN_ELEMENTS` elements, whose mask saves a few KiB; and an input of the traced function, which its
+caller holds anyway.
 
 ``ste.set_bit_masks(False)`` (or the environment variable ``STE_BIT_MASKS=0``, or ``with ste.bit_masks(False):``)
 makes ops keep their float inputs again, as in ste 0.1; ``True`` keeps bits also where the default does not;
