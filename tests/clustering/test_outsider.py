@@ -432,15 +432,7 @@ def test_cluster_scope_loads_a_custom_clusterable_layer(tmp_path) -> None:
     "dtype",
     [
         "float16",
-        pytest.param(
-            "bfloat16",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the index is found from |w - c| rounded to bfloat16: the weight 0.2432 has distances "
-                "0.7588 to -0.5156 and 0.7568 to 1.0, both round to 0.7578, so it goes to -0.5156, not its nearest "
-                "centroid 1.0, and the output moves by 1.67",
-            ),
-        ),
+        "bfloat16",
         "float32",
         "float64",
     ],
