@@ -573,18 +573,13 @@ def test_bad_input_names_op_expected_received_and_changes_nothing(case: str) -> 
     assert len(wrappers_of(again)) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cluster_weights(model, np.int64(3)) raises 'number_of_clusters must be an integer >= 1; received "
-    "np.int64(3)': a numpy integer (from np.arange or a config array) is refused while the message calls it "
-    "not an integer",
-)
 def test_a_numpy_integer_is_a_cluster_count() -> None:
     model = _model()
     clustered = cluster_weights(model, np.int64(3), "LINEAR")
     x = np.ones((1, 3), np.float32)
     clustered(x)
     assert all(np.unique(k).size <= 3 for k in plain_kernels(strip_clustering(clustered)))
+    assert all(type(w.get_config()["number_of_clusters"]) is int for w in wrappers_of(clustered))  # JSON-safe
 
 
 def test_k_equal_to_the_weight_count_is_allowed_and_exact() -> None:
