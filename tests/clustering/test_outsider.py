@@ -642,3 +642,67 @@ def test_strip_of_a_model_without_clustering_keeps_it() -> None:
     x = np.ones((2, 3), np.float32)
     np.testing.assert_array_equal(stripped(x), model(x))
     assert [type(la) for la in stripped.layers] == [type(la) for la in model.layers]
+
+
+def test_forward_mode_is_numpy_s_gather_of_the_centroid_tangents() -> None:
+    rng = np.random.default_rng(19)
+    layer = L.Dense(4, use_bias=False)
+    layer.build((None, 5))
+    layer.kernel.assign(rng.normal(size=(5, 4)).astype(np.float32))
+    wrapper = cluster_weights(layer, 3, "LINEAR")
+    x = rng.normal(size=(2, 5)).astype(np.float32)
+    wrapper(x)
+    centroids = centroid_variable(wrapper)
+    t_c, t_w = np.array([1.0, -2.0, 0.5], np.float32), rng.normal(size=(5, 4)).astype(np.float32)
+    with tf.autodiff.ForwardAccumulator([centroids.value, layer.kernel.value], [t_c, t_w]) as acc:
+        y = wrapper(x)
+    _, index = np_assign(layer.kernel.numpy(), centroids.numpy())
+    np.testing.assert_allclose(acc.jvp(y), x @ (t_c[index] + t_w), rtol=1e-5, atol=1e-5)
+
+
+def test_mirrored_strategy_with_two_replicas_trains_as_one_device() -> None:
+    rng = np.random.default_rng(20)
+    x, y = rng.normal(size=(8, 5)).astype(np.float32), rng.normal(size=(8, 2)).astype(np.float32)
+    one = _fresh()
+    one.compile(keras.optimizers.SGD(0.1), "mse")
+    one.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])  # tests/conftest.py makes 4 logical CPUs
+    with strategy.scope():
+        two = _fresh()
+        two.compile(keras.optimizers.SGD(0.1), "mse")
+    two.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for a, b in zip(one.get_weights(), two.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_range_int8_tflite_keeps_at_most_k_values_per_output_channel() -> None:
+    """The default ``ste.to_tflite`` quantizes a large kernel with one scale per output channel: each channel keeps
+    at most k int8 values (the whole tensor can hold more, as in TFMOT)."""
+    keras.utils.set_random_seed(21)
+    model = keras.Sequential([keras.Input((40,)), L.Dense(64, name="big"), L.Dense(3, name="head")])
+    stripped = strip_clustering(cluster_weights(model, 8))
+    kernel = stripped.layers[0].kernel.numpy()
+    _, constants = tflite_constants(ste.to_tflite(stripped))
+    (q,) = [c for c in constants if c.dtype == np.int8 and c.size == kernel.size]
+    assert q.shape == (64, 40)  # output channels first
+    assert max(np.unique(row).size for row in q) <= 8
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ste.to_tflite(clustered, optimizations=[]) of an unstripped model converts silently: the flatbuffer "
+    "holds the float latent kernel (620 distinct values for k=8) and a folded (40, 64, 8) distance tensor with "
+    "20,413 distinct values, instead of refusing and naming strip_clustering",
+)
+def test_to_tflite_of_an_unstripped_clustered_model_refuses_or_keeps_k_values() -> None:
+    keras.utils.set_random_seed(22)
+    model = keras.Sequential([keras.Input((40,)), L.Dense(64), L.Dense(3)])
+    clustered = cluster_weights(model, 8)
+    clustered(np.zeros((1, 40), np.float32))
+    try:
+        flatbuffer = ste.to_tflite(clustered, optimizations=[])
+    except ste.STEError as error:
+        assert "strip_clustering" in str(error)
+        return
+    _, constants = tflite_constants(flatbuffer)
+    assert all(np.unique(c).size <= 8 for c in constants if c.dtype == np.float32 and c.size >= 64 * 40)
