@@ -703,3 +703,28 @@ def test_strip_keeps_unclustered_layers_as_the_same_objects() -> None:
     clustered = cluster_weights(model, 3)
     stripped = strip_clustering(clustered)
     assert any(la is norm for la in clustered.layers) and any(la is norm for la in stripped.layers)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="under mixed_float16 the layer trains with the index found among the float16 values, strip_clustering "
+    "finds it among the float32 ones: 1 of the 2560 weights of the first kernel gets another centroid, so the "
+    "stripped model is not the one trained (outputs 0.033 apart)",
+)
+def test_under_mixed_precision_strip_keeps_the_kernel_the_layer_trained_with() -> None:
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(3)
+        model = keras.Sequential([keras.Input((40,)), L.Dense(64), L.Dense(3)])
+        clustered = cluster_weights(model, 8)
+        x = np.random.default_rng(0).normal(size=(4, 40)).astype(np.float32)
+        out = np.asarray(clustered(x), np.float32)
+        stripped = strip_clustering(clustered)
+        for wrapper, plain in zip(wrappers_of(clustered), stripped.layers):
+            w16 = wrapper.layer.kernel.numpy().astype(np.float16)
+            c16 = centroid_variable(wrapper).numpy().astype(np.float16)
+            used = np_assign(w16, c16)[0]  # what the float16 layer computes with: the nearest float16 centroid
+            np.testing.assert_array_equal(plain.kernel.numpy().astype(np.float16), used)
+        np.testing.assert_allclose(np.asarray(stripped(x), np.float32), out, rtol=1e-3, atol=1e-3)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
