@@ -705,12 +705,6 @@ def test_strip_keeps_unclustered_layers_as_the_same_objects() -> None:
     assert any(la is norm for la in clustered.layers) and any(la is norm for la in stripped.layers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under mixed_float16 the layer trains with the index found among the float16 values, strip_clustering "
-    "finds it among the float32 ones: 1 of the 2560 weights of the first kernel gets another centroid, so the "
-    "stripped model is not the one trained (outputs 0.033 apart)",
-)
 def test_under_mixed_precision_strip_keeps_the_kernel_the_layer_trained_with() -> None:
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
