@@ -14,6 +14,7 @@ nearest centroid is the zero one) and get no gradient, and the zero centroid sta
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import keras
@@ -34,7 +35,8 @@ def check_clusters(number_of_clusters: Any, preserve_sparsity: bool, owner: str)
     """``number_of_clusters`` as an int >= 1 (>= 2 with ``preserve_sparsity``), else
     :class:`ste.errors.ParameterError`."""
     least = 2 if preserve_sparsity else 1
-    if isinstance(number_of_clusters, bool) or not isinstance(number_of_clusters, int) or number_of_clusters < least:
+    whole = isinstance(number_of_clusters, numbers.Integral) and not isinstance(number_of_clusters, bool)
+    if not whole or number_of_clusters < least:  # a numpy integer counts too
         why = " (one centroid is the zero one when preserve_sparsity=True)" if preserve_sparsity else ""
         raise ParameterError(
             f"{owner}: number_of_clusters must be an integer >= {least}{why}; received {number_of_clusters!r}. "
