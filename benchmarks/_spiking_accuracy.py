@@ -18,9 +18,10 @@ derivative (snnTorch's ``atan(alpha=2)``: ``(α/2)/(1 + (π·α·x/2)²)``, or `
 The sides start from the same weights: drawn here with numpy from the seed, as torch's default initialization
 draws them (``U(−1/√fan_in, 1/√fan_in)`` for weights and biases), and laid out for each framework. They see the same
 batches in the same order (a numpy permutation per epoch from the seed) and use Adam with the same learning rate,
-β₁ = 0.9, β₂ = 0.999, ε = 1e-8. Before training each side reports the loss and the output spike count of the
-untrained network on the first test images (``initial``): equal figures show that the two compute the same
-function.
+β₁ = 0.9, β₂ = 0.999, ε = 1e-8. Before training each side reports, for the untrained network on the first test
+images (``initial``), the loss, the output spike count and the norm of the loss's gradient with respect to each
+weight and bias, in the network's order (the gradient goes through every layer's surrogate): equal figures show that
+the two compute the same function, forward and backward.
 
 ste's side is written as docs/spiking.md tells a user: a ``keras.Sequential`` of ``Dense`` /
 ``ste.spiking.TimeDistributed(Conv2D, MaxPooling2D)`` and ``ste.spiking.LIF`` layers, handed to
@@ -192,8 +193,15 @@ def _ste_side(config: dict[str, Any]) -> dict[str, Any]:
     def predict(x: Any) -> Any:
         return ste.spiking.spike_count(model.predict(x, batch_size=1000, verbose=0)).numpy()
 
-    probe = model.predict(x_test[:PROBE], batch_size=PROBE, verbose=0)
-    initial = {"loss": float(loss(y_test[:PROBE], probe)), "output_spikes": int(np.sum(probe))}
+    with tf.GradientTape() as tape:
+        probe = model(x_test[:PROBE], training=True)
+        probe_loss = loss(y_test[:PROBE], probe)
+    gradients = tape.gradient(probe_loss, model.trainable_weights)
+    initial = {
+        "loss": float(probe_loss),
+        "output_spikes": int(np.sum(probe)),
+        "gradient_norms": [float(tf.norm(g)) for g in gradients],
+    }
     lockstep = config.get("lockstep", False)
     curve, steps = [], []
     for epoch in range(config["epochs"]):
@@ -299,9 +307,15 @@ def _snntorch_side(config: dict[str, Any]) -> dict[str, Any]:
         loss.backward()
         optimizer.step()
 
-    with torch.no_grad():
-        probe = model(x_test_t[:PROBE])
-        initial = {"loss": float(loss_fn(probe, y_test_t[:PROBE])), "output_spikes": int(probe.sum())}
+    probe = model(x_test_t[:PROBE])
+    probe_loss = loss_fn(probe, y_test_t[:PROBE])
+    probe_loss.backward()
+    initial = {
+        "loss": float(probe_loss),
+        "output_spikes": int(probe.sum()),
+        "gradient_norms": [float(p.grad.norm()) for p in model.parameters()],
+    }
+    optimizer.zero_grad(set_to_none=True)
     lockstep = config.get("lockstep", False)
     curve, steps = [], []
     for epoch in range(config["epochs"]):
