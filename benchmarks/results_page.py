@@ -211,10 +211,21 @@ NOTES = {
 def _spiking_verdict(r: dict[str, Any]) -> list[str]:
     s, sides = r["summary"], r["sides"]
     ste_side = sides["ste"]
-    lines = [f"Network: {ste_side['network']}. ste's side is {ste_side['form']} (how docs/spiking.md says to train)."]
+    kinds = ste_side["form"].split(": ", 1)[-1]
+    lines = [
+        f"Network: {ste_side['network']}. ste's side is written as docs/spiking.md says: a `keras.Sequential` of "
+        "Keras layers and `ste.spiking.LIF`, handed to `ste.spiking.fuse` and trained with `model.fit`. After "
+        f"`fuse` its layers are {kinds}: every `Dense` → `LIF` pair runs as one `ste.spiking.Fused` loop of "
+        "`SpikingDense` layers, compiled with XLA."
+    ]
     if "snntorch" not in sides:
         return lines
     peer = sides["snntorch"]
+    lines.append(
+        f"snnTorch's side is its tutorials' loop over the steps, with {peer.get('threads', '?')} torch threads and "
+        f"`OMP_WAIT_POLICY={peer.get('omp_wait_policy', '')}`: torch's OpenMP threads otherwise spin while they "
+        "wait, which on this shared machine made its steps several times slower."
+    )
     lines.append(
         f"ste {_pct(ste_side['test_accuracy'])} against snnTorch {_pct(peer['test_accuracy'])} after "
         f"{_epochs(r['epochs'])} ({s['accuracy_gap_points']:+.2f} points). Step time ste ÷ snnTorch "
@@ -251,26 +262,33 @@ def _spiking_verdict(r: dict[str, Any]) -> list[str]:
     if s["peak_memory_ratio"] > 1.05:
         lines.append(
             f"**ste's training step needs more memory than snnTorch's** (×{s['peak_memory_ratio']:.2f}). "
-            + SPIKING_MEMORY[r["row"]]
+            + _spiking_memory(r)
         )
     return lines
 
 
-SPIKING_MEMORY = {
-    "spiking_mlp": (
-        "Known cause: with direct coding the Keras model repeats the image over the steps (`RepeatVector`), so the "
-        "step holds a `[batch, steps, 784]` float32 input (128 × 25 × 784 × 4 B = 9.8 MiB), where snnTorch's loop "
-        "feeds the same `[batch, 784]` tensor to every step."
-    ),
-    "spiking_cnn": (
-        "Known cause: the convolutions run as `ste.spiking.TimeDistributed` layers over every step at once, and "
-        "the layer-by-layer network keeps, for the whole sequence, the surrogate's input of every hidden neuron, "
-        "the float spikes and the gradient at each layer boundary (docs/spiking.md, fused layers); "
-        "`ste.spiking.Fused`, which keeps checkpoints only, offers no pooling between convolutions, so it cannot "
-        "run this network. The image repeated over the steps (`RepeatVector`) adds a `[batch, steps, 28, 28, 1]` "
-        "input."
-    ),
-}
+def _spiking_memory(r: dict[str, Any]) -> str:
+    """The known cause of ste's larger step, with the repeated input's size from the row's own shapes."""
+    steps = int(r["sides"]["ste"]["network"].split(" steps")[0].rsplit(" ", 1)[1])
+    repeated = r["batch"] * steps * 784 * 4
+    rest = (r["sides"]["ste"]["peak_bytes"] - repeated) / 2**20
+    peer = r["sides"]["snntorch"]["peak_bytes"] / 2**20
+    text = (
+        "Known cause: with direct coding the Keras model repeats the image over the steps (`RepeatVector`), so each "
+        f"step makes a `[batch, steps, ...]` float32 input of {r['batch']} × {steps} × 784 × 4 B = "
+        f"{repeated / 2**20:.1f} MiB, where snnTorch's loop feeds the same `[batch, ...]` tensor to every step. "
+        f"Without it ste's step would request about {rest:.1f} MiB ({'below' if rest < peer else 'still above'} "
+        f"snnTorch's {peer:.1f} MiB)."
+    )
+    if r["row"] == "spiking_cnn":
+        text += (
+            " Beyond that, the convolutions run as `ste.spiking.TimeDistributed` layers over every step at once, and "
+            "a layer-by-layer network keeps, for the whole sequence, the surrogate's input of every hidden neuron, "
+            "the float spikes and the gradient at each layer boundary (docs/spiking.md, fused layers); "
+            "`ste.spiking.Fused`, which keeps checkpoints only, offers no pooling between convolutions, so it cannot "
+            "run this network."
+        )
+    return text
 
 
 def page(found: dict[str, dict[str, Any]]) -> str:
