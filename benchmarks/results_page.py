@@ -252,13 +252,26 @@ def _spiking_verdict(r: dict[str, Any]) -> list[str]:
         )
     )
     if s["accuracy_gap_points"] < -0.3:
+        gaps = ", ".join(
+            f"{100 * (p['test_accuracy'] - q['test_accuracy']):+.2f}" for p, q in zip(ste_side["curve"], peer["curve"])
+        )
         lines.append(
-            f"**ste's accuracy is {-s['accuracy_gap_points']:.2f} points below snnTorch's here.** The two compute "
-            "the same function from the same start; the gap is where their float sums part (see the curves), not a "
-            "different network."
+            f"**ste's accuracy is {-s['accuracy_gap_points']:.2f} points below snnTorch's after the last epoch.** "
+            f"ste minus snnTorch after each epoch: {gaps} points. The two compute the same function from the same "
+            "start; the runs part where float rounding flips a spike, and a gap of this size changes sign from "
+            "epoch to epoch: more epochs (or seeds) are needed to tell the two apart."
         )
     if s["step_time_ratio"] > 1.05:
-        lines.append(f"**ste trained slower than snnTorch here** (step time ×{s['step_time_ratio']:.2f}).")
+        text = f"**ste trained slower than snnTorch here** (step time ×{s['step_time_ratio']:.2f})."
+        if r["row"] == "spiking_cnn":
+            text += (
+                " ste's side is the unfused network (`TimeDistributed` convolutions and max-pooling, `LIF` layers "
+                "over whole sequences) because `ste.spiking.Fused` offers no pooling between convolutions; on a CPU "
+                "without TensorFlow's oneDNN (AVX2, as here) the unfused convolutional network was slower than the "
+                "fused one in the spiking speed benchmark too (docs/spiking.md, fused layers). No cause specific to "
+                "this network is measured yet."
+            )
+        lines.append(text)
     if s["peak_memory_ratio"] > 1.05:
         lines.append(
             f"**ste's training step needs more memory than snnTorch's** (×{s['peak_memory_ratio']:.2f}). "
