@@ -128,8 +128,8 @@ def _model(config: dict[str, Any], data: Any) -> tuple[Any, Any, str, Any]:
     return keras, ste.quantize_model(model, scheme=scheme), f"ste {ste.__version__}, {version}", ste
 
 
-def _epoch(keras: Any, model: Any, x: Any, y: Any) -> list[float]:
-    """One epoch of ``fit``; the seconds of each training step."""
+def _epoch(keras: Any, model: Any, x: Any, y: Any, shuffle: bool = True) -> list[float]:
+    """One epoch of ``fit`` (``shuffle=False``: in the given order); the seconds of each training step."""
 
     class StepTimer(keras.callbacks.Callback):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -143,7 +143,7 @@ def _epoch(keras: Any, model: Any, x: Any, y: Any) -> list[float]:
             self.steps.append(time.perf_counter() - self.start)
 
     timer = StepTimer()
-    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[timer], shuffle=True)
+    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[timer], shuffle=shuffle)
     return timer.steps
 
 

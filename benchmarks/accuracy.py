@@ -3,6 +3,8 @@
     python -m benchmarks.accuracy binary_cnn --larq-venv VENV      # ste vs larq 0.14 vs float Keras 3
     python -m benchmarks.accuracy int8_qat --tfmot-venv VENV       # ste.quantize_model + to_tflite vs TFMOT 0.8
     python -m benchmarks.accuracy low_bit                          # ternary and binary schemes of quantize_model
+    python -m benchmarks.accuracy spiking_mlp --snntorch-venv VENV # ste.spiking vs snnTorch (tutorial 5's network)
+    python -m benchmarks.accuracy spiking_cnn --snntorch-venv VENV # ste.spiking vs snnTorch (tutorial 6's network)
     python -m benchmarks.accuracy binary_cnn --quick               # a smoke run (under a minute, no peers)
 
 Options: ``--epochs N``, ``--data DIR`` (Fashion-MNIST's IDX files; otherwise ``benchmarks._fashion`` looks in the
@@ -68,6 +70,26 @@ ROWS: dict[str, dict[str, Any]] = {
         "float_learning_rate": 2e-3,
     },
 }
+# The spiking rows: their own worker (benchmarks/_spiking_accuracy.py, which both ste's and snnTorch's venv run) and
+# networks (its NETS); the learning rates are those of snnTorch's tutorials 5 and 6
+ROWS.update(
+    {
+        "spiking_mlp": {
+            "sides": {"ste": None, "snntorch": "snntorch_venv"},
+            "peer": "snntorch",
+            "epochs": 2,
+            "learning_rate": 5e-4,
+            "worker": "_spiking_accuracy.py",
+        },
+        "spiking_cnn": {
+            "sides": {"ste": None, "snntorch": "snntorch_venv"},
+            "peer": "snntorch",
+            "epochs": 2,
+            "learning_rate": 1e-2,
+            "worker": "_spiking_accuracy.py",
+        },
+    }
+)
 
 
 def _fail(message: str) -> None:
@@ -85,7 +107,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", default=None, help="a folder with Fashion-MNIST's four IDX files")
     parser.add_argument("--larq-venv", default=None, help="a venv with larq 0.14 and tf-keras (binary_cnn's peer)")
     parser.add_argument("--tfmot-venv", default=None, help="a venv with TFMOT 0.8 and tf-keras (int8_qat's peer)")
-    parser.add_argument("--snntorch-venv", default=None, help="a venv with snnTorch (the spiking rows, not built)")
+    parser.add_argument("--snntorch-venv", default=None, help="a venv with torch and snnTorch (the spiking rows' peer)")
     parser.add_argument("--out", default=None, help="the results folder (default benchmarks/results/accuracy)")
     args = parser.parse_args(argv)
     if args.name not in ROWS:
@@ -317,7 +339,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 python = str(Path(getattr(args, option)) / "bin" / "python")
                 env["PYTHONPATH"], env["TF_USE_LEGACY_KERAS"] = "", "1"
-            commands[side] = ([python, str(WORKER), json.dumps(config)], env)
+            worker = WORKER.parent / spec["worker"] if "worker" in spec else WORKER
+            commands[side] = ([python, str(worker), json.dumps(config)], env)
         results = _lockstep(commands, epochs, timeout=3600.0)
     import keras
 
