@@ -4,8 +4,11 @@ applies it.
 Masks keep exactly ``k = max(round(n·(1 − sparsity)), 1)`` of the ``n`` weights (or blocks) with the largest
 magnitude, as TFMOT's ``pruning_impl`` counts them; where magnitudes tie, the weight that comes first in row-major
 order is kept (TFMOT keeps every weight tied with the threshold, so ties can leave it with fewer zeros). Blocks are
-pooled by their mean (``"AVG"``) or largest (``"MAX"``) magnitude over the weights inside the tensor (a partial block
-at the edge pools what it has, as TensorFlow's ``SAME`` pooling does). ``(m, n)`` N:M sparsity (TFMOT's
+pooled as TFMOT pools them: by their mean (``"AVG"``) or largest (``"MAX"``) magnitude, with ``tf.nn.pool``'s
+``SAME`` padding (over the rows, then over the columns). Where a block size does not divide the weight, ``SAME`` puts
+half of the padding (rounded down) before the first row or column and the rest after the last, so the pooling windows
+are shifted by that much, and a window averages only the weights inside the tensor; the kept blocks are then expanded
+from the first row and column and cut to the weight's shape, as TFMOT does. ``(m, n)`` N:M sparsity (TFMOT's
 ``sparsity_m_by_n``) zeroes the ``m`` smallest of every ``n`` consecutive weights along the input-channel axis.
 
 The op applying the mask is an ``ste`` op: its forward is ``weight · mask``, and its rule is the gradient choice:
@@ -76,16 +79,14 @@ def _top_mask(scores: tf.Tensor, k: Any) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def _pool(magnitude: tf.Tensor, block: tuple[int, int], pooling: str) -> tf.Tensor:
+    """TFMOT's ``factorized_pool``: ``tf.nn.pool`` with ``SAME`` padding and stride = window, over the rows, then
+    over the columns. ``SAME`` splits the padding of a partial block, ``total // 2`` before the first row (column) and
+    the rest after the last, and an ``AVG`` window averages only the weights inside the tensor."""
     rows, cols = magnitude.shape
     bh, bw = block
-    out_rows, out_cols = -(-rows // bh), -(-cols // bw)
-    padded = tf.pad(magnitude, [[0, out_rows * bh - rows], [0, out_cols * bw - cols]])
-    blocks = tf.reshape(padded, [out_rows, bh, out_cols, bw])
-    if pooling == "MAX":
-        return tf.reduce_max(blocks, axis=[1, 3])  # magnitudes are >= 0, so the zero padding never wins
-    ones = tf.pad(tf.ones_like(magnitude), [[0, out_rows * bh - rows], [0, out_cols * bw - cols]])
-    counts = tf.reduce_sum(tf.reshape(ones, [out_rows, bh, out_cols, bw]), axis=[1, 3])
-    return tf.reduce_sum(blocks, axis=[1, 3]) / counts
+    pooled = tf.nn.pool(tf.reshape(magnitude, [1, 1, rows, cols]), [1, bh], pooling, strides=[1, bh], padding="SAME")
+    pooled = tf.nn.pool(tf.transpose(pooled, [0, 1, 3, 2]), [1, bw], pooling, strides=[1, bw], padding="SAME")
+    return tf.transpose(pooled, [0, 1, 3, 2])[0, 0]
 
 
 def magnitude_mask(

@@ -54,12 +54,16 @@ def np_magnitude_mask(w: np.ndarray, sparsity: float) -> np.ndarray:
 
 
 def np_block_scores(w: np.ndarray, block: tuple[int, int], pooling: str) -> np.ndarray:
+    """TFMOT pools with tf.nn.pool(padding='SAME'): total padding p = out·b − n, p // 2 of it before the first row
+    (column), so window i covers rows i·b − p // 2 ... (i + 1)·b − p // 2 − 1, clipped to the weight."""
     rows, cols = w.shape
     bh, bw = block
     out = np.zeros((-(-rows // bh), -(-cols // bw)))
+    top, left = (out.shape[0] * bh - rows) // 2, (out.shape[1] * bw - cols) // 2
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            part = np.abs(w[i * bh : (i + 1) * bh, j * bw : (j + 1) * bw])
+            r, c = i * bh - top, j * bw - left
+            part = np.abs(w[max(r, 0) : r + bh, max(c, 0) : c + bw])
             out[i, j] = part.mean() if pooling == "AVG" else part.max()
     return out
 
@@ -67,7 +71,7 @@ def np_block_scores(w: np.ndarray, block: tuple[int, int], pooling: str) -> np.n
 def np_block_mask(w: np.ndarray, sparsity: float, block: tuple[int, int], pooling: str) -> np.ndarray:
     scores = np_block_scores(w, block, pooling)
     keep = np_magnitude_mask(scores, sparsity)
-    return np.kron(keep, np.ones(block))[: w.shape[0], : w.shape[1]]
+    return np.kron(keep, np.ones(block))[: w.shape[0], : w.shape[1]]  # laid out from row 0, column 0, as TFMOT does
 
 
 def np_n_by_m(w: np.ndarray, zeros: int, group: int, axis: int) -> np.ndarray:
@@ -788,14 +792,6 @@ def ste_mask(weight: np.ndarray, input_shape, make, **kwargs) -> np.ndarray:
     return mask_of(model)
 
 
-TFMOT_PARTIAL_BLOCKS = (
-    "block masks differ from TFMOT 0.8.1 when a block does not divide the weight: TFMOT pools with "
-    "tf.nn.pool(padding='SAME'), which puts part of the padding BEFORE the first row/column (7 columns, width 3: one "
-    "pad column each side), while ste pads only at the end (its docstring says 'as TensorFlow's SAME pooling does', "
-    "which is not what SAME does); e.g. a 6x7 kernel, block (2, 3), ConstantSparsity(0.5): 8 of 42 entries differ"
-)
-
-
 @pytest.mark.parametrize("pool", ["AVG", "MAX"])
 def test_block_masks_match_tfmot_divisible(tfmot_masks, pool):
     data, out = tfmot_masks
@@ -803,7 +799,6 @@ def test_block_masks_match_tfmot_divisible(tfmot_masks, pool):
     np.testing.assert_array_equal(got, out["div_block_" + pool])
 
 
-@pytest.mark.xfail(strict=True, reason=TFMOT_PARTIAL_BLOCKS)
 @pytest.mark.parametrize("pool", ["AVG", "MAX"])
 def test_block_masks_match_tfmot_divisible_rows(tfmot_masks, pool):
     data, out = tfmot_masks
@@ -811,7 +806,6 @@ def test_block_masks_match_tfmot_divisible_rows(tfmot_masks, pool):
     np.testing.assert_array_equal(got, out["block_" + pool])
 
 
-@pytest.mark.xfail(strict=True, reason=TFMOT_PARTIAL_BLOCKS)
 @pytest.mark.parametrize("pool", ["AVG", "MAX"])
 def test_block_masks_match_tfmot_odd_shape(tfmot_masks, pool):
     data, out = tfmot_masks
