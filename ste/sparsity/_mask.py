@@ -16,13 +16,21 @@ The op applying the mask is an ``ste`` op: its forward is ``weight · mask``, an
 * ``"masked"`` (TFMOT's): ``dweight = dy · mask``; pruned weights get no gradient.
 * ``"sr_ste"`` (SR-STE, Zhou et al., ICLR 2021): ``dweight = dy + decay · (1 − mask) · weight``; every weight gets
   the gradient of the masked weight straight through, and the pruned ones also decay, so the mask can change.
+
+SR-STE's decay does not depend on ``dy``: it is the gradient of the penalty ``decay/2 · Σ (1 − mask) · weight²``
+added to whatever is differentiated, not a vector-Jacobian product. So that a gradient of the gradient sees that
+penalty once, the rule adds the decay in the backward pass that computes the gradient, and not again when an
+enclosing ``tf.GradientTape`` that recorded that pass differentiates through the op's forward a second time: the
+second derivative is then ``∂(dy)/∂weight + decay · (1 − mask)``, as central differences of the gradient give.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import record
 
 from .._core._dsl import forward
 
@@ -43,15 +51,40 @@ def _masked_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
     return dy * tf.cast(mask, dy.dtype), None
 
 
+# The forward calls (keyed by the id of the weight tensor each one received) whose backward pass was recorded by an
+# enclosing tape: that tape differentiates the decay added there, so its own pass through the forward adds none.
+_RECORDED: dict[int, Any] = {}
+
+
+def _adds_decay(weight: Any) -> bool:
+    """Whether this backward pass through an ``sr_ste`` forward adds the decay (see the module docstring)."""
+    key = id(weight)
+    if record.should_record_backprop([weight]):  # an enclosing tape records this pass: it will differentiate it
+        if key not in _RECORDED:
+            _RECORDED[key] = weakref.finalize(weight, _RECORDED.pop, key, None)
+        return True
+    return key not in _RECORDED
+
+
 def _sr_ste_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    if not _adds_decay(weight):
+        return dy, None
     pruned = 1.0 - tf.cast(mask, dy.dtype)
     return dy + tf.convert_to_tensor(decay, dy.dtype) * pruned * tf.cast(weight, dy.dtype), None
 
 
 apply_mask = forward(masked_weight).backward(_masked_rule)
-sr_ste = forward(sr_ste_weight).backward(_sr_ste_rule)
+_sr_ste_op = forward(sr_ste_weight).backward(_sr_ste_rule)
 
-GRADIENTS = {"masked": apply_mask, "sr_ste": sr_ste}
+
+def sr_ste(weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    """``weight · mask``; the gradient is ``dy + decay · (1 − mask) · weight`` (SR-STE, Zhou et al., ICLR 2021),
+    the decay counted once by gradients of gradients (see the module docstring)."""
+    # A tensor of its own for each call: the backward pass of this call is told apart from another call's by it.
+    return _sr_ste_op(tf.identity(weight), mask, decay=decay)
+
+
+GRADIENTS: dict[str, Any] = {"masked": apply_mask, "sr_ste": sr_ste}
 
 
 def _magnitude(weight: Any) -> tf.Tensor:

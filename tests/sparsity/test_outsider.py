@@ -321,14 +321,6 @@ def test_masked_op_second_order_against_finite_differences():
     np.testing.assert_allclose(hessian_sum, 6 * w.numpy() * m.numpy(), rtol=1e-10)
 
 
-SR_STE_SECOND_ORDER = (
-    "sr_ste's second derivative is wrong at pruned weights: for f = sum(sr_ste(w, m, decay=0.5)**3), "
-    "d/dw sum(df/dw) should be 6·w·m² + decay·(1 − m) (central differences agree: 0.5 where m = 0), but ste "
-    "returns decay + (df/dw)_i there (1.18 and 0.35 instead of 0.5); kept weights are right"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SR_STE_SECOND_ORDER)
 def test_sr_ste_second_order_against_finite_differences():
     w = tf.constant(np.random.default_rng(11).normal(size=(6,)), tf.float64)
     m = tf.constant([1, 0, 1, 1, 0, 1], tf.float64)
