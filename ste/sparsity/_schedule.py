@@ -63,7 +63,7 @@ def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: 
     if end < -1:
         fix = "-1 to prune until training ends, or " if forever else ""
         raise ParameterError(
-            f"{owner}: end_step must be {'-1 (no end) or ' if forever else ''}a step >= begin_step; received {end}. "
+            f"{owner}: end_step must be {'-1 or >= 0 (-1: no end)' if forever else '>= 0'}; received {end}. "
             f"Fix: pass {'end_step=' + fix if forever else 'end_step as '}the last step at which the mask is "
             f"updated (>= begin_step={begin})."
         )
@@ -79,7 +79,7 @@ def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: 
         )
     if every <= 0:
         raise ParameterError(
-            f"{owner}: frequency must be an integer >= 1 (the mask is updated every `frequency` steps); received "
+            f"{owner}: frequency must be > 0 (the mask is updated every `frequency` steps); received "
             f"{every}. Fix: pass frequency=1 to update the mask at every step, or e.g. frequency=100 (the default)."
         )
     return begin, end, every
