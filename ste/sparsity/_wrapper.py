@@ -62,7 +62,9 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
             pruning_schedule = ConstantSparsity(0.5, 0)
         if gradient not in GRADIENTS:
             raise ParameterError(
-                f"PruneLowMagnitude: gradient must be one of {sorted(GRADIENTS)}; received {gradient!r}."
+                f"ste.sparsity.PruneLowMagnitude: gradient must be one of {sorted(GRADIENTS)}; received {gradient!r}. "
+                f"Fix: pass gradient='masked' (TFMOT's) or gradient='sr_ste', or build the wrapper with "
+                f"ste.sparsity.prune_low_magnitude, which checks every argument."
             )
         kwargs.setdefault("name", f"prune_low_magnitude_{layer.name}")
         kwargs.setdefault("dtype", layer.dtype_policy)
