@@ -152,7 +152,7 @@ class _Plan:
 
 
 def _values(variable: Any) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(variable)).astype(np.float64)
+    return np.asarray(variable.numpy()).astype(np.float64)
 
 
 class _PreserveScheme(Int8Scheme):
