@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from .._common._arguments import check_bool
-from ..clustering import ClusterWeights, cluster_assign
+from ..clustering import ClusterWeights, cluster_assign, cluster_indices
 from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor
@@ -80,12 +80,13 @@ _SHARED_QUANTIZER = (keras.layers.MultiHeadAttention,)  # one kernel quantizer f
 class PreservingWeightFakeQuant(WeightFakeQuant):
     """:class:`ste.qat.WeightFakeQuant` of a kernel read through the constraints of collaborative optimization.
 
-    ``clusters=k > 0``: the kernel is first read as ``centroids[argmin |w − c|]``
-    (:data:`ste.clustering.cluster_assign`) with ``k`` trainable centroids (the variable ``cluster_centroids``).
-    ``sparsity=True``: then multiplied by a fixed mask (the non-trainable ``sparsity_mask``, the kernel's shape) through
-    :data:`ste.sparsity.apply_mask`. The result is fake-quantized on ±max|value| (per tensor or per channel,
-    ``channel_axes``). The variables are set by the scheme from the stripped model's kernel (:meth:`initialize`); they
-    start as ones and zeros.
+    ``clusters=k > 0``: the kernel is first read as ``centroids[index]`` with ``k`` trainable centroids (the variable
+    ``cluster_centroids``). In a training call, ``index = argmin |w − c|`` and the read is
+    :data:`ste.clustering.cluster_assign`, whose gradient reaches the latent weights and the centroids; the indices
+    are kept in the non-trainable ``pulling_indices`` (TFMOT's name), which other calls read. ``sparsity=True``: the
+    result is then multiplied by a fixed mask (the non-trainable ``sparsity_mask``, the kernel's shape) through
+    :data:`ste.sparsity.apply_mask`. Last, it is fake-quantized on ±max|value| (per tensor or per channel,
+    ``channel_axes``). The scheme sets the variables from the stripped model's kernel (:meth:`initialize`).
     """
 
     def __init__(
@@ -115,27 +116,48 @@ class PreservingWeightFakeQuant(WeightFakeQuant):
             self.cluster_centroids = self.add_weight(
                 name="cluster_centroids", shape=(self.clusters,), initializer="zeros", trainable=True
             )
+            self.pulling_indices = self.add_weight(
+                name="pulling_indices",
+                shape=tuple(input_shape),
+                initializer="zeros",
+                dtype="int32",
+                trainable=False,
+                aggregation="only_first_replica",
+            )
         self.built = True
 
-    def initialize(self, mask: np.ndarray | None, centroids: np.ndarray | None) -> None:
-        """Set the mask and the centroids (the built quantizer's variables)."""
+    def initialize(self, mask: np.ndarray | None, centroids: np.ndarray | None, kernel: np.ndarray) -> None:
+        """Set the mask, the centroids and each weight's centroid index (of ``kernel``, the stripped one)."""
         if mask is not None:
             self.sparsity_mask.assign(mask.astype(self.sparsity_mask.dtype))
         if centroids is not None:
             self.cluster_centroids.assign(centroids.astype(self.cluster_centroids.dtype))
+            index = np.argmin(np.abs(kernel[..., None] - centroids), axis=-1)  # the first one on a tie
+            self.pulling_indices.assign(index.astype(np.int32))
 
-    def constrained(self, inputs: Any) -> tf.Tensor:
-        """The kernel as the constraints read it, before fake quantization."""
+    def constrained(self, inputs: Any, training: Any = None) -> tf.Tensor:
+        """The kernel as the constraints read it, before fake quantization. In training, the index of each weight's
+        nearest centroid is found (and kept in ``pulling_indices``); otherwise the kept indices are read, so that
+        inference, and the converter, which folds the gather of two constants into the int8 kernel, see the
+        clustering of the last training step."""
         x = as_tensor(inputs)
         if self.clusters:
-            x = cluster_assign(x, tf.cast(self.cluster_centroids.value, x.dtype))
+            centroids = tf.cast(self.cluster_centroids.value, x.dtype)
+            if training:
+                self.pulling_indices.assign(cluster_indices(x, centroids))
+                x = cluster_assign(x, centroids)
+            else:
+                x = tf.gather(centroids, self.pulling_indices.value)
         if self.sparsity:
             x = apply_mask(x, tf.cast(self.sparsity_mask.value, x.dtype))
         return x
 
-    def call(self, inputs: Any) -> tf.Tensor:
+    def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
         return weight_fake_quant_op(
-            self.constrained(inputs), bits=self.bits, channel_axes=self.channel_axes, narrow_range=self.narrow_range
+            self.constrained(inputs, training),
+            bits=self.bits,
+            channel_axes=self.channel_axes,
+            narrow_range=self.narrow_range,
         )
 
     def get_config(self) -> dict[str, Any]:
@@ -145,10 +167,11 @@ class PreservingWeightFakeQuant(WeightFakeQuant):
 @dataclass(frozen=True)
 class _Plan:
     """What one kernel keeps: its mask (``None``: no zeros kept) and its initial centroids (``None``: not
-    clustered)."""
+    clustered), from the stripped ``kernel``."""
 
     mask: np.ndarray | None
     centroids: np.ndarray | None
+    kernel: np.ndarray
 
 
 def _values(variable: Any) -> np.ndarray:
@@ -194,7 +217,7 @@ class _PreserveScheme(Int8Scheme):
             centroids = distinct if mask is not None else np.unique(values)
         if mask is None and centroids is None:
             return None, note
-        return _Plan(mask, centroids), note
+        return _Plan(mask, centroids, values), note
 
     def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:
         self._plans, self._pending = {}, {}
@@ -285,7 +308,7 @@ class _PreserveScheme(Int8Scheme):
         for inner in new._flatten_layers():
             plan = self._pending.pop(id(inner), None)
             if plan is not None:
-                inner.initialize(plan.mask, plan.centroids)
+                inner.initialize(plan.mask, plan.centroids, plan.kernel)
 
     def __repr__(self) -> str:
         return f"ste.qat.{self.tfmot_name}()"
