@@ -37,7 +37,8 @@ def crafted(shape: tuple[int, ...], kind: str, seed: int) -> np.ndarray:
     return kernel
 
 
-def net(kind: str, dtype: str = "float32", batch_norm: bool = False) -> keras.Model:
+def net(kind: str, dtype: str | None = "float32", batch_norm: bool = False) -> keras.Model:
+    """A small CNN with crafted kernels; ``dtype=None``: the global policy's."""
     layers: list[keras.layers.Layer] = [L.Conv2D(6, 3, dtype=dtype, name="conv")]
     if batch_norm:
         layers.append(L.BatchNormalization(dtype=dtype, name="bn"))
@@ -45,7 +46,7 @@ def net(kind: str, dtype: str = "float32", batch_norm: bool = False) -> keras.Mo
     model = keras.Sequential([keras.Input((6, 6, 3)), *layers])
     for seed, name in enumerate(("conv", "dense")):
         layer = model.get_layer(name)
-        layer.kernel.assign(crafted(tuple(layer.kernel.shape), kind, seed).astype(dtype))
+        layer.kernel.assign(crafted(tuple(layer.kernel.shape), kind, seed).astype(layer.kernel.dtype))
     return model
 
 
@@ -366,3 +367,18 @@ def test_no_warning_on_a_clean_pqat_model():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ste.quantize_model(net("prune_preserve"), scheme="prune_preserve")
+
+
+def test_mixed_float16_training_and_int8_export_keep_the_structure():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = net("prune_cluster_preserve", dtype=None)
+        q = ste.quantize_model(model, scheme="prune_cluster_preserve")
+        assert q.get_layer("conv").compute_dtype == "float16"
+        assert q.get_layer("conv").kernel_quantizer.cluster_centroids.dtype == "float32"
+        fit(q, epochs=1)
+        check_kept(q, model, "prune_cluster_preserve")
+        flatbuffer = ste.to_tflite(q)  # exported as a float32 copy with the same variables
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    check_int8(flatbuffer, model, "prune_cluster_preserve")
