@@ -265,7 +265,14 @@ def test_ternary_scheme_is_bitnet_b158_in_the_middle():
         assert isinstance(layer.input_quantizer, ste.quantizers.AbsmaxPerToken) and layer.input_quantizer.bits == 8
         assert isinstance(layer.kernel_quantizer, ste.quantizers.AbsmeanTernary)
     assert isinstance(q.get_layer("last").kernel_quantizer, ste.qat.WeightFakeQuant)
-    assert ste.qat.schemes() == ["binary", "int8", "ternary"]
+    assert ste.qat.schemes() == [
+        "binary",
+        "cluster_preserve",
+        "int8",
+        "prune_cluster_preserve",
+        "prune_preserve",
+        "ternary",
+    ]
 
 
 def test_ternary_forward_and_straight_through_gradients_match_numpy():
