@@ -77,7 +77,8 @@ def _provenance(r: dict[str, Any]) -> str:
     during = f"load average {load['min']}–{load['max']} (median {load['median']})" if load else "load not recorded"
     epochs = _epochs(r["epochs"])
     if r.get("float_stage"):
-        epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], 'QAT ')}"
+        tuned = "fine-tuning " if r["row"] in COMPRESSION else "QAT "
+        epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], tuned)}"
     return (
         f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
         f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
