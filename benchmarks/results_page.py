@@ -23,11 +23,14 @@ PAGE = ROOT / "docs" / "results.md"
 IMAGES = ROOT / "docs" / "img" / "results"
 README = ROOT / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
-ORDER = ("binary_cnn", "int8_qat", "low_bit")
+ORDER = ("binary_cnn", "int8_qat", "low_bit", "pruning", "clustering")
+COMPRESSION = ("pruning", "clustering")
 TITLES = {
     "binary_cnn": "Binarized CNN: ste against larq 0.14 and float Keras 3",
     "int8_qat": "Int8 quantization-aware training: ste against TFMOT 0.8",
     "low_bit": "Ternary (BitNet b1.58) and binary schemes through quantize_model",
+    "pruning": "Pruning (50 %, 80 %, 2:4): ste.sparsity against TFMOT 0.8",
+    "clustering": "Weight clustering (16 and 32 clusters): ste.clustering against TFMOT 0.8",
 }
 SPIKING = ("spiking_mlp", "spiking_cnn")
 ORDER += SPIKING
@@ -82,7 +85,8 @@ def _provenance(r: dict[str, Any]) -> str:
     during = f"load average {load['min']}–{load['max']} (median {load['median']})" if load else "load not recorded"
     epochs = _epochs(r["epochs"])
     if r.get("float_stage"):
-        epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], 'QAT ')}"
+        tuned = "fine-tuning " if r["row"] in COMPRESSION else "QAT "
+        epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], tuned)}"
     return (
         f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
         f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
@@ -90,7 +94,69 @@ def _provenance(r: dict[str, Any]) -> str:
     )
 
 
+def _size(t: dict[str, Any], key: str) -> str:
+    return f"{t[key]:,} B" if key in t else "refused"
+
+
+def _compression_table(r: dict[str, Any]) -> list[str]:
+    """One line per side: accuracy, what the kernels hold, TFLite sizes raw and gzipped, step time and memory."""
+    what = "zeros in the pruned kernels" if r["row"] == "pruning" else "distinct values per kernel (most)"
+    lines = [
+        f"| side | versions | test accuracy (stripped) | {what} | float .tflite | gzip | int8 .tflite gzip | "
+        "EXPERIMENTAL_SPARSITY gzip | median step | CPU per step | allocator peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    stage = r["float_stage"]
+    dense = stage.get("tflite", {})
+    lines.append(
+        f"| dense float (trained first, the start of every side) | Keras {r['keras']} | {_pct(stage['test_accuracy'])} "
+        f"| | {_size(dense, 'float')} | {_size(dense, 'float_gz')} | {_size(dense, 'int8_gz')} | "
+        f"{_size(dense, 'sparse_gz')} | | | |"
+    )
+    for side, f in r["sides"].items():
+        held = f"{f['zeros']:.3f}" if "zeros" in f else str(f.get("distinct_values", ""))
+        t = f["tflite"]
+        lines.append(
+            f"| {side} | {f['versions']} | {_pct(f['stripped_accuracy'])} | {held} | {_size(t, 'float')} | "
+            f"{_size(t, 'float_gz')} | {_size(t, 'int8_gz')} | {_size(t, 'sparse_gz')} | "
+            f"{1000 * f['median_step_s']:.1f} ms | {1000 * f['cpu_per_step_s']:.1f} ms | "
+            f"{f['peak_bytes'] / 2**20:.1f} MiB |"
+        )
+    for side, why in r.get("skipped_sides", {}).items():
+        lines.append(f"| {side} | not run ({why}) |" + " |" * 9)
+    return lines
+
+
+def _setting_label(row: str, setting: str) -> str:
+    if row == "clustering":
+        return f"{setting} clusters"
+    return setting.replace("_", ":") if "_" in setting else f"{setting} %"
+
+
+def _compression_verdict(r: dict[str, Any]) -> list[str]:
+    s = r["summary"]
+    lines = []
+    for side in r["sides"]:
+        library, setting = side.split("_", 1)
+        if library != "ste" or f"{setting}_accuracy_gap_points" not in s:
+            continue
+        label = _setting_label(r["row"], setting)
+        gap, step = s[f"{setting}_accuracy_gap_points"], s[f"{setting}_step_time_ratio"]
+        lines.append(
+            f"{label}: ste {gap:+.2f} points against TFMOT (goal at least −0.3: "
+            f"{'met' if gap >= -0.3 else 'NOT met'}); "
+            f"gzipped float TFLite ste ÷ TFMOT {s[f'{setting}_gzip_ratio']:.2f}, ste ÷ dense "
+            f"{s.get(f'{side}_gzip_vs_dense', float('nan')):.2f}; step time ste ÷ TFMOT {step:.2f} (CPU time per "
+            f"step {s[f'{setting}_cpu_per_step_ratio']:.2f}), allocator peak {s[f'{setting}_peak_memory_ratio']:.2f}."
+        )
+        if step > 1.05:
+            lines.append(f"**ste's {label} step was slower than TFMOT's here** (×{step:.2f}).")
+    return lines
+
+
 def _side_table(r: dict[str, Any]) -> list[str]:
+    if r["row"] in COMPRESSION:
+        return _compression_table(r)
     sides = r["sides"]
     int8 = r["row"] == "int8_qat"
     low = r["row"] == "low_bit"
@@ -140,7 +206,7 @@ def _side_table(r: dict[str, Any]) -> list[str]:
 
 def _verdict(r: dict[str, Any]) -> list[str]:
     s, sides = r["summary"], r["sides"]
-    lines = []
+    lines = _compression_verdict(r) if r["row"] in COMPRESSION else []
     if r["row"] == "binary_cnn" and "larq" in sides:
         lines.append(
             f"ste {_pct(sides['ste']['test_accuracy'])} against larq {_pct(sides['larq']['test_accuracy'])} "
@@ -334,6 +400,8 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         "    --index-url https://download.pytorch.org/whl/cpu && SNNTORCH_VENV/bin/pip install 'snntorch==1.0.*' numpy",
         "python -m benchmarks.accuracy spiking_mlp --snntorch-venv SNNTORCH_VENV",
         "python -m benchmarks.accuracy spiking_cnn --snntorch-venv SNNTORCH_VENV",
+        "python -m benchmarks.accuracy pruning --tfmot-venv TFMOT_VENV",
+        "python -m benchmarks.accuracy clustering --tfmot-venv TFMOT_VENV",
         "```",
         "",
         ANCHORS,
@@ -353,12 +421,6 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         if name == "low_bit" and r["sides"].get("binary", {}).get("test_accuracy", 1.0) < 0.2:
             out += [NOTES[name], ""]
         out += [_provenance(r), "", f"![{name}: test accuracy per epoch](img/results/{name}.png)", ""]
-    out += [
-        "## Not measured yet",
-        "",
-        "- Sparse and clustered networks against TFMOT: they wait for `ste.sparsity` and `ste.clustering`.",
-        "",
-    ]
     return "\n".join(out)
 
 
@@ -393,6 +455,15 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
             for side, f in r["sides"].items()
         ]
         lines.append(f"- quantize_model schemes ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
+    for name in COMPRESSION:
+        if name in found:
+            r = found[name]
+            parts = [
+                f"{side.split('_')[0]} {_setting_label(name, side.split('_', 1)[1])} {_pct(f['stripped_accuracy'])} "
+                f"({f['tflite']['float_gz'] / 1024:.0f} KiB gzipped)"
+                for side, f in r["sides"].items()
+            ]
+            lines.append(f"- {name.capitalize()} ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
     lines += _spiking_readme(found)
     return lines
 

@@ -50,7 +50,7 @@ def _have_data() -> bool:
 
 
 @pytest.mark.skipif(not _have_data(), reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
-@pytest.mark.parametrize("row", ["binary_cnn", "int8_qat"])
+@pytest.mark.parametrize("row", ["binary_cnn", "int8_qat", "pruning", "clustering"])
 def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "benchmarks.accuracy", row, "--quick", "--out", str(tmp_path)]
@@ -61,13 +61,19 @@ def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> No
     assert result["quick"] is True and result["command"] == f"python -m benchmarks.accuracy {row} --quick"
     for key in ("date", "cpu", "tensorflow", "load_average"):
         assert result[key]
-    side = result["sides"]["ste"]
+    side = result["sides"][{"pruning": "ste_50", "clustering": "ste_16"}.get(row, "ste")]
     assert len(side["curve"]) == 1 and 0.0 <= side["test_accuracy"] <= 1.0
     assert side["test_accuracy"] == side["curve"][-1]["test_accuracy"]
     assert f"test accuracy {100 * side['test_accuracy']:.2f} %" in done.stdout
     if row == "int8_qat":
         assert 0.0 <= side["int8_accuracy"] <= 1.0 and 0.0 <= side["keras_tflite_agreement"] <= 1.0
         assert side["int8_kernels"][0] == side["int8_kernels"][1] > 0  # every conv / dense kernel runs in int8
+    if row in ("pruning", "clustering"):  # the stripped kernels hold what was asked, and gzip shrinks the file
+        if row == "pruning":
+            assert side["zeros"] == pytest.approx(0.5, abs=0.01)
+        else:
+            assert side["distinct_values"] <= 16
+        assert side["tflite"]["float_gz"] < 0.8 * result["float_stage"]["tflite"]["float_gz"]
 
 
 def _quick(row: str, out: Path, *extra: str) -> tuple[dict[str, Any], str]:
@@ -127,6 +133,8 @@ def test_readme_figures_are_the_json_figures() -> None:
         "quantize_model schemes": "low_bit",
         "Spiking MLP": "spiking_mlp",
         "Spiking CNN": "spiking_cnn",
+        "Pruning": "pruning",
+        "Clustering": "clustering",
     }
     lines = [line for line in block.splitlines() if line.startswith("- ")]
     assert len(lines) == len(found)
@@ -134,7 +142,10 @@ def test_readme_figures_are_the_json_figures() -> None:
         name = next(row for prefix, row in rows.items() if line.startswith("- " + prefix))
         r = found[name]
         figures = {
-            round(100 * f[k], 2) for f in r["sides"].values() for k in ("test_accuracy", "int8_accuracy") if k in f
+            round(100 * f[k], 2)
+            for f in r["sides"].values()
+            for k in ("test_accuracy", "int8_accuracy", "stripped_accuracy")
+            if k in f
         }
         if r.get("float_stage"):
             figures.add(round(100 * r["float_stage"]["test_accuracy"], 2))
