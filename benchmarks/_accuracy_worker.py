@@ -70,6 +70,73 @@ def small_cnn(keras: Any) -> Any:
     return keras.Model(inputs, L.Dense(10)(h), name="small_cnn")
 
 
+# the pruning and clustering rows: side "LIBRARY_SETTING" -> the setting (sparsity, "2:4", or the cluster count)
+COMPRESSION = {
+    "pruning": {"50": 0.5, "80": 0.8, "2_4": (2, 4)},
+    "clustering": {"16": 16, "32": 32},
+}
+
+
+def network(keras: Any, row: str) -> Any:
+    """The row's network: ``benchmarks.sparsity``'s CNN for the pruning and clustering rows, else :func:`small_cnn`."""
+    if row in COMPRESSION:
+        import sparsity  # benchmarks/sparsity.py (numpy and the standard library at the top)
+
+        return sparsity.cnn(keras)
+    return small_cnn(keras)
+
+
+def _compressed(keras: Any, model: Any, library: str, row: str, config: dict[str, Any]) -> tuple[Any, str]:
+    """The float model pruned (``benchmarks.sparsity.prune``: every layer but the first convolution) or clustered
+    (every layer, k-means++ centroids), by ste or TFMOT; and the versions string."""
+    import sparsity
+
+    setting = COMPRESSION[row][config["side"].split("_", 1)[1]]
+    if library == "tfmot":
+        import tensorflow_model_optimization as tfmot
+
+        version = f"TFMOT {tfmot.__version__}"
+        S, C = tfmot.sparsity.keras, tfmot.clustering.keras
+    else:
+        import ste
+
+        version = f"ste {ste.__version__}"
+        S, C = ste.sparsity, ste.clustering
+    if row == "pruning":
+        steps = config["epochs"] * config["steps_per_epoch"]
+        pattern = setting if isinstance(setting, tuple) else None
+        pruned = sparsity.prune(keras, S, model, steps, None if pattern else setting, pattern)
+        return pruned, version
+    kmeans = C.CentroidInitialization.KMEANS_PLUS_PLUS
+    return C.cluster_weights(model, number_of_clusters=setting, cluster_centroids_init=kmeans), version
+
+
+def _compression_figures(keras: Any, model: Any, config: dict[str, Any], x_test: Any, y_test: Any) -> dict[str, Any]:
+    """Stripped model: test accuracy, zeros or distinct values, TFLite sizes raw and gzipped (``sparsity.sizes``)."""
+    import clustering
+    import sparsity
+
+    library = config["side"].split("_")[0]
+    if library == "tfmot":
+        import tensorflow_model_optimization as tfmot
+
+        S, C = tfmot.sparsity.keras, tfmot.clustering.keras
+    else:
+        import ste
+
+        S, C = ste.sparsity, ste.clustering
+    stripped = S.strip_pruning(model) if config["row"] == "pruning" else C.strip_clustering(model)
+    compile_model(keras, stripped, config["learning_rate"])
+    accuracy = float(stripped.evaluate(x_test, y_test, batch_size=1000, verbose=0)[1])
+    figures: dict[str, Any] = {"stripped_accuracy": accuracy}
+    if config["row"] == "pruning":
+        figures["zeros"] = sparsity.zeros(stripped)
+    else:
+        figures["distinct_values"] = clustering.distinct(stripped)
+    figures["tflite"] = sparsity.sizes(stripped, "tfmot" if library == "tfmot" else "ste")
+    return figures
+
+
 def compile_model(keras: Any, model: Any, learning_rate: float) -> None:
     model.compile(
         keras.optimizers.Adam(learning_rate),
@@ -83,7 +150,8 @@ def _model(config: dict[str, Any], data: Any) -> tuple[Any, Any, str, Any]:
     import tensorflow as tf
 
     row, side = config["row"], config["side"]
-    if side in ("larq", "tfmot"):
+    library = side.split("_")[0]  # "ste_50" -> "ste"
+    if library in ("larq", "tfmot"):
         import tf_keras
 
         keras = tf.keras  # tf_keras, under TF_USE_LEGACY_KERAS=1
@@ -92,6 +160,7 @@ def _model(config: dict[str, Any], data: Any) -> tuple[Any, Any, str, Any]:
         import keras
 
         version = f"Keras {keras.__version__}"
+    keras_version = version
     keras.utils.set_random_seed(config["seed"])
     if row == "binary_cnn":
         kwargs = dict(
@@ -116,8 +185,11 @@ def _model(config: dict[str, Any], data: Any) -> tuple[Any, Any, str, Any]:
         else:
             conv, norm = None, lambda: keras.layers.BatchNormalization(scale=False)
         return keras, binary_cnn(keras, conv, norm), version, None
-    model = small_cnn(keras)
+    model = network(keras, row)
     model.set_weights([data[f"weight_{i}"] for i in range(int(data["weights"]))])
+    if row in COMPRESSION:
+        compressed, version = _compressed(keras, model, library, row, config)
+        return keras, compressed, f"{version}, {keras_version}", None if library == "tfmot" else _ste()
     if side == "tfmot":
         import tensorflow_model_optimization as tfmot
 
@@ -128,8 +200,11 @@ def _model(config: dict[str, Any], data: Any) -> tuple[Any, Any, str, Any]:
     return keras, ste.quantize_model(model, scheme=scheme), f"ste {ste.__version__}, {version}", ste
 
 
-def _epoch(keras: Any, model: Any, x: Any, y: Any) -> list[float]:
-    """One epoch of ``fit``; the seconds of each training step."""
+def _epoch(
+    keras: Any, model: Any, x: Any, y: Any, callbacks: list[Any] | None = None, shuffle: bool = True
+) -> list[float]:
+    """One epoch of ``fit`` (``shuffle=False``: in the given order; the timer first, so that the other callbacks'
+    batch work is timed); the seconds of each training step."""
 
     class StepTimer(keras.callbacks.Callback):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -143,7 +218,7 @@ def _epoch(keras: Any, model: Any, x: Any, y: Any) -> list[float]:
             self.steps.append(time.perf_counter() - self.start)
 
     timer = StepTimer()
-    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[timer], shuffle=True)
+    model.fit(x, y, epochs=1, batch_size=BATCH, verbose=0, callbacks=[timer, *(callbacks or [])], shuffle=shuffle)
     return timer.steps
 
 
@@ -165,6 +240,18 @@ def _packed_bytes(ste: Any, model: Any) -> dict[str, Any]:
     return {"packed_bytes": int(packed), "float32_bytes": int(float_bytes), "kernel_bits": bits}
 
 
+def _ste() -> Any:
+    import ste
+
+    return ste
+
+
+def _tfmot_sparsity() -> Any:
+    import tensorflow_model_optimization as tfmot
+
+    return tfmot.sparsity.keras
+
+
 def main(config: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import tensorflow as tf
@@ -176,14 +263,19 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
     keras, model, version, ste = _model(config, data)
     compile_model(keras, model, config["learning_rate"])
     lockstep = config.get("lockstep", False)
-    curve, steps, peaks = [], [], []
+    callbacks = []
+    if config["row"] == "pruning":
+        callbacks.append((ste.sparsity if ste is not None else _tfmot_sparsity()).UpdatePruningStep())
+    curve, steps, peaks, cpu = [], [], [], []
     for epoch in range(config["epochs"]):
         _barrier(lockstep)
         tf.config.experimental.reset_memory_stats("CPU:0")
         before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-        started = time.perf_counter()
-        times = _epoch(keras, model, x_train, y_train)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        times = _epoch(keras, model, x_train, y_train, callbacks)
         seconds = time.perf_counter() - started
+        if epoch or config["epochs"] == 1:
+            cpu.append((time.process_time() - cpu_started) / len(times))
         peaks.append(int(tf.config.experimental.get_memory_info("CPU:0")["peak"] - before))
         steps.append(times if epoch or config["epochs"] == 1 else [])
         accuracy = float(model.evaluate(x_test, y_test, batch_size=1000, verbose=0)[1])
@@ -202,6 +294,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "test_accuracy": curve[-1]["test_accuracy"],
         "median_step_s": statistics.median(flat),
         "step_samples": len(flat),
+        "cpu_per_step_s": statistics.median(cpu),
         "peak_bytes": max(peaks),
     }
     if config["row"] == "int8_qat":
@@ -223,6 +316,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         result.update(figures)
         result["keras_tflite_agreement"] = float(np.mean(tflite_pred == keras_pred))
         result["interpreter"] = f"tf.lite.Interpreter (TensorFlow {tf.__version__})"
+    if config["row"] in COMPRESSION:
+        result.update(_compression_figures(keras, model, config, x_test, y_test))
     if config["row"] == "low_bit":
         result.update(_packed_bytes(ste, model))
     return result

@@ -3,6 +3,10 @@
     python -m benchmarks.accuracy binary_cnn --larq-venv VENV      # ste vs larq 0.14 vs float Keras 3
     python -m benchmarks.accuracy int8_qat --tfmot-venv VENV       # ste.quantize_model + to_tflite vs TFMOT 0.8
     python -m benchmarks.accuracy low_bit                          # ternary and binary schemes of quantize_model
+    python -m benchmarks.accuracy spiking_mlp --snntorch-venv VENV # ste.spiking vs snnTorch (tutorial 5's network)
+    python -m benchmarks.accuracy spiking_cnn --snntorch-venv VENV # ste.spiking vs snnTorch (tutorial 6's network)
+    python -m benchmarks.accuracy pruning --tfmot-venv VENV        # ste.sparsity vs TFMOT: 50 %, 80 %, 2:4
+    python -m benchmarks.accuracy clustering --tfmot-venv VENV     # ste.clustering vs TFMOT: 16 and 32 clusters
     python -m benchmarks.accuracy binary_cnn --quick               # a smoke run (under a minute, no peers)
 
 Options: ``--epochs N``, ``--data DIR`` (Fashion-MNIST's IDX files; otherwise ``benchmarks._fashion`` looks in the
@@ -12,7 +16,12 @@ Every side of a row runs in a fresh process (the peers with their own venv's Pyt
 all at once, in lockstep: one side trains an epoch and evaluates while the others wait, in an order that reverses
 every epoch, so that each side's step times see the same load on a shared machine and the ratios between them are
 fair. Each side starts from the same seed, data, batch (128), optimizer and epochs. For ``int8_qat`` and ``low_bit``
-the float network is trained once, here, and every side fine-tunes those same weights.
+the float network is trained once, here, and every side fine-tunes those same weights; so do ``pruning`` and
+``clustering``, whose sides (``ste_50``, ``tfmot_50``, …, ``ste_16``, …) each prune or cluster a copy with
+``benchmarks.sparsity.prune`` (every layer but the first convolution) or ``cluster_weights`` (k-means++), fine-tune it,
+strip it and report its TFLite sizes raw and gzipped (``benchmarks.sparsity.sizes``: float, int8 weights, and
+``EXPERIMENTAL_SPARSITY`` where the converter accepts it). Every side also reports its process's CPU time per
+training step, which a loaded machine disturbs less than wall time.
 
 Writes ``NAME.json`` (date, CPU, TensorFlow version, command, load average, every side's per-epoch test accuracy,
 step time and allocator peak) and ``NAME.png`` (the accuracy curves) to ``benchmarks/results/accuracy/`` (``quick/``
@@ -40,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "accuracy"
 WORKER = Path(__file__).resolve().parent / "_accuracy_worker.py"
 SEED = 0
+LIBS = ("ste", "tfmot")
 QUICK = {"train": 512, "test": 500, "epochs": 1, "float_epochs": 1}  # the reference sides ("float") are left out
 
 # sides: name -> the venv option it needs (None: this venv); epochs / float_epochs: the full run's defaults, sized
@@ -59,6 +69,24 @@ ROWS: dict[str, dict[str, Any]] = {
         "learning_rate": 2e-4,
         "float_learning_rate": 2e-3,
     },
+    "pruning": {  # PolynomialDecay(0 -> s) over the first 60 % of the steps, or 2:4 (benchmarks.sparsity.prune)
+        "sides": {f"{lib}_{s}": (None if lib == "ste" else "tfmot_venv") for s in ("50", "80", "2_4") for lib in LIBS},
+        "peer": "tfmot",
+        "quick_sides": ["ste_50"],
+        "epochs": 2,
+        "float_epochs": 3,
+        "learning_rate": 5e-4,
+        "float_learning_rate": 1e-3,
+    },
+    "clustering": {  # k-means++ centroids, every layer
+        "sides": {f"{lib}_{k}": (None if lib == "ste" else "tfmot_venv") for k in ("16", "32") for lib in LIBS},
+        "peer": "tfmot",
+        "quick_sides": ["ste_16"],
+        "epochs": 2,
+        "float_epochs": 3,
+        "learning_rate": 1e-4,
+        "float_learning_rate": 1e-3,
+    },
     "low_bit": {
         "sides": {"ternary": None, "binary": None},
         "peer": None,
@@ -68,6 +96,26 @@ ROWS: dict[str, dict[str, Any]] = {
         "float_learning_rate": 2e-3,
     },
 }
+# The spiking rows: their own worker (benchmarks/_spiking_accuracy.py, which both ste's and snnTorch's venv run) and
+# networks (its NETS); the learning rates are those of snnTorch's tutorials 5 and 6
+ROWS.update(
+    {
+        "spiking_mlp": {
+            "sides": {"ste": None, "snntorch": "snntorch_venv"},
+            "peer": "snntorch",
+            "epochs": 2,
+            "learning_rate": 5e-4,
+            "worker": "_spiking_accuracy.py",
+        },
+        "spiking_cnn": {
+            "sides": {"ste": None, "snntorch": "snntorch_venv"},
+            "peer": "snntorch",
+            "epochs": 2,
+            "learning_rate": 1e-2,
+            "worker": "_spiking_accuracy.py",
+        },
+    }
+)
 
 
 def _fail(message: str) -> None:
@@ -85,7 +133,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", default=None, help="a folder with Fashion-MNIST's four IDX files")
     parser.add_argument("--larq-venv", default=None, help="a venv with larq 0.14 and tf-keras (binary_cnn's peer)")
     parser.add_argument("--tfmot-venv", default=None, help="a venv with TFMOT 0.8 and tf-keras (int8_qat's peer)")
-    parser.add_argument("--snntorch-venv", default=None, help="a venv with snnTorch (the spiking rows, not built)")
+    parser.add_argument("--snntorch-venv", default=None, help="a venv with torch and snnTorch (the spiking rows' peer)")
     parser.add_argument("--out", default=None, help="the results folder (default benchmarks/results/accuracy)")
     args = parser.parse_args(argv)
     if args.name not in ROWS:
@@ -119,23 +167,24 @@ def _cpu() -> str:
 
 def _float_stage(data: Any, spec: dict[str, Any], epochs: int, path: str) -> dict[str, Any]:
     """Train the small CNN in float here (Keras 3) and write its weights and the data to ``path`` for every side."""
+    import _accuracy_worker as worker  # the caller put benchmarks/ on sys.path
     import keras
     import numpy as np
 
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        import _accuracy_worker as worker
-    finally:
-        sys.path.remove(str(WORKER.parent))
     x_train, x_test = ((a.astype("float32") / 255.0)[..., None] for a in (data.x_train, data.x_test))
     keras.utils.set_random_seed(SEED)
-    model = worker.small_cnn(keras)
+    model = worker.network(keras, spec["row"])
     worker.compile_model(keras, model, spec["float_learning_rate"])
     curve = []
     for epoch in range(epochs):
         model.fit(x_train, data.y_train.astype("int32"), epochs=1, batch_size=worker.BATCH, verbose=0)
         accuracy = float(model.evaluate(x_test, data.y_test.astype("int32"), batch_size=1000, verbose=0)[1])
         curve.append({"epoch": epoch + 1, "test_accuracy": accuracy})
+    dense_sizes = None
+    if spec["row"] in worker.COMPRESSION:  # the dense model's TFLite sizes: what pruning and clustering shrink
+        import sparsity
+
+        dense_sizes = sparsity.sizes(model, "ste")
     weights = model.get_weights()
     arrays = {f"weight_{i}": w for i, w in enumerate(weights)}
     np.savez(
@@ -147,7 +196,8 @@ def _float_stage(data: Any, spec: dict[str, Any], epochs: int, path: str) -> dic
         weights=len(weights),
         **arrays,
     )
-    return {"curve": curve, "test_accuracy": curve[-1]["test_accuracy"], "parameters": int(model.count_params())}
+    stage = {"curve": curve, "test_accuracy": curve[-1]["test_accuracy"], "parameters": int(model.count_params())}
+    return {**stage, "tflite": dense_sizes} if dense_sizes else stage
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -166,6 +216,32 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+def _compression_summary(sides: dict[str, Any], float_stage: Any) -> dict[str, Any]:
+    """Per setting: ste's accuracy minus TFMOT's (points), step time, CPU time per step and allocator peak as ratios
+    to TFMOT's, each side's gzipped float TFLite size as a fraction of the dense model's."""
+    out: dict[str, Any] = {}
+    dense_gz = (float_stage or {}).get("tflite", {}).get("float_gz")
+    met = []
+    for side, f in sides.items():
+        library, setting = side.split("_", 1)
+        if dense_gz:
+            out[f"{side}_gzip_vs_dense"] = f["tflite"]["float_gz"] / dense_gz
+        peer = sides.get(f"tfmot_{setting}")
+        if library != "ste" or peer is None:
+            continue
+        gap = 100 * (f["stripped_accuracy"] - peer["stripped_accuracy"])
+        out[f"{setting}_accuracy_gap_points"] = gap
+        out[f"{setting}_step_time_ratio"] = f["median_step_s"] / peer["median_step_s"]
+        out[f"{setting}_cpu_per_step_ratio"] = f["cpu_per_step_s"] / peer["cpu_per_step_s"]
+        out[f"{setting}_peak_memory_ratio"] = f["peak_bytes"] / peer["peak_bytes"]
+        out[f"{setting}_gzip_ratio"] = f["tflite"]["float_gz"] / peer["tflite"]["float_gz"]
+        met.append(gap >= -0.3)
+    if met:
+        out["goal"] = "ste's accuracy at least TFMOT's minus 0.3 points in every setting"
+        out["goal_met"] = all(met)
+    return out
+
+
 def _summary(name: str, spec: dict[str, Any], sides: dict[str, Any], float_stage: Any) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     first = next(iter(spec["sides"]))
@@ -174,6 +250,8 @@ def _summary(name: str, spec: dict[str, Any], sides: dict[str, Any], float_stage
         summary["accuracy_gap_points"] = 100 * (sides[first]["test_accuracy"] - sides[peer]["test_accuracy"])
         summary["step_time_ratio"] = sides[first]["median_step_s"] / sides[peer]["median_step_s"]
         summary["peak_memory_ratio"] = sides[first]["peak_bytes"] / sides[peer]["peak_bytes"]
+    if name in ("pruning", "clustering"):
+        summary.update(_compression_summary(sides, float_stage))
     if name == "binary_cnn":
         summary["goal"] = "ste's accuracy at least larq's minus 0.3 points"
         if "accuracy_gap_points" in summary:
@@ -243,10 +321,18 @@ def _print_row(result: dict[str, Any]) -> None:
             extra = (
                 f", int8 TFLite {100 * f['int8_accuracy']:.2f} %, agreement {100 * f['keras_tflite_agreement']:.2f} %"
             )
+        if "tflite" in f:
+            t = f["tflite"]
+            extra = (
+                f", stripped {100 * f['stripped_accuracy']:.2f} %, "
+                + (f"zeros {f['zeros']:.3f}" if "zeros" in f else f"{f['distinct_values']} values")
+                + f", float TFLite {t['float']} B, gzip {t['float_gz']} B, int8 gzip {t.get('int8_gz')} B, "
+                f"sparse gzip {t.get('sparse_gz', 'refused')}"
+            )
         if "packed_bytes" in f:
             extra = f", packed {f['packed_bytes']} B of {f['float32_bytes']} B float32"
         print(
-            f"  {side:8s} test accuracy {100 * f['test_accuracy']:.2f} %, step {1000 * f['median_step_s']:.1f} ms, "
+            f"  {side:9s} test accuracy {100 * f['test_accuracy']:.2f} %, step {1000 * f['median_step_s']:.1f} ms, "
             f"peak {f['peak_bytes'] / 2**20:.1f} MiB{extra}  [{f['versions']}]"
         )
     for key, value in result["summary"].items():
@@ -274,11 +360,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sides = {
         side: option
         for side, option in spec["sides"].items()
-        if (option is None or getattr(args, option)) and not (args.quick and side == "float")
+        if (option is None or getattr(args, option))
+        and not (args.quick and (side == "float" or side not in spec.get("quick_sides", [side])))
     }
     skipped = {
-        side: "--quick" if side == "float" else f"no --{str(spec['sides'][side]).replace('_', '-')}"
-        for side in spec["sides"]
+        side: "--quick" if args.quick and option is None else f"no --{str(option).replace('_', '-')}"
+        for side, option in spec["sides"].items()
         if side not in sides
     }
 
@@ -294,7 +381,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         float_stage = None
         if "float_epochs" in spec:
             float_epochs = args.float_epochs or (QUICK["float_epochs"] if args.quick else spec["float_epochs"])
-            float_stage = _float_stage(data, spec, float_epochs, path)
+            sys.path.insert(0, str(WORKER.parent))
+            try:
+                float_stage = _float_stage(data, {**spec, "row": args.name}, float_epochs, path)
+            finally:
+                sys.path.remove(str(WORKER.parent))
         else:
             import numpy as np
 
@@ -309,6 +400,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "seed": SEED,
                 "learning_rate": spec["learning_rate"],
                 "lockstep": True,
+                "steps_per_epoch": -(-len(data.y_train) // 128),
             }
             env = environment({**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
             if option is None:
@@ -317,7 +409,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 python = str(Path(getattr(args, option)) / "bin" / "python")
                 env["PYTHONPATH"], env["TF_USE_LEGACY_KERAS"] = "", "1"
-            commands[side] = ([python, str(WORKER), json.dumps(config)], env)
+            worker = WORKER.parent / spec["worker"] if "worker" in spec else WORKER
+            commands[side] = ([python, str(worker), json.dumps(config)], env)
         results = _lockstep(commands, epochs, timeout=3600.0)
     import keras
 

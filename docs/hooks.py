@@ -2,7 +2,8 @@
 
 For each name in ``ste.registry.names()`` it writes ``gallery/<name>.md`` (formula, defaults, computed peak,
 reference, docstring) and ``gallery/<name>.png`` (``ste.plot``: primitive above derivative), plus
-``gallery/index.md`` with one row per entry, and lists the pages under "Surrogate gallery" in the navigation.
+``gallery/index.md`` with one row per entry. Only the overview is in the navigation: an entry's page links back
+to it, so that on an entry's page the sidebar lists the sections, not sixteen entries that push them out of view.
 It also turns the Sphinx roles that the docstrings carry (``:class:`ste.STEError```) into links to the API
 reference's entries (or drops the role where the page has no such entry).
 Everything is in memory (``File.generated``); nothing is written into ``docs/``.
@@ -67,6 +68,8 @@ def _entry_page(info: Any) -> str:
     peak = info.peak.describe() if info.peak is not None else "- (the entry needs parameters)"
     lines = [
         f"# `{info.name}`",
+        "",
+        f"One entry of the [{GALLERY_TITLE}](index.md), which shows every entry side by side.",
         "",
         "| | |",
         "|---|---|",
@@ -139,27 +142,18 @@ def _index_page(entries: list[Any]) -> str:
     return "\n".join(lines)
 
 
-def _gallery_nav(names: list[str]) -> list[Any]:
-    # The entries one level down: a nested section is collapsed in the sidebar, so the sections below stay in view.
-    return [{"Overview": "gallery/index.md"}, {"Every entry": [{name: f"gallery/{name}.md"} for name in names]}]
-
-
-def on_config(config: Any) -> Any:
-    names = [info.name for info in _entries()]
-    nav = config.nav or []
-    for index, item in enumerate(nav):
-        if isinstance(item, dict) and GALLERY_TITLE in item:
-            nav[index] = {GALLERY_TITLE: _gallery_nav(names)}
-    return config
-
-
 def on_files(files: Any, config: Any) -> Any:
-    from mkdocs.structure.files import File
+    from mkdocs.structure.files import File, InclusionLevel
 
     entries = _entries()
     files.append(File.generated(config, "gallery/index.md", content=_index_page(entries)))
     for info in entries:
-        files.append(File.generated(config, f"gallery/{info.name}.md", content=_entry_page(info)))
+        # Not in the navigation: the active page's section opens in the sidebar, and sixteen entries there pushed
+        # the sections below out of view at 1280x900. The overview links every entry, and each entry links back.
+        page = _entry_page(info)
+        files.append(
+            File.generated(config, f"gallery/{info.name}.md", content=page, inclusion=InclusionLevel.NOT_IN_NAV)
+        )
         files.append(File.generated(config, f"gallery/{info.name}.png", content=_png(info.name)))
     return files
 

@@ -19,7 +19,23 @@ import tempfile
 from pathlib import Path
 
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
-PAGES = ("index", "getting-started", "qat", "performance", "spiking", "larq", "api", "gallery")
+# the pages with wide tables or long code, those that grow a section at a time, and a gallery entry (a page outside
+# the navigation: the sidebar must still show every section)
+PAGES = (
+    "index",
+    "getting-started",
+    "deploying",
+    "qat",
+    "sparsity",
+    "clustering",
+    "performance",
+    "results",
+    "spiking",
+    "larq",
+    "api",
+    "gallery",
+    "gallery/atan",
+)
 
 CHECK = r"""
 <script>
@@ -52,12 +68,23 @@ window.addEventListener("load", () => {
         problems.push("wrapped code line at column 0: " + line.textContent.trim().slice(0, 60));
       }
     }
-    const button = code.parentElement.querySelector(".md-clipboard");
+    // Material 9.6+ puts the copy button in nav.md-code__nav (.md-code__button); before, .md-clipboard
+    const button = code.parentElement.querySelector(".md-code__button[data-md-type='copy'], .md-clipboard");
+    if (!button) problems.push("no copy button found (the check cannot run): " + code.textContent.trim().slice(0, 40));
     if (button && lines.length) {
       const b = button.getBoundingClientRect();
-      const range = document.createRange();
-      range.selectNodeContents(lines[0]);
-      for (const r of range.getClientRects()) {
+      // the first line's visible characters only: the blanks that align a comment may run under the button
+      const ink = [];
+      const walker = document.createTreeWalker(lines[0], NodeFilter.SHOW_TEXT);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const word of node.textContent.matchAll(/\S+/g)) {
+          const range = document.createRange();
+          range.setStart(node, word.index);
+          range.setEnd(node, word.index + word[0].length);
+          ink.push(...range.getClientRects());
+        }
+      }
+      for (const r of ink) {
         if (r.width > 0 && r.right > b.left + 1 && r.left < b.right && r.bottom > b.top && r.top < b.bottom) {
           problems.push("copy button over: " + lines[0].textContent.trim().slice(0, 60)); break;
         }
@@ -99,6 +126,7 @@ def check(site: Path, out: Path, pages: tuple[str, ...] = PAGES) -> dict[str, li
     """{"PAGE at SIZE": [problems]} for every page and size; screenshots into ``out``."""
     browser = chromium()
     assert browser is not None, "no Chromium found"
+    site, out = site.resolve(), out.resolve()  # file:// URIs need absolute paths ("site" is the usual argument)
     out.mkdir(parents=True, exist_ok=True)
     found: dict[str, list[str]] = {}
     for page in pages:

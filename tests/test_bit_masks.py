@@ -21,8 +21,8 @@ from ste._core._rules import PackedMask, make_rule
 
 @pytest.fixture(autouse=True)
 def _pack_small_eager_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Eagerly, ops pack masks of large tensors only; these tests pack every size."""
-    monkeypatch.setattr(ste._core._bitmask, "EAGER_MIN_ELEMENTS", 0)
+    """By default ops pack masks of large tensors only; these tests pack every size."""
+    monkeypatch.setattr(ste._core._bitmask, "MIN_ELEMENTS", 0)
 
 
 DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
@@ -650,3 +650,49 @@ def test_a_binary_layer_packs_the_condition_that_computed_its_input(quantizer: s
         cast = tf.cast(already > 0, tf.float32)
         assert _is_high(cast, 0.0, 1.0).op.type == "Greater"
         assert _is_high(cast, -1.0, 1.0).op.type == "Equal"
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+def test_the_default_keeps_small_computed_tensors_as_floats(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """By default a tensor computed in a graph keeps bits from ``MIN_ELEMENTS`` elements (65,536: a float32 mask of
+    256 KiB); a smaller one keeps its float input, and one whose size is unknown while tracing keeps bits.
+    ``ste.bit_masks(True)`` packs every size. The gradients are bit-identical either way (against the formula)."""
+    monkeypatch.setattr(ste._core._bitmask, "MIN_ELEMENTS", 65536)  # the library's value (the fixture sets 0)
+    rule = make_rule("straight_through", {})
+    kept: dict[Any, bool] = {}
+
+    def tracer(size: int, setting: bool | None) -> Any:
+        def trace(x: tf.Tensor) -> tf.Tensor:
+            kept[(size, setting)] = isinstance(rule.saved_for_backward([x * 2.0], {}), PackedMask)
+            return x
+
+        return trace
+
+    for size in (65535, 65536):
+        for setting in (None, True):
+            with ste.bit_masks(setting):
+                _run(tracer(size, setting), mode)(tf.zeros([size]))
+    assert kept == {(65535, None): False, (65535, True): True, (65536, None): True, (65536, True): True}
+    unknown = tf.function(tracer(-1, None), input_signature=[tf.TensorSpec([None])], jit_compile=mode == "xla")
+    unknown.get_concrete_function()
+    assert kept[(-1, None)] is True
+
+    op = ste.forward(tf.sign).backward("straight_through")
+    x = tf.linspace(-3.0, 3.0, 4096)
+    dy = tf.cos(tf.range(4096, dtype=tf.float32))
+
+    def grad(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = op(x * 1.0)
+        return tape.gradient(y, x, output_gradients=dy)
+
+    grads = {}
+    for setting in (None, True, False):
+        with ste.bit_masks(setting):
+            grads[setting] = _bits(_run(grad, mode)(x, dy))
+    np.testing.assert_array_equal(grads[None], grads[True])
+    np.testing.assert_array_equal(grads[None], grads[False])
+    np.testing.assert_array_equal(
+        np.asarray(tf.bitcast(grads[None], tf.float32)), np.asarray(dy) * (np.abs(np.asarray(x)) <= 1.0)
+    )

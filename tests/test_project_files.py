@@ -39,7 +39,11 @@ INTERNAL_ISSUE = re.compile(r"\bissues?[\s-]+\d+", flags=re.IGNORECASE)
 
 
 def _user_pages() -> list[Path]:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").rglob("*.py"))]
+    """The README, the docs, the examples, and the library's and benchmarks' code: their docstrings are the API
+    reference and their comments what a reader of the source or a benchmark's output sees."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "docs").rglob("*.py"))]
+    for folder in ("examples", "ste", "benchmarks"):
+        pages += sorted((ROOT / folder).rglob("*.py"))
     return [page for page in pages if page.is_file()]
 
 
@@ -55,6 +59,7 @@ def test_no_user_page_cites_an_internal_issue_number():
     open, and the story of the work belongs in git and CHANGELOG.md."""
     pages = _user_pages()
     assert ROOT / "docs" / "performance.md" in pages and ROOT / "examples" / "quickstart.py" in pages
+    assert ROOT / "ste" / "__init__.py" in pages and ROOT / "benchmarks" / "run.py" in pages
     found = [
         f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {match.group(0)!r}"
         for page in pages

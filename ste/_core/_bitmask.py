@@ -16,7 +16,9 @@ unpacking masks each byte with its bits.
 
 Where the bits cost far more time than the targets allow, the default keeps the float input instead (see
 :func:`keep_bits`): ``bfloat16`` under XLA, where XLA:CPU runs the op with bits about 3× slower than the plain op
-(:func:`times_mask`; 9× with the product in bfloat16), against 1.1–1.5× for the other dtypes and compilers.
+(:func:`times_mask`; 9× with the product in bfloat16), against 1.1–1.5× for the other dtypes and compilers; a tensor
+under :data:`MIN_ELEMENTS` elements, whose mask saves a few KiB; and an input of the traced function, which its
+caller holds anyway.
 
 ``ste.set_bit_masks(False)`` (or the environment variable ``STE_BIT_MASKS=0``, or ``with ste.bit_masks(False):``)
 makes ops keep their float inputs again, as in ste 0.1; ``True`` keeps bits also where the default does not;
@@ -37,7 +39,7 @@ import tensorflow as tf
 from ._xla import compiling_with_xla
 
 __all__ = [
-    "EAGER_MIN_ELEMENTS",
+    "MIN_ELEMENTS",
     "SLOW_UNDER_XLA",
     "CallerHeld",
     "bit_masks",
@@ -98,8 +100,11 @@ _OPEN_LOCK = threading.Lock()
 SLOW_UNDER_XLA = frozenset({tf.bfloat16})
 
 
-#: Eagerly, packing costs about a dozen op dispatches (tens of µs): below this many elements the float input is kept.
-EAGER_MIN_ELEMENTS = 65536
+#: Below this many elements (a float32 mask under 256 KiB) the default keeps the float input, eagerly and in a graph:
+#: packing and unpacking add a dozen ops whose fixed cost is most of a small op's time, to save a few KiB
+#: (``benchmarks/packing_rule.py``; docs/performance.md, "Bits, not floats"). A graph tensor whose size is not
+#: known while tracing keeps bits.
+MIN_ELEMENTS = 65536
 
 
 def _in_replica_thread() -> bool:
@@ -126,20 +131,26 @@ def bit_masks_enabled() -> bool:
 def keep_bits(x: tf.Tensor) -> bool:
     """Whether an op should keep ``x``'s mask as bits.
 
-    Not with bit masks off. Eagerly, only from :data:`EAGER_MIN_ELEMENTS` elements (packing costs a dozen op
-    dispatches). By default (``ste.set_bit_masks(None)``), in a graph, not for an input of the function being traced
-    (its caller holds it anyway: the bits would only cost time), nor under XLA for a dtype in :data:`SLOW_UNDER_XLA`
+    Not with bit masks off. Eagerly, only from :data:`MIN_ELEMENTS` elements (packing costs a dozen op
+    dispatches). By default (``ste.set_bit_masks(None)``), in a graph, not below :data:`MIN_ELEMENTS` elements
+    (a known size: the ops cost more than the few KiB save), not for an input of the function being traced (its
+    caller holds it anyway: the bits would only cost time), nor under XLA for a dtype in :data:`SLOW_UNDER_XLA`
     (``bfloat16``), where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
-    bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (a tensor computed inside
-    ``tf.function``, with or without XLA, every other dtype): bits.
+    bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (a tensor of at least
+    :data:`MIN_ELEMENTS` elements, or of a size unknown while tracing, computed inside ``tf.function``, with or
+    without XLA, every other dtype): bits.
     """
     setting = _setting()
     if setting is False:
         return False
+    size = x.shape.num_elements()
     if tf.executing_eagerly():
-        size = x.shape.num_elements()
-        return size is None or size >= EAGER_MIN_ELEMENTS
-    if setting is None and (_function_input(x) or (x.dtype in SLOW_UNDER_XLA and compiling_with_xla())):
+        return size is None or size >= MIN_ELEMENTS
+    if setting is None and (
+        (size is not None and size < MIN_ELEMENTS)
+        or _function_input(x)
+        or (x.dtype in SLOW_UNDER_XLA and compiling_with_xla())
+    ):
         return False
     return True
 

@@ -175,10 +175,24 @@ def _clone(model: keras.Model, replace: Any) -> keras.Model:
     return cloned
 
 
+def _call_scope(wrapper: ClusterWeights) -> Any:
+    """The autocast scope Keras opens around the wrapper's call: under a mixed-precision policy the layer finds each
+    index among the float16 values, so the stripped kernel must too, or it is not the kernel the layer trained
+    with."""
+    from keras.src import backend  # AutocastScope has no public spelling; Layer.__call__ opens the same one
+
+    compute = wrapper.compute_dtype
+    if wrapper.autocast and backend.is_float_dtype(compute) and compute != wrapper.variable_dtype:
+        return backend.AutocastScope(compute)
+    return contextlib.nullcontext()
+
+
 def _stripped(wrapper: ClusterWeights) -> keras.layers.Layer:
     """A new layer of the wrapped layer's class and config whose kernels hold their clustered values."""
     layer = wrapper.layer
-    clustered = {id(variable): value for variable, value in wrapper.clustered_values()}
+    with _call_scope(wrapper):
+        values = wrapper.clustered_values()
+    clustered = {id(variable): keras.ops.cast(value, variable.dtype) for variable, value in values}
     clean = type(layer).from_config(complete_config(layer, layer.get_config()))
     build_config = layer.get_build_config()
     if build_config:

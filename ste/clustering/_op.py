@@ -26,7 +26,15 @@ __all__ = ["cluster_assign", "cluster_indices"]
 
 
 def cluster_indices(weights: tf.Tensor, centroids: tf.Tensor) -> tf.Tensor:
-    """The index of each weight's nearest centroid (int32, the weights' shape; the first one on a tie)."""
+    """The index of each weight's nearest centroid (int32, the weights' shape; the first one on a tie).
+
+    Half-precision distances are compared in float32: rounded to bfloat16, two distances that differ can become
+    equal, and the tie would send a weight to a farther centroid."""
+    if tf.as_dtype(weights.dtype) in (tf.float16, tf.bfloat16) or tf.as_dtype(centroids.dtype) in (
+        tf.float16,
+        tf.bfloat16,
+    ):
+        weights, centroids = tf.cast(weights, tf.float32), tf.cast(centroids, tf.float32)
     return tf.argmin(tf.abs(tf.expand_dims(weights, -1) - centroids), axis=-1, output_type=tf.int32)
 
 

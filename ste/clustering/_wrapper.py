@@ -14,6 +14,7 @@ nearest centroid is the zero one) and get no gradient, and the zero centroid sta
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import keras
@@ -34,11 +35,15 @@ def check_clusters(number_of_clusters: Any, preserve_sparsity: bool, owner: str)
     """``number_of_clusters`` as an int >= 1 (>= 2 with ``preserve_sparsity``), else
     :class:`ste.errors.ParameterError`."""
     least = 2 if preserve_sparsity else 1
-    if isinstance(number_of_clusters, bool) or not isinstance(number_of_clusters, int) or number_of_clusters < least:
+    whole = isinstance(number_of_clusters, numbers.Integral) and not isinstance(number_of_clusters, bool)
+    if not whole or number_of_clusters < least:  # a numpy integer counts too
         why = " (one centroid is the zero one when preserve_sparsity=True)" if preserve_sparsity else ""
+        example = 16
+        if isinstance(number_of_clusters, float) and number_of_clusters.is_integer() and number_of_clusters >= least:
+            example = int(number_of_clusters)
         raise ParameterError(
-            f"{owner}: number_of_clusters must be an integer >= {least}{why}; received {number_of_clusters!r}. "
-            f"Fix: pass e.g. number_of_clusters=16."
+            f"{owner}: number_of_clusters must be an integer >= {least}{why}; received {number_of_clusters!r} "
+            f"({type(number_of_clusters).__name__}). Fix: pass a Python int, e.g. number_of_clusters={example}."
         )
     return int(number_of_clusters)
 
@@ -64,7 +69,12 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
         if isinstance(layer, dict):
             layer = keras.saving.deserialize_keras_object(layer)
         if not isinstance(layer, keras.layers.Layer) or isinstance(layer, keras.Model):
-            raise ParameterError(f"{owner}: layer must be a Keras layer (not a model); received {layer!r}.")
+            kind = "a model" if isinstance(layer, keras.Model) else type(layer).__name__
+            raise ParameterError(
+                f"{owner}: layer must be a Keras 3 layer (not a model); received {kind} {repr(layer)[:80]}. Fix: "
+                f"pass one layer, e.g. ClusterWeights(keras.layers.Dense(8), 16), or cluster a whole model with "
+                f"ste.clustering.cluster_weights(model, 16)."
+            )
         if isinstance(layer, ClusterWeights):
             raise ParameterError(
                 f"{owner}: the layer '{layer.name}' is already clustered. Fix: cluster the original layer once, or "
@@ -92,7 +102,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
         self._clustered: list[tuple[str, Any, Any, Any, Any]] = []
 
     def _where(self) -> str:
-        return f"ClusterWeights '{self.name}' ({type(self.layer).__name__})"
+        return f"ste.clustering.ClusterWeights '{self.name}' ({type(self.layer).__name__})"
 
     def build(self, input_shape: Any) -> None:
         if not self.layer.built:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -51,25 +52,30 @@ def _fused_layout(layer: Any, rank: int | None, dtype: Any) -> str | None:
     return "NHWC" if axis == 3 else "NCHW" if axis == 1 else None
 
 
-_HINTED: set[int] = set()  # ids of the Keras batch norms a hint was given for (once per layer)
+_HINTED_GRAPHS: weakref.WeakSet[Any] = weakref.WeakSet()  # the traced graphs a hint was given in (once each)
 
 
 def hint_fused_batch_norm(layer: Any, stacklevel: int) -> None:  # stacklevel: the caller's frame -> the user's
-    """A one-line hint (a :class:`UserWarning`, considered once per batch norm; its text names no layer, so Python's
-    default filter shows it once per line of the caller) where Keras's own ``BatchNormalization`` takes
-    ``layer``'s output in a training call and ``ste.layers.BatchNormalization`` would run it on the fused kernel.
+    """A one-line hint (a :class:`UserWarning`) where Keras's own ``BatchNormalization`` takes ``layer``'s output in
+    a training call and ``ste.layers.BatchNormalization`` would run it on the fused kernel.
 
-    Reads the functional graph Keras built (the consumers of ``layer``'s output); a subclassed model has none, and
-    gets no hint."""
+    Once per model: at most one hint per traced graph (a model's training step traces every layer into one), and
+    each batch norm is considered once, whatever Python's warning filter (under ``"always"`` too). Eagerly the
+    graph is the process's default one, so eager training hints once. Reads the functional graph Keras built (the
+    consumers of ``layer``'s output); a subclassed model has none, and gets no hint."""
+    graph = tf.compat.v1.get_default_graph()
+    if graph in _HINTED_GRAPHS:
+        return
     for node in getattr(layer, "_outbound_nodes", ()):
-        norm = getattr(node, "operation", None)
-        if type(norm) is not keras.layers.BatchNormalization or id(norm) in _HINTED:
+        norm: Any = getattr(node, "operation", None)
+        if type(norm) is not keras.layers.BatchNormalization or getattr(norm, "_ste_fused_hint_given", False):
             continue
         inputs = getattr(node, "input_tensors", None) or [None]
         shape, dtype = getattr(inputs[0], "shape", None), getattr(inputs[0], "dtype", None)
         if _fused_layout(norm, None if shape is None else len(shape), dtype) is None:
             continue
-        _HINTED.add(id(norm))
+        norm._ste_fused_hint_given = True
+        _HINTED_GRAPHS.add(graph)
         warnings.warn(
             "keras.layers.BatchNormalization after a quantized layer trains with separate ops on TensorFlow (slower, "
             "more memory): use ste.layers.BatchNormalization, the same layer on TensorFlow's fused kernel (same "
@@ -77,6 +83,7 @@ def hint_fused_batch_norm(layer: Any, stacklevel: int) -> None:  # stacklevel: t
             UserWarning,
             stacklevel=stacklevel + 1,
         )
+        return
 
 
 @keras.saving.register_keras_serializable(package="ste")

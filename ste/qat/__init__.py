@@ -8,9 +8,13 @@
 A :class:`Scheme` says which layers it covers and how it quantizes them (:class:`Int8Scheme`, ``"int8"``: TFMOT's
 default 8-bit scheme with batch norms folded during training; :class:`NBitScheme`: TFMOT's n-bit scheme, e.g. 4-bit
 weights with 8-bit activations; :class:`BinaryScheme`, ``"binary"``: larq-style sign inputs and kernels;
-:class:`TernaryScheme`, ``"ternary"``: BitNet b1.58). A :class:`QuantizeConfig` subclass quantizes a layer with its
-own quantizers (TFMOT's :class:`LastValueQuantizer`, :class:`MovingAverageQuantizer`, :class:`AllValuesQuantizer`,
-:class:`FixedQuantizer`, or any ``ste.quantizers.Quantizer``) through :class:`QuantizeWrapper`. See docs/qat.md.
+:class:`TernaryScheme`, ``"ternary"``: BitNet b1.58; collaborative optimization of a stripped pruned or clustered model,
+TFMOT's PQAT, CQAT and PCQAT: :class:`PrunePreserveScheme`, ``"prune_preserve"``, and :class:`ClusterPreserveScheme`,
+``"cluster_preserve"`` and ``"prune_cluster_preserve"``, also under TFMOT's names
+:data:`Default8BitPrunePreserveQuantizeScheme` and :data:`Default8BitClusterPreserveQuantizeScheme`). A
+:class:`QuantizeConfig` subclass quantizes a layer with its own quantizers (TFMOT's :class:`LastValueQuantizer`,
+:class:`MovingAverageQuantizer`, :class:`AllValuesQuantizer`, :class:`FixedQuantizer`, or any
+``ste.quantizers.Quantizer``) through :class:`QuantizeWrapper`. See docs/qat.md.
 """
 
 from ._api import (
@@ -28,6 +32,13 @@ from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme, NBitScheme
 from ._io_range import fix_input_output_range, remove_input_range
 from ._lowbit import BinaryScheme, LowBitScheme, TernaryScheme
+from ._preserve import (
+    ClusterPreserveScheme,
+    Default8BitClusterPreserveQuantizeScheme,
+    Default8BitPrunePreserveQuantizeScheme,
+    PreservingWeightFakeQuant,
+    PrunePreserveScheme,
+)
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import InputFeed, Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
@@ -39,6 +50,9 @@ __all__ = [
     "ActivationFakeQuant",
     "AllValuesQuantizer",
     "BinaryScheme",
+    "ClusterPreserveScheme",
+    "Default8BitClusterPreserveQuantizeScheme",
+    "Default8BitPrunePreserveQuantizeScheme",
     "FixedQuantizer",
     "FoldedConv2D",
     "FoldedDepthwiseConv2D",
@@ -48,6 +62,8 @@ __all__ = [
     "LowBitScheme",
     "MovingAverageQuantizer",
     "NBitScheme",
+    "PreservingWeightFakeQuant",
+    "PrunePreserveScheme",
     "QuantEinsumDense",
     "QuantEmbedding",
     "QuantMultiHeadAttention",

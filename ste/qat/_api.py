@@ -8,7 +8,7 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -20,6 +20,7 @@ from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, TernaryScheme
+from ._preserve import ClusterPreserveScheme, PreservingWeightFakeQuant, PrunePreserveScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
@@ -38,7 +39,14 @@ __all__ = [
     "to_tflite",
 ]
 
-_SCHEMES: dict[str, type[Scheme]] = {"int8": Int8Scheme, "binary": BinaryScheme, "ternary": TernaryScheme}
+_SCHEMES: dict[str, Callable[[], Scheme]] = {
+    "int8": Int8Scheme,
+    "binary": BinaryScheme,
+    "ternary": TernaryScheme,
+    "prune_preserve": PrunePreserveScheme,
+    "cluster_preserve": ClusterPreserveScheme,
+    "prune_cluster_preserve": lambda: ClusterPreserveScheme(preserve_sparsity=True),
+}
 
 
 def schemes() -> list[str]:
@@ -209,6 +217,7 @@ _CUSTOM_OBJECTS = {
     for cls in (
         ActivationFakeQuant,
         WeightFakeQuant,
+        PreservingWeightFakeQuant,
         LastValueQuantizer,
         MovingAverageQuantizer,
         AllValuesQuantizer,

@@ -144,9 +144,8 @@ class Int8Scheme(Scheme):
         config = complete_config(layer, layer.get_config())
         if "activation" in config:
             config["activation"] = keras.activations.serialize(activation)
-        bits, per_axis = self.weight_bits, self.per_axis
         quantizers: dict[str, Any] = {
-            name: WeightFakeQuant(bits=bits, channel_axes=axes if per_axis else 0) for name, axes in slots.items()
+            name: self.weight_quantizer(layer, name, axes if self.per_axis else 0) for name, axes in slots.items()
         }
         if issubclass(cls, (SplitSeparableConv1D, SplitSeparableConv2D)):
             quantizers["intermediate_quantizer"] = ActivationFakeQuant(bits=self.activation_bits)
@@ -158,6 +157,13 @@ class Int8Scheme(Scheme):
             return cls(**config, **quantizers)
         bn = {key: batch_norm.get_config()[key] for key in ("momentum", "epsilon", "center", "scale")}
         return _FOLDED[type(layer)](**config, **quantizers, batch_norm=bn)
+
+    def weight_quantizer(self, layer: keras.layers.Layer, argument: str, channel_axes: int) -> Quantizer:
+        """The quantizer of one kernel of ``layer``: ``argument`` is the quantized layer's constructor argument
+        (``"kernel_quantizer"``, ``"depthwise_quantizer"``, ...), ``channel_axes`` as
+        :class:`ste.qat.WeightFakeQuant`'s. The default: :class:`ste.qat.WeightFakeQuant` on the scheme's bits."""
+        del layer, argument
+        return WeightFakeQuant(bits=self.weight_bits, channel_axes=channel_axes)
 
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None

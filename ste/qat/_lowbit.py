@@ -9,7 +9,8 @@ A low-bit scheme covers what :class:`ste.qat.Int8Scheme` covers, with three diff
   make low-bit (DepthwiseConv2D, ...), are the int8 scheme's layers with an 8-bit input quantizer
   (:class:`ste.qat.ActivationFakeQuant`) in the layer;
 * batch normalizations are never folded: they stay separate float layers, as in larq (and LayerNormalization
-  stays float, as in BitNet).
+  stays float, as in BitNet); Keras's ``BatchNormalization`` becomes ``ste.layers.BatchNormalization`` (the same
+  config and weights, trained on TensorFlow's fused kernel, as larq's tf-keras batch norm is).
 
 A low-bit layer whose input quantizer maps every non-negative value to one value (``ste_sign``: all +1) and that a
 non-negative activation feeds (a ReLU, sigmoid, softmax, ... as the graph shows it: :class:`ste.qat.InputFeed`)
@@ -30,6 +31,7 @@ import numpy as np
 
 from .. import layers as ste_layers
 from .._common._arguments import check_bool
+from .._keras._versions import complete_config
 from ..constraints import WeightClip
 from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
 from ._int8 import Int8Scheme
@@ -94,6 +96,11 @@ class LowBitScheme(Scheme):
         if type(layer) in _FLOAT:
             return "passthrough"  # covered: a float copy
         return self.int8.role(layer)
+
+    def float_layer(self, layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
+        if type(layer) is L.BatchNormalization:  # the same layer on the fused kernel: a low-bit net trains faster
+            return ste_layers.BatchNormalization.from_config(complete_config(layer, layer.get_config()))
+        return super().float_layer(layer, owner)
 
     def folds(self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer) -> bool:
         return False

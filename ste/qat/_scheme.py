@@ -27,6 +27,7 @@ from typing import Any, Literal
 import keras
 
 from ..quantizers import Quantizer
+from ._copy import float_copy
 
 __all__ = ["InputFeed", "Role", "Scheme"]
 
@@ -87,6 +88,13 @@ class Scheme(abc.ABC):
         """A new quantizer for one activation tensor; ``after`` is the activation function that produced it, if
         known (a scheme may give e.g. softmax outputs a fixed range). ``None``: the tensor stays as it is (a scheme
         whose layers quantize their own inputs, :class:`ste.qat.BinaryScheme`)."""
+
+    def float_layer(self, layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
+        """A new, unbuilt layer that computes what ``layer`` (not a compute layer: a batch norm, pooling, an
+        uncovered layer) computes, for the quantized model; its trained weights are copied into it once it is built.
+        The default: a layer of the same class and config. A scheme may pick an equivalent class (the low-bit
+        schemes train Keras's batch norm as ``ste.layers.BatchNormalization``, on TensorFlow's fused kernel)."""
+        return float_copy(layer, owner)
 
     def casts_integers(self, layer: keras.layers.Layer) -> bool:
         """Whether an integer input of the compute layer ``layer`` is cast to its float dtype (then quantized), as

@@ -37,7 +37,6 @@ import keras
 
 from ..errors import NotBuiltError, UnsupportedLayerError
 from ._config import QuantizeConfig
-from ._copy import float_copy
 from ._scheme import InputFeed, Role, Scheme
 from ._signs import non_negative_feeds
 
@@ -165,7 +164,7 @@ class Rewrite:
         """A float copy of ``layer`` (one per layer, so that a shared layer stays shared)."""
         found = self.copies.get(id(layer))
         if found is None:
-            found = float_copy(layer, self.owner)
+            found = self.scheme.float_layer(layer, self.owner)
             self.copies[id(layer)] = found
         return found
 

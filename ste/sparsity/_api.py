@@ -4,6 +4,7 @@ Keras 3). Every argument and every layer is checked before anything is built or 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import numbers
 import warnings
 from collections.abc import Iterator
@@ -12,10 +13,10 @@ from typing import Any
 import keras
 
 from .._common._arguments import check_bool
-from ..errors import ParameterError, UnsupportedLayerError
+from ..errors import ParameterError, ParameterTypeError, UnsupportedLayerError
 from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights
 from ._mask import GRADIENTS
-from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
+from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule, number_error
 from ._wrapper import PruneLowMagnitude
 
 __all__ = ["prune_low_magnitude", "prune_scope", "strip_pruning"]
@@ -24,29 +25,91 @@ _OWNER = "ste.sparsity.prune_low_magnitude"
 SR_STE_DECAY = 2e-4  # Zhou et al. (ICLR 2021)'s λ
 
 
+_PAIR_FIXES = {
+    "block_size": "block_size=(1, 1) to prune single weights (the default), or a block's (rows, columns), e.g. (1, 4)",
+    "sparsity_m_by_n": "sparsity_m_by_n=(2, 4) for 2:4 sparsity (m zeros in every n consecutive input channels)",
+}
+
+
 def _pair(name: str, value: Any) -> tuple[int, int]:
     try:
-        pair = tuple(value)
+        pair = tuple(value) if not isinstance(value, str) else ()
     except TypeError:
         pair = ()
     if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair):
-        raise ParameterError(f"{_OWNER}: {name} must be a tuple of 2 integers; received {value!r}.")
+        fix = _PAIR_FIXES[name]
+        if isinstance(value, str) and len(value.replace("x", ":").split(":")) == 2:
+            parts = value.replace("x", ":").split(":")
+            if all(part.strip().isdigit() for part in parts):
+                fix = f"{name}=({int(parts[0])}, {int(parts[1])}), a tuple, not a string"
+        elif len(pair) == 2 and all(
+            (isinstance(v, numbers.Integral) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+            for v in pair
+        ):
+            fix = f"{name}=({int(pair[0])}, {int(pair[1])}), with int entries"
+        raise ParameterTypeError(
+            f"{_OWNER}: {name} must be a tuple of 2 integers; received {value!r} ({type(value).__name__}). "
+            f"Fix: pass {fix}."
+        )
     return int(pair[0]), int(pair[1])
+
+
+def _schedule_fix(schedule: Any) -> str:
+    """What to pass instead of ``schedule``, which is not a ste.sparsity.PruningSchedule."""
+    module = type(schedule).__module__ or ""
+    if module.startswith("tensorflow_model_optimization"):
+        return (
+            f"use ste.sparsity's schedule of the same name, which takes the same arguments, e.g. "
+            f"pruning_schedule=ste.sparsity.{type(schedule).__name__}(...) (TFMOT's schedules are tf-keras objects)"
+        )
+    if isinstance(schedule, numbers.Real) and not isinstance(schedule, bool):
+        return (
+            f"wrap the sparsity in a schedule, e.g. pruning_schedule=ste.sparsity.ConstantSparsity({schedule!r}, "
+            f"begin_step=0), as in TFMOT"
+        )
+    return (
+        "pass a schedule object, e.g. pruning_schedule=ste.sparsity.ConstantSparsity(0.5, begin_step=0) or "
+        "ste.sparsity.PolynomialDecay(0.0, 0.8, begin_step=0, end_step=1000), or a PruningSchedule subclass"
+    )
+
+
+def _check_schedule(schedule: Any) -> None:
+    if not isinstance(schedule, PruningSchedule):
+        raise ParameterTypeError(
+            f"{_OWNER}: pruning_schedule must be a ste.sparsity.PruningSchedule (ConstantSparsity, PolynomialDecay or "
+            f"a subclass); received {schedule!r} ({type(schedule).__name__}). Fix: {_schedule_fix(schedule)}."
+        )
+    missing = [
+        name for name in ("__call__", "get_config") if getattr(type(schedule), name) is getattr(PruningSchedule, name)
+    ]
+    if missing:
+        raise ParameterError(
+            f"{_OWNER}: the pruning schedule {type(schedule).__name__} does not define {' and '.join(missing)}, "
+            f"which every PruningSchedule subclass must (__call__(step) -> (should_prune, sparsity), get_config() -> "
+            f"its arguments); received an instance of {type(schedule).__name__}. Fix: define them in "
+            f"{type(schedule).__name__}, or derive it from ConstantSparsity or PolynomialDecay."
+        )
 
 
 def _check_arguments(
     schedule: Any, block_size: Any, pooling: Any, m_by_n: Any, gradient: Any, decay: Any
 ) -> tuple[Any, tuple[int, int], str, tuple[int, int] | None, str, float]:
-    if not isinstance(schedule, PruningSchedule):
-        raise ParameterError(
-            f"{_OWNER}: pruning_schedule must be a ste.sparsity.PruningSchedule (ConstantSparsity, PolynomialDecay or "
-            f"a subclass); received {schedule!r}."
-        )
+    _check_schedule(schedule)
     block = _pair("block_size", block_size)
     if min(block) < 1:
-        raise ParameterError(f"{_OWNER}: block_size must hold two integers >= 1; received {block_size!r}.")
+        raise ParameterError(
+            f"{_OWNER}: block_size must hold two integers >= 1 (the rows and columns of a pruned block); received "
+            f"{block_size!r}. Fix: pass block_size=({max(block[0], 1)}, {max(block[1], 1)}), or (1, 1) to prune "
+            f"single weights."
+        )
     if pooling not in ("AVG", "MAX"):
-        raise ParameterError(f"{_OWNER}: block_pooling_type must be 'AVG' or 'MAX'; received {pooling!r}.")
+        if isinstance(pooling, str) and pooling.strip().upper() in ("AVG", "MAX"):
+            fix = f"block_pooling_type={pooling.strip().upper()!r} (upper case, as in TFMOT)"
+        else:
+            fix = "block_pooling_type='AVG' (a block's mean magnitude, the default) or 'MAX' (its largest)"
+        raise ParameterError(
+            f"{_OWNER}: block_pooling_type must be 'AVG' or 'MAX'; received {pooling!r}. Fix: pass {fix}."
+        )
     pattern = None
     if m_by_n is not None:
         zeros, group = _pair("sparsity_m_by_n", m_by_n)
@@ -56,12 +119,18 @@ def _check_arguments(
                 f"1 <= m < n; received {m_by_n!r}. Fix: e.g. sparsity_m_by_n=(2, 4) for 2:4 sparsity."
             )
         if block != (1, 1):
-            raise ParameterError(f"{_OWNER}: block_size and sparsity_m_by_n cannot be combined; pass one of them.")
+            raise ParameterError(
+                f"{_OWNER}: block_size and sparsity_m_by_n cannot be combined (N:M groups single weights); received "
+                f"block_size={block_size!r} and sparsity_m_by_n={m_by_n!r}. Fix: pass sparsity_m_by_n with the "
+                f"default block_size=(1, 1), or leave sparsity_m_by_n out for block sparsity."
+            )
         pattern = (zeros, group)
-    if gradient not in GRADIENTS:
+    if not isinstance(gradient, str) or gradient not in GRADIENTS:
+        close = difflib.get_close_matches(str(gradient).lower().replace("-", "_"), list(GRADIENTS), n=1, cutoff=0.5)
+        fix = f"gradient={close[0]!r}" if close else "gradient='masked' (the default) or gradient='sr_ste'"
         raise ParameterError(
             f"{_OWNER}: gradient must be 'masked' (pruned weights get no gradient, TFMOT's) or 'sr_ste' "
-            f"(straight through plus decay·(1 − mask)·weight); received {gradient!r}."
+            f"(straight through plus decay·(1 − mask)·weight); received {gradient!r}. Fix: pass {fix}."
         )
     if decay is None:
         rate = SR_STE_DECAY if gradient == "sr_ste" else 0.0
@@ -72,7 +141,12 @@ def _check_arguments(
                 f"Fix: pass gradient='sr_ste', or leave decay out."
             )
         if isinstance(decay, bool) or not isinstance(decay, numbers.Real) or not float(decay) >= 0:
-            raise ParameterError(f"{_OWNER}: decay must be a number >= 0; received {decay!r}.")
+            kind = number_error(decay)
+            raise kind(
+                f"{_OWNER}: decay must be a number >= 0 (SR-STE's λ: the pull of pruned weights towards zero); "
+                f"received {decay!r}. Fix: pass e.g. decay={SR_STE_DECAY} (the SR-STE paper's λ), or leave decay out "
+                f"for that default."
+            )
         rate = float(decay)
     return schedule, block, pooling, pattern, gradient, rate
 
@@ -228,8 +302,29 @@ def prune_low_magnitude(
         return _prune_model(to_prune, settings, strict)
     if isinstance(to_prune, keras.layers.Layer):
         return _wrap(to_prune, settings, _check_layer(to_prune, settings))
-    raise ParameterError(
-        f"{_OWNER}: expected a Keras 3 layer or a functional/Sequential model; received {type(to_prune).__name__}."
+    raise ParameterTypeError(
+        f"{_OWNER}: expected a Keras 3 layer or a functional/Sequential model; received {type(to_prune).__name__} "
+        f"{_short(to_prune)}. Fix: {_keras3_fix(to_prune, 'to_prune')}."
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _keras3_fix(value: Any, what: str) -> str:
+    """How to turn ``value`` (not a Keras 3 layer or model) into one."""
+    module = type(value).__module__ or ""
+    if module.startswith(("tf_keras", "keras.src.legacy", "tensorflow.python.keras")) or "tf_keras" in module:
+        return (
+            "this is a Keras 2 (tf_keras / tf.keras with TF_USE_LEGACY_KERAS) object, which ste.sparsity does not "
+            "prune; rebuild the model with Keras 3 (import keras; keras.Sequential([...])) and load its weights with "
+            "set_weights"
+        )
+    return (
+        f"pass {what} as the keras.layers.Layer or keras.Model itself (Keras 3: import keras), e.g. "
+        f"ste.sparsity.prune_low_magnitude(keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)]))"
     )
 
 
@@ -286,7 +381,10 @@ def strip_pruning(model: Any) -> Any:
             copy.set_weights(values)
         return copy
     if not isinstance(model, keras.Model):
-        raise ParameterError(f"{owner}: expected a Keras 3 model; received {type(model).__name__}.")
+        raise ParameterTypeError(
+            f"{owner}: expected a Keras 3 model or a PruneLowMagnitude layer; received {type(model).__name__} "
+            f"{_short(model)}. Fix: pass the model that prune_low_magnitude returned (after training)."
+        )
     _check_model(model, owner)
 
     def replace(layer: keras.layers.Layer) -> tuple[Any, Any, Any]:

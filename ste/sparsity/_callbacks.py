@@ -25,11 +25,14 @@ def pruned_layers(model: Any) -> list[PruneLowMagnitude]:
 
 
 class UpdatePruningStep(keras.callbacks.Callback):  # type: ignore[misc]
-    """Sets each pruned layer's step from the optimizer's iteration count before every training batch, and sets the
+    """Keeps each pruned layer's step at the optimizer's iteration count + 1 in every training call, and sets the
     pruned weights to ``weight · mask`` at the end of each epoch (TFMOT's callback; ``fit`` needs it).
 
-    In a custom training loop: ``callback.set_model(model)``, ``callback.on_train_begin()`` once, then
-    ``callback.on_train_batch_begin(step)`` before each step (and ``on_epoch_end(epoch)`` to re-mask).
+    In ``fit`` the layers read the step from the model's optimizer inside the training step itself, so that no
+    Python work or eager assignment runs between batches. In a custom training loop, where the optimizer that
+    applies the gradients may not be the model's: ``callback.set_model(model)``, ``callback.on_train_begin()`` once,
+    then ``callback.on_train_batch_begin(step)`` before each step (and ``on_epoch_end(epoch)`` to re-mask); the
+    callback then counts the batches and sets each layer's step before every one.
     """
 
     def __init__(self) -> None:
@@ -39,16 +42,21 @@ class UpdatePruningStep(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.prunable_layers = pruned_layers(self.model)
-        for layer in self.prunable_layers:
-            setattr(layer, _CALLBACK_FLAG, True)
         optimizer = getattr(self.model, "optimizer", None)
         iterations = getattr(optimizer, "iterations", None)
+        # fit builds its train function before on_train_begin; a loop driving the callback by hand has none
+        in_fit = iterations is not None and getattr(self.model, "train_function", None) is not None
+        self._in_graph = in_fit
+        for layer in self.prunable_layers:
+            setattr(layer, _CALLBACK_FLAG, True)
+            layer._set_step_source(iterations if in_fit else None)
         self.step = int(keras.ops.convert_to_numpy(iterations)) if iterations is not None else 0
 
     def on_train_batch_begin(self, batch: Any, logs: Any = None) -> None:
-        for layer in self.prunable_layers:
-            if layer.built:
-                layer.pruning_step.assign(self.step)
+        if not getattr(self, "_in_graph", False):
+            for layer in self.prunable_layers:
+                if layer.built:
+                    layer.pruning_step.assign(self.step)
         self.step += 1
 
     def on_epoch_end(self, epoch: Any, logs: Any = None) -> None:

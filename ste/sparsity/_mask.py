@@ -4,8 +4,11 @@ applies it.
 Masks keep exactly ``k = max(round(n·(1 − sparsity)), 1)`` of the ``n`` weights (or blocks) with the largest
 magnitude, as TFMOT's ``pruning_impl`` counts them; where magnitudes tie, the weight that comes first in row-major
 order is kept (TFMOT keeps every weight tied with the threshold, so ties can leave it with fewer zeros). Blocks are
-pooled by their mean (``"AVG"``) or largest (``"MAX"``) magnitude over the weights inside the tensor (a partial block
-at the edge pools what it has, as TensorFlow's ``SAME`` pooling does). ``(m, n)`` N:M sparsity (TFMOT's
+pooled as TFMOT pools them: by their mean (``"AVG"``) or largest (``"MAX"``) magnitude, with ``tf.nn.pool``'s
+``SAME`` padding (over the rows, then over the columns). Where a block size does not divide the weight, ``SAME`` puts
+half of the padding (rounded down) before the first row or column and the rest after the last, so the pooling windows
+are shifted by that much, and a window averages only the weights inside the tensor; the kept blocks are then expanded
+from the first row and column and cut to the weight's shape, as TFMOT does. ``(m, n)`` N:M sparsity (TFMOT's
 ``sparsity_m_by_n``) zeroes the ``m`` smallest of every ``n`` consecutive weights along the input-channel axis.
 
 The op applying the mask is an ``ste`` op: its forward is ``weight · mask``, and its rule is the gradient choice:
@@ -13,13 +16,21 @@ The op applying the mask is an ``ste`` op: its forward is ``weight · mask``, an
 * ``"masked"`` (TFMOT's): ``dweight = dy · mask``; pruned weights get no gradient.
 * ``"sr_ste"`` (SR-STE, Zhou et al., ICLR 2021): ``dweight = dy + decay · (1 − mask) · weight``; every weight gets
   the gradient of the masked weight straight through, and the pruned ones also decay, so the mask can change.
+
+SR-STE's decay does not depend on ``dy``: it is the gradient of the penalty ``decay/2 · Σ (1 − mask) · weight²``
+added to whatever is differentiated, not a vector-Jacobian product. So that a gradient of the gradient sees that
+penalty once, the rule adds the decay in the backward pass that computes the gradient, and not again when an
+enclosing ``tf.GradientTape`` that recorded that pass differentiates through the op's forward a second time: the
+second derivative is then ``∂(dy)/∂weight + decay · (1 − mask)``, as central differences of the gradient give.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import record
 
 from .._core._dsl import forward
 
@@ -40,15 +51,40 @@ def _masked_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
     return dy * tf.cast(mask, dy.dtype), None
 
 
+# The forward calls (keyed by the id of the weight tensor each one received) whose backward pass was recorded by an
+# enclosing tape: that tape differentiates the decay added there, so its own pass through the forward adds none.
+_RECORDED: dict[int, Any] = {}
+
+
+def _adds_decay(weight: Any) -> bool:
+    """Whether this backward pass through an ``sr_ste`` forward adds the decay (see the module docstring)."""
+    key = id(weight)
+    if record.should_record_backprop([weight]):  # an enclosing tape records this pass: it will differentiate it
+        if key not in _RECORDED:
+            _RECORDED[key] = weakref.finalize(weight, _RECORDED.pop, key, None)
+        return True
+    return key not in _RECORDED
+
+
 def _sr_ste_rule(dy: Any, weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    if not _adds_decay(weight):
+        return dy, None
     pruned = 1.0 - tf.cast(mask, dy.dtype)
     return dy + tf.convert_to_tensor(decay, dy.dtype) * pruned * tf.cast(weight, dy.dtype), None
 
 
 apply_mask = forward(masked_weight).backward(_masked_rule)
-sr_ste = forward(sr_ste_weight).backward(_sr_ste_rule)
+_sr_ste_op = forward(sr_ste_weight).backward(_sr_ste_rule)
 
-GRADIENTS = {"masked": apply_mask, "sr_ste": sr_ste}
+
+def sr_ste(weight: Any, mask: Any, decay: float = 0.0) -> Any:
+    """``weight · mask``; the gradient is ``dy + decay · (1 − mask) · weight`` (SR-STE, Zhou et al., ICLR 2021),
+    the decay counted once by gradients of gradients (see the module docstring)."""
+    # A tensor of its own for each call: the backward pass of this call is told apart from another call's by it.
+    return _sr_ste_op(tf.identity(weight), mask, decay=decay)
+
+
+GRADIENTS: dict[str, Any] = {"masked": apply_mask, "sr_ste": sr_ste}
 
 
 def _magnitude(weight: Any) -> tf.Tensor:
@@ -76,16 +112,14 @@ def _top_mask(scores: tf.Tensor, k: Any) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def _pool(magnitude: tf.Tensor, block: tuple[int, int], pooling: str) -> tf.Tensor:
+    """TFMOT's ``factorized_pool``: ``tf.nn.pool`` with ``SAME`` padding and stride = window, over the rows, then
+    over the columns. ``SAME`` splits the padding of a partial block, ``total // 2`` before the first row (column) and
+    the rest after the last, and an ``AVG`` window averages only the weights inside the tensor."""
     rows, cols = magnitude.shape
     bh, bw = block
-    out_rows, out_cols = -(-rows // bh), -(-cols // bw)
-    padded = tf.pad(magnitude, [[0, out_rows * bh - rows], [0, out_cols * bw - cols]])
-    blocks = tf.reshape(padded, [out_rows, bh, out_cols, bw])
-    if pooling == "MAX":
-        return tf.reduce_max(blocks, axis=[1, 3])  # magnitudes are >= 0, so the zero padding never wins
-    ones = tf.pad(tf.ones_like(magnitude), [[0, out_rows * bh - rows], [0, out_cols * bw - cols]])
-    counts = tf.reduce_sum(tf.reshape(ones, [out_rows, bh, out_cols, bw]), axis=[1, 3])
-    return tf.reduce_sum(blocks, axis=[1, 3]) / counts
+    pooled = tf.nn.pool(tf.reshape(magnitude, [1, 1, rows, cols]), [1, bh], pooling, strides=[1, bh], padding="SAME")
+    pooled = tf.nn.pool(tf.transpose(pooled, [0, 1, 3, 2]), [1, bw], pooling, strides=[1, bw], padding="SAME")
+    return tf.transpose(pooled, [0, 1, 3, 2])[0, 0]
 
 
 def magnitude_mask(

@@ -13,20 +13,38 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ..errors import ParameterError
+from ..errors import ParameterError, ParameterTypeError
 
 __all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule"]
 
 
+def number_error(value: Any) -> type[ParameterError]:
+    """The error for a number argument out of range (ParameterError), or not a number at all (ParameterTypeError)."""
+    return ParameterError if isinstance(value, numbers.Real) and not isinstance(value, bool) else ParameterTypeError
+
+
+_EXAMPLES = {"begin_step": 0, "end_step": 1000, "frequency": 100}
+
+
 def _integer(owner: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ParameterError(f"{owner}: {name} must be an integer; received {value!r} ({type(value).__name__}).")
+        example: Any = _EXAMPLES[name]
+        try:
+            if float(value) == int(float(value)) and not isinstance(value, bool):
+                example = int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            pass
+        raise ParameterTypeError(
+            f"{owner}: {name} must be an integer (a count of training steps); received {value!r} "
+            f"({type(value).__name__}). Fix: pass a Python int, e.g. {name}={example}."
+        )
     return int(value)
 
 
 def _sparsity(owner: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < 1.0:
-        raise ParameterError(
+        kind = number_error(value)
+        raise kind(
             f"{owner}: {name} must be a number in [0, 1) (the fraction of weights set to zero); received {value!r}. "
             f"Fix: pass e.g. {name}=0.5 for half of the weights pruned (1.0 would prune every weight)."
         )
@@ -38,9 +56,17 @@ def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: 
     end = _integer(owner, "end_step", end_step)
     every = _integer(owner, "frequency", frequency)
     if begin < 0:
-        raise ParameterError(f"{owner}: begin_step must be >= 0; received {begin}.")
+        raise ParameterError(
+            f"{owner}: begin_step must be >= 0 (the step of the first mask update; steps count from 0); received "
+            f"{begin}. Fix: pass begin_step=0 to prune from the start of training, or the step to start at."
+        )
     if end < -1:
-        raise ParameterError(f"{owner}: end_step must be -1 or >= 0; received {end}.")
+        fix = "-1 to prune until training ends, or " if forever else ""
+        raise ParameterError(
+            f"{owner}: end_step must be {'-1 or >= 0 (-1: no end)' if forever else '>= 0'}; received {end}. "
+            f"Fix: pass {'end_step=' + fix if forever else 'end_step as '}the last step at which the mask is "
+            f"updated (>= begin_step={begin})."
+        )
     if end == -1 and not forever:
         raise ParameterError(
             f"{owner}: end_step cannot be -1 (prune for ever): the sparsity decays from begin_step to end_step. "
@@ -52,7 +78,10 @@ def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: 
             f"{'' if not forever else ', or end_step=-1 to prune until training ends'}."
         )
     if every <= 0:
-        raise ParameterError(f"{owner}: frequency must be > 0 (prune every `frequency` steps); received {every}.")
+        raise ParameterError(
+            f"{owner}: frequency must be > 0 (the mask is updated every `frequency` steps); received "
+            f"{every}. Fix: pass frequency=1 to update the mask at every step, or e.g. frequency=100 (the default)."
+        )
     return begin, end, every
 
 
@@ -74,10 +103,17 @@ class PruningSchedule:
         return tf.logical_and(in_range, tf.equal(tf.math.floormod(step - begin_step, frequency), 0))
 
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} must implement __call__(step) -> (should_prune, sparsity).")
+        raise NotImplementedError(
+            f"ste.sparsity.PruningSchedule: {type(self).__name__} does not define __call__(step) -> (should_prune, "
+            f"sparsity). Fix: define it in {type(self).__name__} (ConstantSparsity's is an example), or derive from "
+            f"ConstantSparsity or PolynomialDecay."
+        )
 
     def get_config(self) -> dict[str, Any]:
-        raise NotImplementedError(f"{type(self).__name__} must implement get_config().")
+        raise NotImplementedError(
+            f"ste.sparsity.PruningSchedule: {type(self).__name__} does not define get_config(), which saving a pruned "
+            f"model needs. Fix: define get_config() returning the arguments of {type(self).__name__}'s __init__."
+        )
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PruningSchedule:
@@ -146,7 +182,12 @@ class PolynomialDecay(PruningSchedule):
         self.final_sparsity = _sparsity(owner, "final_sparsity", final_sparsity)
         self.begin_step, self.end_step, self.frequency = _steps(owner, begin_step, end_step, frequency, False)
         if isinstance(power, bool) or not isinstance(power, numbers.Real) or not float(power) > 0:
-            raise ParameterError(f"{owner}: power must be a number > 0; received {power!r}.")
+            kind = number_error(power)
+            raise kind(
+                f"{owner}: power must be a number > 0 (the exponent of the decay from initial_sparsity to "
+                f"final_sparsity); received {power!r}. Fix: pass power=3 (the default, Zhu & Gupta's cubic schedule), "
+                f"or power=1 for a linear rise."
+            )
         self.power: float = power
 
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:

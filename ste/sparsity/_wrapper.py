@@ -3,7 +3,9 @@
 For each prunable weight the wrapper keeps a mask (non-trainable, the weight's shape and dtype, ones at first) and
 the threshold magnitude of its last update, and one ``pruning_step`` counter (int64, −1 until training starts).
 
-In a training call (``training=True``) the step advances by one; when the schedule says so at that step, each mask
+In a training call (``training=True``) the step becomes the optimizer's iteration count + 1 (in ``fit``, read from
+the model's optimizer inside the step; in a custom loop, one more than the count :class:`UpdatePruningStep` set before
+the batch); when the schedule says so at that step, each mask
 is recomputed from its weight's magnitudes (:mod:`ste.sparsity._mask`). With ``gradient="masked"`` the weight is
 then set to ``weight · mask`` (TFMOT does so in every training call, so that the pruned weights stay exactly zero
 whatever the optimizer's momentum does). With ``gradient="sr_ste"`` the latent weights are kept, so a pruned weight
@@ -62,7 +64,9 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
             pruning_schedule = ConstantSparsity(0.5, 0)
         if gradient not in GRADIENTS:
             raise ParameterError(
-                f"PruneLowMagnitude: gradient must be one of {sorted(GRADIENTS)}; received {gradient!r}."
+                f"ste.sparsity.PruneLowMagnitude: gradient must be one of {sorted(GRADIENTS)}; received {gradient!r}. "
+                f"Fix: pass gradient='masked' (TFMOT's) or gradient='sr_ste', or build the wrapper with "
+                f"ste.sparsity.prune_low_magnitude, which checks every argument."
             )
         kwargs.setdefault("name", f"prune_low_magnitude_{layer.name}")
         kwargs.setdefault("dtype", layer.dtype_policy)
@@ -79,6 +83,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         self.decay = float(decay)
         self.pruning_vars: list[tuple[Any, Any, Any]] = []
         setattr(self, _CALLBACK_FLAG, False)
+        self._set_step_source(None)
 
     def build(self, input_shape: Any) -> None:
         if not self.layer.built:
@@ -137,6 +142,11 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         for weight, mask, _ in self.pruning_vars:
             weight.assign(weight.value * mask.value)
 
+    def _set_step_source(self, iterations: Any) -> None:
+        """Read the step from ``iterations`` (an optimizer's iteration count) in each training call, or (None)
+        count the calls from the step :class:`UpdatePruningStep` sets before each batch."""
+        object.__setattr__(self, "_step_source", iterations)  # the optimizer's variable, not the layer's
+
     def _training_step(self) -> None:
         if not getattr(self, _CALLBACK_FLAG, False):
             raise MissingCallbackError(
@@ -145,7 +155,11 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
                 f"loop, call its set_model(model) and on_train_begin() once and on_train_batch_begin(step) before "
                 f"each step), as TFMOT's prune_low_magnitude requires."
             )
-        self.pruning_step.assign_add(1)
+        source = getattr(self, "_step_source", None)
+        if source is None:
+            self.pruning_step.assign_add(1)
+        else:  # in fit: the optimizer's iteration count + 1, read in the step itself
+            self.pruning_step.assign(tf.cast(source.value, "int64") + 1)
         should_prune, sparsity = self.pruning_schedule(self.pruning_step.value)
 
         def update() -> Any:

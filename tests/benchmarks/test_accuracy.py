@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ def _have_data() -> bool:
 
 
 @pytest.mark.skipif(not _have_data(), reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
-@pytest.mark.parametrize("row", ["binary_cnn", "int8_qat"])
+@pytest.mark.parametrize("row", ["binary_cnn", "int8_qat", "pruning", "clustering"])
 def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "benchmarks.accuracy", row, "--quick", "--out", str(tmp_path)]
@@ -60,13 +61,60 @@ def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> No
     assert result["quick"] is True and result["command"] == f"python -m benchmarks.accuracy {row} --quick"
     for key in ("date", "cpu", "tensorflow", "load_average"):
         assert result[key]
-    side = result["sides"]["ste"]
+    side = result["sides"][{"pruning": "ste_50", "clustering": "ste_16"}.get(row, "ste")]
     assert len(side["curve"]) == 1 and 0.0 <= side["test_accuracy"] <= 1.0
     assert side["test_accuracy"] == side["curve"][-1]["test_accuracy"]
     assert f"test accuracy {100 * side['test_accuracy']:.2f} %" in done.stdout
     if row == "int8_qat":
         assert 0.0 <= side["int8_accuracy"] <= 1.0 and 0.0 <= side["keras_tflite_agreement"] <= 1.0
         assert side["int8_kernels"][0] == side["int8_kernels"][1] > 0  # every conv / dense kernel runs in int8
+    if row in ("pruning", "clustering"):  # the stripped kernels hold what was asked, and gzip shrinks the file
+        if row == "pruning":
+            assert side["zeros"] == pytest.approx(0.5, abs=0.01)
+        else:
+            assert side["distinct_values"] <= 16
+        assert side["tflite"]["float_gz"] < 0.8 * result["float_stage"]["tflite"]["float_gz"]
+
+
+def _quick(row: str, out: Path, *extra: str) -> tuple[dict[str, Any], str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "benchmarks.accuracy", row, "--quick", "--out", str(out), *extra]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / f"{row}.json").read_text()), done.stdout
+
+
+SNNTORCH_VENV = os.environ.get("STE_SNNTORCH_VENV", "")
+
+
+@pytest.mark.skipif(not _have_data(), reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.parametrize("row", ["spiking_mlp", "spiking_cnn"])
+def test_quick_spiking_row_without_its_peer_says_which_option_to_set(tmp_path: Path, row: str) -> None:
+    result, stdout = _quick(row, tmp_path)
+    assert result["skipped_sides"] == {"snntorch": "no --snntorch-venv"}
+    side = result["sides"]["ste"]
+    assert len(side["curve"]) == 1 and 0.0 <= side["test_accuracy"] <= 1.0
+    assert "ste.spiking.fuse" in side["form"] and "Fused" in side["form"]
+    assert f"test accuracy {100 * side['test_accuracy']:.2f} %" in stdout
+    assert side["median_step_s"] > 0 and side["peak_bytes"] > 0
+
+
+@pytest.mark.skipif(not _have_data(), reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+@pytest.mark.skipif(
+    not SNNTORCH_VENV, reason="set STE_SNNTORCH_VENV to a venv with torch, snnTorch and numpy (docs/results.md)"
+)
+@pytest.mark.parametrize("row", ["spiking_mlp", "spiking_cnn"])
+def test_quick_spiking_row_computes_snntorchs_function(tmp_path: Path, row: str) -> None:
+    """snnTorch is the reference: from the same weights, the untrained ste network gives snnTorch's loss, output
+    spikes and gradient norms (through every layer's surrogate) on the same images."""
+    result, _ = _quick(row, tmp_path, "--snntorch-venv", SNNTORCH_VENV)
+    ours, theirs = result["sides"]["ste"]["initial"], result["sides"]["snntorch"]["initial"]
+    assert ours["output_spikes"] == theirs["output_spikes"]
+    assert ours["loss"] == pytest.approx(theirs["loss"], rel=1e-5)
+    assert len(ours["gradient_norms"]) == len(theirs["gradient_norms"]) == (4 if row == "spiking_mlp" else 6)
+    assert ours["gradient_norms"] == pytest.approx(theirs["gradient_norms"], rel=1e-4)
+    assert min(theirs["gradient_norms"]) > 0  # a gradient reaches every weight: the check covers the surrogates
+    assert {"accuracy_gap_points", "step_time_ratio", "peak_memory_ratio"} <= set(result["summary"])
 
 
 def test_results_page_and_readme_are_generated_from_the_json() -> None:
@@ -79,14 +127,25 @@ def test_readme_figures_are_the_json_figures() -> None:
     readme = (ROOT / "README.md").read_text()
     block = readme.split(results_page.START, 1)[1].split(results_page.END, 1)[0]
     found = results_page.results()
-    rows = {"Binarized CNN": "binary_cnn", "Int8 QAT": "int8_qat", "quantize_model schemes": "low_bit"}
+    rows = {
+        "Binarized CNN": "binary_cnn",
+        "Int8 QAT": "int8_qat",
+        "quantize_model schemes": "low_bit",
+        "Spiking MLP": "spiking_mlp",
+        "Spiking CNN": "spiking_cnn",
+        "Pruning": "pruning",
+        "Clustering": "clustering",
+    }
     lines = [line for line in block.splitlines() if line.startswith("- ")]
     assert len(lines) == len(found)
     for line in lines:
         name = next(row for prefix, row in rows.items() if line.startswith("- " + prefix))
         r = found[name]
         figures = {
-            round(100 * f[k], 2) for f in r["sides"].values() for k in ("test_accuracy", "int8_accuracy") if k in f
+            round(100 * f[k], 2)
+            for f in r["sides"].values()
+            for k in ("test_accuracy", "int8_accuracy", "stripped_accuracy")
+            if k in f
         }
         if r.get("float_stage"):
             figures.add(round(100 * r["float_stage"]["test_accuracy"], 2))

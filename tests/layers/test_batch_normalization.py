@@ -214,3 +214,33 @@ def test_keras_batch_norm_after_a_quantized_layer_hints_at_the_fused_one() -> No
     dense = ste.layers.QuantDense(4, kernel_quantizer="sign", kernel_constraint="weight_clip")
     assert _hints(keras.layers.BatchNormalization, (6,), dense) == []
     assert _hints(keras.layers.BatchNormalization, (8, 8, 3), keras.layers.Conv2D(4, 3)) == []  # not quantized
+
+
+def test_the_hint_is_given_once_per_model_whatever_the_warning_filter() -> None:
+    def blocks(norm: Any) -> keras.Model:
+        inputs = keras.Input((8, 8, 4))
+        h = inputs
+        for _ in range(3):
+            conv = ste.layers.QuantConv2D(
+                4, 3, padding="same", input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
+            )
+            h = keras.layers.Add()([h, norm()(conv(h))])
+        model = keras.Model(inputs, h)
+        model.compile("sgd", "mse")
+        return model
+
+    x = np.random.default_rng(0).normal(size=(6, 8, 8, 4)).astype("float32")
+    for run_eagerly in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = blocks(keras.layers.BatchNormalization)
+            model.run_eagerly = run_eagerly
+            model.fit(x, x, epochs=2, batch_size=4, verbose=0)  # two traces (batches of 4 and 2), two epochs
+            model.fit(x, x, epochs=1, batch_size=4, verbose=0)
+            fused = blocks(ste.layers.BatchNormalization)
+            fused.run_eagerly = run_eagerly
+            fused.fit(x, x, epochs=1, batch_size=4, verbose=0)
+        hints = [str(w.message) for w in caught if "ste.layers.BatchNormalization" in str(w.message)]
+        assert len(hints) <= 1  # eagerly, the process's graph may have had its hint already
+        assert hints or run_eagerly
+        assert all("use ste.layers.BatchNormalization" in hint for hint in hints)

@@ -16,7 +16,8 @@ import ste
 
 
 def _traced(jit_compile: bool) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """The traced graph of a binary convolution's forward and backward pass, its output and the two gradients."""
+    """The traced graph of a binary convolution's forward and backward pass, its output and the two gradients, traced
+    with bits kept."""
     layer = ste.layers.QuantConv2D(
         4, 3, padding="same", input_quantizer="sign", kernel_quantizer="sign", kernel_constraint="weight_clip"
     )
@@ -30,7 +31,8 @@ def _traced(jit_compile: bool) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
             y = layer(x)
         return y, tape.gradient(y, [x, layer.kernel])
 
-    concrete = step.get_concrete_function(x)
+    with ste.bit_masks(True):  # a small input: the default would keep it as floats (below MIN_ELEMENTS)
+        concrete = step.get_concrete_function(x)
     y, (dx, dkernel) = concrete.structured_outputs
     return concrete.graph, y, dx, dkernel
 

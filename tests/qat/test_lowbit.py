@@ -96,6 +96,34 @@ def test_binary_scheme_binarizes_the_middle_and_keeps_the_ends_8_bit():
         ste.qat.BinaryScheme(keep_ends="yes")
 
 
+@pytest.mark.parametrize("scheme", ["binary", "ternary"])
+def test_low_bit_schemes_train_keras_batch_norm_on_the_fused_kernel(scheme):
+    model = conv_net()
+    x, _ = task(8)
+    model(x, training=True)  # moving statistics away from their initial values
+    q = ste.quantize_model(model, scheme=scheme)
+    for name in ("bn0", "bn1", "bn2", "bn3"):
+        ours, theirs = q.get_layer(name), model.get_layer(name)
+        assert type(ours) is ste.layers.BatchNormalization
+        assert ours.get_config() == theirs.get_config()
+        for a, b in zip(ours.get_weights(), theirs.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    # the same numbers as Keras's layer with those weights, in training (the fused kernel) and inference
+    h = np.random.default_rng(5).normal(size=(4, 8, 8, 8)).astype(np.float32) * 2.0 + 0.5
+    reference = L.BatchNormalization.from_config(model.get_layer("bn1").get_config())
+    reference.build(h.shape)
+    reference.set_weights(model.get_layer("bn1").get_weights())
+    for training in (False, True):
+        np.testing.assert_allclose(q.get_layer("bn1")(h, training=training), reference(h, training=training), atol=1e-5)
+    np.testing.assert_allclose(q.get_layer("bn1").moving_mean.numpy(), reference.moving_mean.numpy(), atol=1e-6)
+    # trained as converted, no layer asks for the fused batch norm (the fused-kernel hint stays silent)
+    q.compile("sgd", "mse")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        q.fit(x, np.zeros((8, 4), np.float32), epochs=1, verbose=0)
+    assert not [w for w in caught if "ste.layers.BatchNormalization" in str(w.message)]
+
+
 def test_layers_the_scheme_does_not_make_low_bit_are_8_bit_with_their_own_input_quantizer():
     model = keras.Sequential(
         [
@@ -237,7 +265,14 @@ def test_ternary_scheme_is_bitnet_b158_in_the_middle():
         assert isinstance(layer.input_quantizer, ste.quantizers.AbsmaxPerToken) and layer.input_quantizer.bits == 8
         assert isinstance(layer.kernel_quantizer, ste.quantizers.AbsmeanTernary)
     assert isinstance(q.get_layer("last").kernel_quantizer, ste.qat.WeightFakeQuant)
-    assert ste.qat.schemes() == ["binary", "int8", "ternary"]
+    assert ste.qat.schemes() == [
+        "binary",
+        "cluster_preserve",
+        "int8",
+        "prune_cluster_preserve",
+        "prune_preserve",
+        "ternary",
+    ]
 
 
 def test_ternary_forward_and_straight_through_gradients_match_numpy():

@@ -63,11 +63,14 @@ def test_ties_keep_exactly_k_weights_first_index_first() -> None:
 
 
 def numpy_pool(a: np.ndarray, block: tuple[int, int], pooling: str) -> np.ndarray:
+    """TensorFlow's SAME pooling, as TFMOT uses it: p // 2 of the p padding rows (columns) go before the first."""
     rows, cols = a.shape
     out = np.zeros((-(-rows // block[0]), -(-cols // block[1])))
+    top, left = (out.shape[0] * block[0] - rows) // 2, (out.shape[1] * block[1] - cols) // 2
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
-            cell = a[i * block[0] : (i + 1) * block[0], j * block[1] : (j + 1) * block[1]]
+            r, c = i * block[0] - top, j * block[1] - left
+            cell = a[max(r, 0) : r + block[0], max(c, 0) : c + block[1]]
             out[i, j] = cell.max() if pooling == "MAX" else cell.mean()
     return out
 

@@ -124,6 +124,27 @@ def test_fit_prunes_with_tfmots_step_count_and_under_xla() -> None:
             assert (mask == 0).sum() == mask.size - numpy_kept(mask.size, 0.75)  # step 4 updated every mask
 
 
+def test_fit_reads_the_step_from_the_optimizer_so_a_shared_layer_counts_each_batch_once() -> None:
+    """A pruned layer called twice per batch (shared) sees the optimizer's iteration count + 1 in both calls, so the
+    schedule advances one step a batch; batch by batch, from the optimizer's variable (not a count of calls)."""
+    keras.utils.set_random_seed(3)
+    shared = S.prune_low_magnitude(L.Dense(8), S.PolynomialDecay(0.0, 0.75, 0, 4, power=1, frequency=1))
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, shared(shared(inputs)))
+    model.compile(keras.optimizers.SGD(0.0), "mse")
+    seen: list[tuple[int, int]] = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((int(shared.pruning_step.numpy()), int(model.optimizer.iterations.numpy())))
+
+    x = np.random.default_rng(4).normal(size=(5, 8)).astype(np.float32)
+    model.fit(x, x, batch_size=1, verbose=0, callbacks=[S.UpdatePruningStep(), Record()])
+    assert seen == [(step, step) for step in range(1, 6)]  # after batch k (1-based) the optimizer has made k updates
+    mask = shared.pruning_vars[0][1].numpy()
+    assert (mask == 0).sum() == mask.size - numpy_kept(mask.size, 0.75)  # the schedule reached its end at step 4
+
+
 # -- gradients ----------------------------------------------------------------------------------------------------
 
 
