@@ -62,6 +62,9 @@ follow:
 """
 
 
+FUSED_LINK = "spiking.md#fused-layers-spikingdense-spikingconv2d-and-fused"
+
+
 def results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
     """The full (not ``--quick``) results, by row name."""
     found = {}
@@ -334,7 +337,8 @@ def _spiking_verdict(r: dict[str, Any]) -> list[str]:
                 " ste's side is the unfused network (`TimeDistributed` convolutions and max-pooling, `LIF` layers "
                 "over whole sequences) because `ste.spiking.Fused` offers no pooling between convolutions; on a CPU "
                 "without TensorFlow's oneDNN (AVX2, as here) the unfused convolutional network was slower than the "
-                "fused one in the spiking speed benchmark too (docs/spiking.md, fused layers). No cause specific to "
+                "fused one in the spiking speed benchmark too ([fused layers]("
+                f"{FUSED_LINK})). No cause specific to "
                 "this network is measured yet."
             )
         lines.append(text)
@@ -363,7 +367,7 @@ def _spiking_memory(r: dict[str, Any]) -> str:
         text += (
             " Beyond that, the convolutions run as `ste.spiking.TimeDistributed` layers over every step at once, and "
             "a layer-by-layer network keeps, for the whole sequence, the surrogate's input of every hidden neuron, "
-            "the float spikes and the gradient at each layer boundary (docs/spiking.md, fused layers); "
+            f"the float spikes and the gradient at each layer boundary ([fused layers]({FUSED_LINK})); "
             "`ste.spiking.Fused`, which keeps checkpoints only, offers no pooling between convolutions, so it cannot "
             "run this network."
         )

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.imports import import_edges, package_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, ...]] = [
@@ -49,50 +51,6 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 
-def _modules(package: Path) -> dict[str, Path]:
-    modules = {}
-    for path in package.rglob("*.py"):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return modules
-
-
-def _imports(package: Path) -> dict[str, set[str]]:
-    """Every module of ``package`` → the modules of the package it imports, relative or absolute, at any depth (a
-    lazy import inside a function counts; one under ``if TYPE_CHECKING:`` does not)."""
-    modules = _modules(package)
-    top = package.name
-    edges: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        here = (name if path.name == "__init__.py" else name.rsplit(".", 1)[0]).split(".")
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for statement in node.body
-            for inner in ast.walk(statement)
-        }
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            targets: list[str] = []
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            for target in targets:
-                while target and target not in modules:  # `import ste.x.y` where only ste.x is a module of ours
-                    target = target.rpartition(".")[0]
-                if target and (target == top or target.startswith(top + ".")) and target != name:
-                    edges[name].add(target)
-    return edges
-
-
 def _layer(module: str, layers: list[tuple[str, ...]]) -> int | None:
     """The layer of the longest prefix that names the module or a package holding it."""
     best: tuple[int, int] | None = None
@@ -105,7 +63,7 @@ def _layer(module: str, layers: list[tuple[str, ...]]) -> int | None:
 
 def _upward_imports(package: Path, layers: list[tuple[str, ...]]) -> list[str]:
     found = []
-    for module, targets in sorted(_imports(package).items()):
+    for module, targets in sorted(import_edges(package).items()):
         low = _layer(module, layers)
         for target in sorted(targets):
             high = _layer(target, layers)
@@ -115,7 +73,7 @@ def _upward_imports(package: Path, layers: list[tuple[str, ...]]) -> list[str]:
 
 
 def _unplaced(package: Path, layers: list[tuple[str, ...]]) -> list[str]:
-    return sorted(module for module in _modules(package) if _layer(module, layers) is None)
+    return sorted(module for module in package_modules(package) if _layer(module, layers) is None)
 
 
 def test_the_layer_check_finds_an_upward_import_even_a_lazy_one(tmp_path: Path) -> None:

@@ -56,6 +56,9 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
     layer's config, so a ``.keras`` file loads after ``import ste``.
     """
 
+    #: The call that turns a trained model's wrappers back into plain layers: conversion and QAT ask for it first.
+    strip_with = "ste.clustering.strip_clustering"
+
     def __init__(
         self,
         layer: Any,

@@ -72,6 +72,19 @@ def _check_model(model: Any, owner: str) -> None:
         )
 
 
+def _check_stripped(model: keras.Model) -> None:
+    """A pruning or clustering wrapper left in the model would be exported as its training graph (the float latent
+    kernel beside the mask or the centroid distances), which is neither smaller nor what the user trained for."""
+    for layer in model._flatten_layers(include_self=False):
+        strip = getattr(type(layer), "strip_with", None)
+        if isinstance(strip, str):
+            raise ConversionError(
+                f"ste.to_tflite: the layer '{layer.name}' is still a {type(layer).__name__} training wrapper; a "
+                f"flatbuffer of it holds the float latent kernel and the training-time ops, not the small kernel. "
+                f"Fix: model = {strip}(model) first, then convert."
+            )
+
+
 def _prefix(owner: str, prefix: Any) -> str:
     if prefix is None:
         return ""
@@ -368,6 +381,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
             f"{optimizations!r}. Fix: e.g. optimizations=[] for a float flatbuffer, or leave it None."
         )
     _check_model(model, "ste.to_tflite")
+    _check_stripped(model)
     _check_activation_bits(model)
     model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:

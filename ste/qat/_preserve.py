@@ -45,11 +45,11 @@ import numpy as np
 import tensorflow as tf
 
 from .._common._arguments import check_bool
-from ..clustering import ClusterWeights, cluster_assign, cluster_indices
+from ..clustering import cluster_assign, cluster_indices
 from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor
-from ..sparsity import PruneLowMagnitude, apply_mask
+from ..sparsity import apply_mask
 from ._fake_quant import weight_fake_quant_op
 from ._int8 import Int8Scheme
 from ._quantizers import WeightFakeQuant
@@ -194,9 +194,8 @@ class _PreserveScheme(Int8Scheme):
         return f"ste.quantize_model(scheme={self!r})"
 
     def role(self, layer: keras.layers.Layer) -> Any:
-        if isinstance(layer, (PruneLowMagnitude, ClusterWeights)):
-            pruned = isinstance(layer, PruneLowMagnitude)
-            strip = "ste.sparsity.strip_pruning" if pruned else "ste.clustering.strip_clustering"
+        strip = getattr(type(layer), "strip_with", None)
+        if isinstance(strip, str):
             raise ParameterError(
                 f"{self._owner()}: the layer '{layer.name}' is still a {type(layer).__name__} wrapper; the scheme "
                 f"reads the pruned or clustered kernels of a stripped model. Fix: model = {strip}(model) first, then "

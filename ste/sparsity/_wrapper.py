@@ -42,6 +42,9 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     same ones, already checked (``sparsity_m_by_n`` a ``(zeros, group)`` tuple or None, ``axis`` the N:M axis).
     """
 
+    #: The call that turns a trained model's wrappers back into plain layers: conversion and QAT ask for it first.
+    strip_with = "ste.sparsity.strip_pruning"
+
     def __init__(
         self,
         layer: Any,

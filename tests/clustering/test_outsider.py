@@ -675,12 +675,6 @@ def test_dynamic_range_int8_tflite_keeps_at_most_k_values_per_output_channel() -
     assert max(np.unique(row).size for row in q) <= 8
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ste.to_tflite(clustered, optimizations=[]) of an unstripped model converts silently: the flatbuffer "
-    "holds the float latent kernel (620 distinct values for k=8) and a folded (40, 64, 8) distance tensor with "
-    "20,413 distinct values, instead of refusing and naming strip_clustering",
-)
 def test_to_tflite_of_an_unstripped_clustered_model_refuses_or_keeps_k_values() -> None:
     keras.utils.set_random_seed(22)
     model = keras.Sequential([keras.Input((40,)), L.Dense(64), L.Dense(3)])

@@ -840,3 +840,13 @@ def test_nested_model_inner_layers_pruned_and_original_untouched():
         assert int((layer.pruning_vars[0][1].numpy() == 0).sum()) == n - kept(n, 0.5)
     for old, new in zip(before, model.weights):
         np.testing.assert_array_equal(old, new.numpy())
+
+
+def test_to_tflite_of_an_unpruned_wrapper_names_strip_pruning():
+    """Converting before ``strip_pruning`` would ship the float latent kernel beside its mask: refused, with the fix,
+    as the unstripped clustered model is (tests/clustering/test_outsider.py)."""
+    model = keras.Sequential([keras.Input((8,)), L.Dense(4)])
+    pruned = S.prune_low_magnitude(model)
+    with pytest.raises(ste.errors.ConversionError, match=r"strip_pruning\(model\)"):
+        ste.to_tflite(pruned)
+    ste.to_tflite(S.strip_pruning(pruned))  # the stripped model converts
