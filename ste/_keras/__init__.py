@@ -5,6 +5,7 @@
 * ``_lookup``: Keras's own string lookups (``keras.activations.get("ste_sign")``) find ste's names;
 * ``_configs``: a damaged saved config raises an ste error instead of Keras's bare ``TypeError``;
 * ``_signatures``: ``inspect.signature`` of a layer class shows its real arguments;
+* ``_scopes``: TFMOT's ``*_scope(*custom_objects)`` calls, a family's classes plus the user's as custom objects;
 * ``_stateless``: a wrapped layer run with some of its variables read as computed values (QAT, pruning, clustering);
 * ``_distribute``, ``_collective_keys``: guarded fixes to Keras's ``fit`` under ``tf.distribute`` strategies,
   installed by ``import ste``.

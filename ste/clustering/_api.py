@@ -16,6 +16,7 @@ from typing import Any
 import keras
 
 from .._common._arguments import check_bool
+from .._keras._scopes import custom_object_scope
 from .._keras._versions import complete_config
 from ..errors import ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered, has_kernel
@@ -228,13 +229,10 @@ def cluster_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
     """TFMOT's ``cluster_scope``: ste's clustering classes as Keras custom objects, plus the ``{name: class}`` dicts
     given (your own :class:`ClusterableLayer` classes). ``import ste`` already registers :class:`ClusterWeights`,
     so a ``.keras`` file of built-in layers loads without the scope."""
-    merged: dict[str, Any] = {"ClusterWeights": ClusterWeights}
-    for objects in custom_objects:
-        if not isinstance(objects, Mapping):
-            raise ParameterError(
-                f"ste.clustering.cluster_scope: expected dicts of {{name: class}}; received {type(objects).__name__} "
-                f"{objects!r}. Fix: e.g. ste.clustering.cluster_scope({{'MyLayer': MyLayer}})."
-            )
-        merged.update(objects)
-    with keras.saving.custom_object_scope(merged):
+    with custom_object_scope(
+        "ste.clustering.cluster_scope",
+        {"ClusterWeights": ClusterWeights},
+        custom_objects,
+        "ste.clustering.cluster_scope({'MyLayer': MyLayer})",
+    ):
         yield

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool
+from .._keras._scopes import custom_object_scope
 from ..errors import ConversionError, ParameterError, UnsupportedLayerError
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
@@ -259,15 +260,9 @@ def quantize_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
     ``keras.saving.register_keras_serializable``). ste copies layers without cloning the model, so
     :func:`quantize_model` and :func:`quantize_apply` need no scope.
     """
-    merged = dict(_CUSTOM_OBJECTS)
-    for objects in custom_objects:
-        if not isinstance(objects, Mapping):
-            raise ParameterError(
-                f"ste.qat.quantize_scope: expected dicts of {{name: class}}; received {type(objects).__name__} "
-                f"{objects!r}. Fix: e.g. ste.qat.quantize_scope({{'MyConfig': MyConfig}})."
-            )
-        merged.update(objects)
-    with keras.saving.custom_object_scope(merged):
+    with custom_object_scope(
+        "ste.qat.quantize_scope", _CUSTOM_OBJECTS, custom_objects, "ste.qat.quantize_scope({'MyConfig': MyConfig})"
+    ):
         yield
 
 
