@@ -266,7 +266,12 @@ class _PreserveScheme(Int8Scheme):
             )
 
     def _nothing_to_keep(self, notes: list[str]) -> str:
-        seen = "; ".join(notes[:6]) + ("; ..." if len(notes) > 6 else "") if notes else "no quantized kernel"
+        seen = (
+            "; ".join(notes[:6]) + ("; ..." if len(notes) > 6 else "")
+            if notes
+            else "no kernel that the scheme quantizes; a model that ste.quantize_model returned has none, so pass the "
+            "stripped float model, not its quantization-aware copy"
+        )
         if self.keeps_clusters and self.keeps_zeros:
             what = "a clustered kernel with zeros (pruned, then clustered with preserve_sparsity=True)"
             fix = (
