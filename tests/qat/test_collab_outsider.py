@@ -465,3 +465,13 @@ def test_the_float32_model_is_refused():
             warnings.simplefilter("ignore")
             with pytest.raises(ste.errors.ParameterError, match="Fix:"):
                 ste.quantize_model(model, scheme=scheme)
+
+
+@pytest.mark.parametrize("scheme", ["prune_preserve", "cluster_preserve", "prune_cluster_preserve"])
+def test_an_already_quantized_model_is_refused_naming_the_float_model(scheme):
+    _, q = build("pcqat")
+    before = _weights(q)
+    with pytest.raises(ste.errors.ParameterError, match="pass the stripped float model"):
+        ste.quantize_model(q, scheme=scheme)
+    for a, b in zip(before, _weights(q)):
+        np.testing.assert_array_equal(a, b)
