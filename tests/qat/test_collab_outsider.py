@@ -349,8 +349,9 @@ def test_functional_nested_and_unpruned_layers():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("compiled", [False, True])
 def test_hessian_through_the_preserving_quantizer(dtype, compiled):
-    """The Hessian of sum(a·sin(q(w))) in w: the straight-through read is w (clusters) times the mask, so it is
-    diag(−a·sin(q(w))·mask²), from numpy."""
+    """The Hessian of sum(a·sin(q(w))) in w and in the centroids c: the straight-through read is w (clusters) times
+    the mask, and a centroid is the value of each of its members, so with h = −a·sin(q(w))·mask² (numpy) the Hessian
+    is diag(h) in w and diag(Σ of h over each centroid's members) in c."""
     rng = np.random.default_rng(2)
     centroids = np.array([-0.5, 0.25, 0.625])
     kernel = centroids[rng.integers(0, 3, (4, 5))]
@@ -361,18 +362,21 @@ def test_hessian_through_the_preserving_quantizer(dtype, compiled):
     q.initialize(mask, centroids, kernel)
     w = tf.Variable((kernel + 0.01 * rng.normal(size=kernel.shape)).astype(dtype))
     a = tf.constant(rng.normal(size=kernel.shape).astype(dtype))
+    c = q.cluster_centroids
 
-    def hessian(w):
-        with tf.GradientTape() as outer:
+    def hessians(w):
+        with tf.GradientTape(persistent=True) as outer:
             with tf.GradientTape() as inner:
                 y = q(w, training=True)
                 loss = tf.reduce_sum(tf.sin(y) * a)
-            g = inner.gradient(loss, w)
-        return outer.jacobian(g, w), y
+            gw, gc = inner.gradient(loss, [w, c])
+        return outer.jacobian(gw, w), outer.jacobian(gc, c), y
 
-    h, y = (tf.function(hessian) if compiled else hessian)(w)
-    expected = np.diag((-np.sin(np.asarray(y, np.float64)) * a.numpy() * mask**2).ravel())
-    np.testing.assert_allclose(h.numpy().reshape(20, 20), expected, atol=1e-6)
+    hw, hc, y = (tf.function(hessians) if compiled else hessians)(w)
+    h = -np.sin(np.asarray(y, np.float64)) * a.numpy() * mask**2
+    np.testing.assert_allclose(hw.numpy().reshape(20, 20), np.diag(h.ravel()), atol=1e-6)
+    index = np.argmin(np.abs(w.numpy()[..., None] - centroids), axis=-1)
+    np.testing.assert_allclose(hc.numpy(), np.diag([h[index == j].sum() for j in range(3)]), atol=1e-5)
 
 
 # -- bad input -------------------------------------------------------------------------------------------------------
