@@ -27,7 +27,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from tests.qat.helpers import interpreter
+from tests.qat.helpers import interpreter, numpy_fake_quant
 
 L = keras.layers
 DATA = np.load(Path(__file__).resolve().parents[1] / "data" / "tfmot_collab.npz")
@@ -479,3 +479,19 @@ def test_an_already_quantized_model_is_refused_naming_the_float_model(scheme):
         ste.quantize_model(q, scheme=scheme)
     for a, b in zip(before, _weights(q)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_folded_cqat_kernel_is_the_fake_quantized_centroids_times_the_batch_norm_factor():
+    """numpy: per output channel, fake-quantize c[index]·γ/√(var + ε) on ±its max|·| (narrow range)."""
+    q, _, _ = trained("cqat_bn")
+    layer = q.get_layer("conv")
+    quantizer = layer.kernel_quantizer
+    centroids = np.asarray(quantizer.cluster_centroids.numpy(), np.float64)
+    read = centroids[quantizer.pulling_indices.numpy()]
+    factor = layer.gamma.numpy() / np.sqrt(layer.moving_variance.numpy() + layer.batch_norm["epsilon"])
+    folded = read * factor.astype(np.float64)
+    m = np.abs(folded).max(axis=(0, 1, 2))
+    expected, _, _ = numpy_fake_quant(folded, -m, m, bits=8, narrow_range=True)
+    got = np.asarray(layer.quantize_kernel(layer.slots[0]), np.float64)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6 * m.max())
+    assert max(np.unique(got[..., j]).size for j in range(got.shape[-1])) <= K
