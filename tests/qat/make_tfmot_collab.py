@@ -12,8 +12,12 @@ converted to int8 TFLite (``optimizations=[DEFAULT]``) before and after four SGD
 * ``<case>|<when>|ops``: the TFLite op names in order (``<when>``: ``t0`` untrained, ``t4`` after four steps);
 * ``<case>|<when>|<op index>|int8``, ``...|scales``: the int8 filter of each CONV_2D, DEPTHWISE_CONV_2D and
   FULLY_CONNECTED op (as the interpreter holds it) and its scales;
-* ``<case>|<layer>|latent4``: the layer's own kernel variable after the four steps (TFMOT's PQAT trains it in place);
+* ``<case>|<layer>|latent4``: the layer's own kernel variable after the four steps (TFMOT's PQAT trains it in place;
+  its CQAT assigns it the clustered kernel of the last training call, from which that call's range was taken);
 * ``<case>|<layer>|ori4``, ``centroids4``, ``indices4``: TFMOT's CQAT variables after the steps (clustered kernels).
+
+The untrained ``t0`` models hold TFMOT's initial kernel ranges ([−6, 6], its min/max variables before any training
+call), not the kernels', so the tests read only ``t4``.
 """
 
 from __future__ import annotations
