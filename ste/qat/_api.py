@@ -266,14 +266,15 @@ def quantize_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
         yield
 
 
-_LOW_PRECISION = ("mixed_float16", "mixed_bfloat16", "float16", "bfloat16")
+#: the policies ``to_tflite`` converts through a float32 copy (the converter fails on a float64 graph's int8 ops too)
+_NOT_FLOAT32 = ("mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float64")
 
 
 def _float32_policies(config: Any) -> Any:
-    """A serialized model with every low-precision dtype policy replaced by float32."""
+    """A serialized model with every float dtype policy other than float32 replaced by float32."""
     if isinstance(config, dict):
         if config.get("class_name") == "DTypePolicy" and isinstance(config.get("config"), dict):
-            if config["config"].get("name") in _LOW_PRECISION:
+            if config["config"].get("name") in _NOT_FLOAT32:
                 return {**config, "config": {**config["config"], "name": "float32"}}
         return {key: _float32_policies(value) for key, value in config.items()}
     if isinstance(config, list):
@@ -284,7 +285,7 @@ def _float32_policies(config: Any) -> Any:
 def _in_float32(model: keras.Model) -> keras.Model:
     """``model`` itself if it computes in float32, else a float32 copy with its weights: TensorFlow's fake-quant
     kernels, which the converter reads ranges from, take float32 only (a mixed-precision model's float16 formula
-    is not one of them)."""
+    is not one of them, and a float64 model's int8 ops fail to convert)."""
     if all(layer.compute_dtype == "float32" for layer in model._flatten_layers()):
         return model
     copy = keras.saving.deserialize_keras_object(_float32_policies(keras.saving.serialize_keras_object(model)))
@@ -363,8 +364,8 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
 
     ``int8_io=True`` also makes the model's inputs and outputs int8 (no float quantize/dequantize at the edges; the
     input scale and zero point are in the interpreter's input details). A model trained under a mixed-precision
-    policy is exported as a float32 copy with the same weights (the converter reads ranges only from float32
-    fake-quant ops).
+    policy, or in float16, bfloat16 or float64, is exported as a float32 copy with the same weights (the converter
+    reads ranges only from float32 fake-quant ops).
     """
     int8_io = check_bool("ste.to_tflite", "int8_io", int8_io)
     if optimizations is not None and (

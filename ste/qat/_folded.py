@@ -149,8 +149,10 @@ class _BatchNormFolding:
 
     def _folded_kernel(self, scale: tf.Tensor) -> tf.Tensor:
         kernel = tf.cast(self.kernel.value, self.compute_dtype)
-        folded = kernel * self._channels_of_kernel(scale, kernel)
         quantizer = getattr(self, self.slots[0].quantizer)  # type: ignore[attr-defined]
+        if getattr(quantizer, "constrains_before_folding", False):  # collaborative QAT: constrain W, then scale it
+            return quantizer(kernel, channel_scale=self._channels_of_kernel(scale, kernel))
+        folded = kernel * self._channels_of_kernel(scale, kernel)
         return folded if quantizer is None else quantizer(folded)
 
     def _train(self, raw: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:

@@ -29,8 +29,9 @@ A kernel is taken as clustered when one of its non-zero values occurs more than 
 A model in which no kernel has anything to preserve is refused before anything is built, as is a model that still
 holds pruning or clustering wrappers (strip them first).
 
-A convolution whose clusters are preserved is not folded with a following batch norm: folding multiplies each
-output channel by its own factor, which would not keep the shared values (the batch norm stays a float layer).
+A batch norm is folded into the convolution before it as the int8 scheme folds it, with the constraints applied to
+the kernel before the per-channel factor (:meth:`PreservingWeightFakeQuant.call`): a folded kernel is per-channel,
+and scaling a channel keeps its zeros and the number of its distinct values.
 ``MultiHeadAttention`` quantizes its four kernels with one quantizer, so its sparsity and clusters are not kept.
 """
 
@@ -88,6 +89,9 @@ class PreservingWeightFakeQuant(WeightFakeQuant):
     :data:`ste.sparsity.apply_mask`. Last, it is fake-quantized on ±max|value| (per tensor or per channel,
     ``channel_axes``). The scheme sets the variables from the stripped model's kernel (:meth:`initialize`).
     """
+
+    #: A layer that folds a batch norm passes its per-channel factor to :meth:`call` instead of scaling the kernel.
+    constrains_before_folding = True
 
     def __init__(
         self,
@@ -152,9 +156,15 @@ class PreservingWeightFakeQuant(WeightFakeQuant):
             x = apply_mask(x, tf.cast(self.sparsity_mask.value, x.dtype))
         return x
 
-    def call(self, inputs: Any, training: Any = None) -> tf.Tensor:
+    def call(self, inputs: Any, training: Any = None, channel_scale: Any = None) -> tf.Tensor:
+        """``channel_scale``: a batch norm's per-output-channel factor s, when the layer folds one. The constraints
+        hold on the kernel itself, so the quantizer reads ``constrained(W) · s``: each output channel keeps its zeros
+        and at most ``k`` values, as in the kernels TFLite's converter folds for TFMOT."""
+        x = self.constrained(inputs, training)
+        if channel_scale is not None:
+            x = x * tf.cast(channel_scale, x.dtype)
         return weight_fake_quant_op(
-            self.constrained(inputs, training),
+            x,
             bits=self.bits,
             channel_axes=self.channel_axes,
             narrow_range=self.narrow_range,
@@ -256,7 +266,12 @@ class _PreserveScheme(Int8Scheme):
             )
 
     def _nothing_to_keep(self, notes: list[str]) -> str:
-        seen = "; ".join(notes[:6]) + ("; ..." if len(notes) > 6 else "") if notes else "no quantized kernel"
+        seen = (
+            "; ".join(notes[:6]) + ("; ..." if len(notes) > 6 else "")
+            if notes
+            else "no kernel that the scheme quantizes; a model that ste.quantize_model returned has none, so pass the "
+            "stripped float model, not its quantization-aware copy"
+        )
         if self.keeps_clusters and self.keeps_zeros:
             what = "a clustered kernel with zeros (pruned, then clustered with preserve_sparsity=True)"
             fix = (
@@ -281,13 +296,6 @@ class _PreserveScheme(Int8Scheme):
                 "scheme='int8'"
             )
         return f"{self._owner()}: expected {what} to preserve; the model has none ({seen}). Fix: {fix}."
-
-    def folds(self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer) -> bool:
-        if any(
-            plan.centroids is not None for (owner, _), plan in self._plans.items() if owner == id(layer)
-        ):  # folding rescales each output channel: the shared values would not be kept
-            return False
-        return super().folds(layer, batch_norm)
 
     def weight_quantizer(self, layer: keras.layers.Layer, argument: str, channel_axes: int) -> Quantizer:
         plan = self._plans.get((id(layer), argument))
