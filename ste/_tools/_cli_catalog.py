@@ -116,19 +116,6 @@ SHOW = {
         '  Rounding: `tf.round`, half to even. `k_bit` is larq\'s name for `bits`. Spec names `"dorefa"` and\n'
         '  `"dorefa_quantizer"`.\n'
     ),
-    "dorefa_quantizer": (
-        "DoReFa(bits=2, mode='activations')\n"
-        "  quantizer:  ste.quantizers.DoReFa\n"
-        "  surrogate:  - (its own gradient, below)\n"
-        "\n"
-        "  k-bit DoReFa quantizer (Zhou et al. 2016); also larq's `DoReFa` / `dorefa_quantizer`.\n"
-        "\n"
-        '  `mode="activations"`: round(n·clip(x, 0, 1))/n with n = 2^bits − 1; gradient dy·1[0 <= x <= 1].\n'
-        '  `mode="weights"`: t = tanh(x), m = max(abs(t)) over the whole tensor (a constant in the backward pass),\n'
-        "  output 2·round(n·(t/(2m) + 1/2))/n − 1 in [−1, 1]; gradient dy·(1 − tanh²(x))/m. An all-zero input uses m = 1.\n"
-        '  Rounding: `tf.round`, half to even. `k_bit` is larq\'s name for `bits`. Spec names `"dorefa"` and\n'
-        '  `"dorefa_quantizer"`.\n'
-    ),
     "erf_surrogate": (
         "erf_surrogate(alpha=2.0)\n"
         "  d(x):       (alpha/sqrt(pi)) * exp(-alpha**2 * x**2)\n"
@@ -467,3 +454,5 @@ SHOW = {
         "  Primitive: 0. Peak: 0.\n"
     ),
 }
+# names that print the same as another (aliases)
+SHOW["dorefa_quantizer"] = SHOW["dorefa"]
