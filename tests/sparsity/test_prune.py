@@ -487,6 +487,24 @@ def test_save_load_continue_and_strip(tmp_path) -> None:
     assert type(single) is L.Dense and (single.kernel.numpy() == 0).sum() == (mask == 0).sum()
 
 
+def test_masks_are_one_byte_a_weight_and_float_masks_saved_earlier_load_as_nonzero() -> None:
+    """A mask is a bool variable; a store holding the masks as float 0/1 (as TFMOT and earlier versions save them)
+    loads into the same masks, by the numpy mask of the kernel the update saw."""
+    pruned = S.prune_low_magnitude(dense_model(), S.ConstantSparsity(0.5, 0, frequency=1))
+    kernel = pruned.layers[0].layer.kernel.numpy().copy()
+    one_step(pruned, np.ones((2, 8), np.float32), np.ones((2, 4), np.float32), lr=0.0)
+    wrapper = pruned.layers[0]
+    assert wrapper.pruning_vars[0][1].dtype == "bool"
+    store: dict = {}
+    wrapper.save_own_variables(store)
+    assert sum(np.asarray(v).dtype == bool for v in store.values()) == 1  # the kernel's mask
+    as_float = {k: np.asarray(v).astype(np.float32) if np.asarray(v).dtype == bool else v for k, v in store.items()}
+    fresh = S.prune_low_magnitude(dense_model(seed=1), S.ConstantSparsity(0.5, 0, frequency=1))
+    fresh.build((None, 8))
+    fresh.layers[0].load_own_variables(as_float)
+    np.testing.assert_array_equal(fresh.layers[0].pruning_vars[0][1].numpy(), numpy_mask(kernel, 0.5))
+
+
 def test_pruning_summaries_log_each_mask_sparsity(tmp_path) -> None:
     pruned = S.prune_low_magnitude(dense_model(), S.ConstantSparsity(0.5, 0, frequency=1))
     pruned.compile("sgd", "mse")
