@@ -240,6 +240,21 @@ def _packed_bytes(ste: Any, model: Any) -> dict[str, Any]:
     return {"packed_bytes": int(packed), "float32_bytes": int(float_bytes), "kernel_bits": bits}
 
 
+def _pruning_state_bytes(tf: Any, model: Any) -> int:
+    """Bytes of the state the pruning wrappers add to the model (each mask, threshold and step counter), read from
+    the variables' shapes and dtypes: TFMOT's and ste's wrappers both list them as ``pruning_vars`` (weight, mask,
+    threshold) and ``pruning_step``."""
+    import numpy as np
+
+    total = 0
+    for layer in model.layers:
+        if not hasattr(layer, "pruning_vars"):
+            continue
+        state = [v for _, mask, threshold in layer.pruning_vars for v in (mask, threshold)] + [layer.pruning_step]
+        total += sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in state)
+    return total
+
+
 def _ste() -> Any:
     import ste
 
@@ -293,6 +308,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "curve": curve,
         "test_accuracy": curve[-1]["test_accuracy"],
         "median_step_s": statistics.median(flat),
+        "epoch_step_s": [statistics.median(times) for times in steps if times],
         "step_samples": len(flat),
         "cpu_per_step_s": statistics.median(cpu),
         "peak_bytes": max(peaks),
@@ -316,6 +332,8 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         result.update(figures)
         result["keras_tflite_agreement"] = float(np.mean(tflite_pred == keras_pred))
         result["interpreter"] = f"tf.lite.Interpreter (TensorFlow {tf.__version__})"
+    if config["row"] == "pruning":
+        result["pruning_state_bytes"] = _pruning_state_bytes(tf, model)
     if config["row"] in COMPRESSION:
         result.update(_compression_figures(keras, model, config, x_test, y_test))
     if config["row"] == "low_bit":

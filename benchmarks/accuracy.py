@@ -10,7 +10,9 @@
     python -m benchmarks.accuracy binary_cnn --quick               # a smoke run (under a minute, no peers)
 
 Options: ``--epochs N``, ``--data DIR`` (Fashion-MNIST's IDX files; otherwise ``benchmarks._fashion`` looks in the
-Debian package's folder, then Keras's cache, then downloads with Keras), ``--out DIR``.
+Debian package's folder, then Keras's cache, then downloads with Keras), ``--out DIR``, ``--train N`` (the first
+``N`` training images only: shorter epochs, for a side-by-side of step time and memory in a few minutes, e.g.
+``pruning --train 12800 --epochs 5 --float-epochs 1``) and ``--sides A,B`` (a subset of the row's sides).
 
 Every side of a row runs in a fresh process (the peers with their own venv's Python, ``TF_USE_LEGACY_KERAS=1``),
 all at once, in lockstep: one side trains an epoch and evaluates while the others wait, in an order that reverses
@@ -36,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -130,6 +133,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=None, help="training epochs of every side (the QAT epochs)")
     parser.add_argument("--float-epochs", type=int, default=None, help="int8_qat, low_bit: epochs of the float start")
     parser.add_argument("--quick", action="store_true", help="a smoke run: a subset, one epoch, under a minute")
+    parser.add_argument("--train", type=int, default=None, help="train on the first N images only (shorter epochs)")
+    parser.add_argument("--sides", default=None, help="some of the row's sides, e.g. ste_2_4,tfmot_2_4")
     parser.add_argument("--data", default=None, help="a folder with Fashion-MNIST's four IDX files")
     parser.add_argument("--larq-venv", default=None, help="a venv with larq 0.14 and tf-keras (binary_cnn's peer)")
     parser.add_argument("--tfmot-venv", default=None, help="a venv with TFMOT 0.8 and tf-keras (int8_qat's peer)")
@@ -141,7 +146,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
             f"unknown row {args.name!r}; expected one of {', '.join(ROWS)} (e.g. python -m benchmarks.accuracy "
             f"{next(iter(ROWS))} --quick)."
         )
-    for option in ("epochs", "float_epochs"):
+    if args.sides is not None:
+        unknown = sorted(set(args.sides.split(",")) - set(ROWS[args.name]["sides"]))
+        if unknown:
+            _fail(
+                f"--sides names {', '.join(unknown)}, not sides of {args.name}; expected some of "
+                f"{', '.join(ROWS[args.name]['sides'])}, comma-separated."
+            )
+    for option in ("epochs", "float_epochs", "train"):
         value = getattr(args, option)
         if value is not None and value < 1:
             _fail(f"--{option.replace('_', '-')} must be at least 1, got {value}.")
@@ -207,6 +219,10 @@ def _command_line(args: argparse.Namespace) -> str:
         parts.append(f"--epochs {args.epochs}")
     if args.float_epochs is not None:
         parts.append(f"--float-epochs {args.float_epochs}")
+    if args.train is not None:
+        parts.append(f"--train {args.train}")
+    if args.sides is not None:
+        parts.append(f"--sides {args.sides}")
     if args.quick:
         parts.append("--quick")
     for option in ("larq_venv", "tfmot_venv", "snntorch_venv", "data"):
@@ -232,6 +248,12 @@ def _compression_summary(sides: dict[str, Any], float_stage: Any) -> dict[str, A
         gap = 100 * (f["stripped_accuracy"] - peer["stripped_accuracy"])
         out[f"{setting}_accuracy_gap_points"] = gap
         out[f"{setting}_step_time_ratio"] = f["median_step_s"] / peer["median_step_s"]
+        if f.get("epoch_step_s") and peer.get("epoch_step_s"):  # epoch by epoch: the two sides ran in turn
+            ratios = [a / b for a, b in zip(f["epoch_step_s"], peer["epoch_step_s"])]
+            out[f"{setting}_step_time_ratio_by_epoch"] = ratios
+            out[f"{setting}_step_time_ratio_median_epoch"] = statistics.median(ratios)
+        if "pruning_state_bytes" in f and peer.get("pruning_state_bytes"):
+            out[f"{setting}_pruning_state_ratio"] = f["pruning_state_bytes"] / peer["pruning_state_bytes"]
         out[f"{setting}_cpu_per_step_ratio"] = f["cpu_per_step_s"] / peer["cpu_per_step_s"]
         out[f"{setting}_peak_memory_ratio"] = f["peak_bytes"] / peer["peak_bytes"]
         out[f"{setting}_gzip_ratio"] = f["tflite"]["float_gz"] / peer["tflite"]["float_gz"]
@@ -329,6 +351,8 @@ def _print_row(result: dict[str, Any]) -> None:
                 + f", float TFLite {t['float']} B, gzip {t['float_gz']} B, int8 gzip {t.get('int8_gz')} B, "
                 f"sparse gzip {t.get('sparse_gz', 'refused')}"
             )
+        if "pruning_state_bytes" in f:
+            extra += f", pruning state {f['pruning_state_bytes']} B"
         if "packed_bytes" in f:
             extra = f", packed {f['packed_bytes']} B of {f['float32_bytes']} B float32"
         print(
@@ -356,15 +380,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             data.y_test[: QUICK["test"]],
             data.source,
         )
+    if args.train is not None:
+        data = type(data)(data.x_train[: args.train], data.y_train[: args.train], data.x_test, data.y_test, data.source)
     epochs = args.epochs or (QUICK["epochs"] if args.quick else spec["epochs"])
+    chosen = spec["sides"] if args.sides is None else args.sides.split(",")
     sides = {
         side: option
         for side, option in spec["sides"].items()
         if (option is None or getattr(args, option))
+        and side in chosen
         and not (args.quick and (side == "float" or side not in spec.get("quick_sides", [side])))
     }
     skipped = {
-        side: "--quick" if args.quick and option is None else f"no --{str(option).replace('_', '-')}"
+        side: "--sides"
+        if side not in chosen
+        else "--quick"
+        if args.quick and option is None
+        else f"no --{str(option).replace('_', '-')}"
         for side, option in spec["sides"].items()
         if side not in sides
     }

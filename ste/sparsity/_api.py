@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import keras
+import numpy as np
 
 from .._common._arguments import check_bool
 from ..errors import ParameterError, ParameterTypeError, UnsupportedLayerError
@@ -404,7 +405,7 @@ def _stripped(wrapper: PruneLowMagnitude, owner: str) -> tuple[keras.layers.Laye
     for weight in wrapper.layer.weights:
         value = keras.ops.convert_to_numpy(weight.value)
         if id(weight) in masks:
-            value = value * keras.ops.convert_to_numpy(masks[id(weight)].value)
+            value = np.where(keras.ops.convert_to_numpy(masks[id(weight)].value), value, np.zeros((), value.dtype))
         values.append(value)
     return copy, values
 

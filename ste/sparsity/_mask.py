@@ -122,25 +122,38 @@ def _pool(magnitude: tf.Tensor, block: tuple[int, int], pooling: str) -> tf.Tens
     return tf.transpose(pooled, [0, 1, 3, 2])[0, 0]
 
 
+def magnitude_keep(
+    weight: Any, sparsity: Any, block_size: tuple[int, int] = (1, 1), block_pooling_type: str = "AVG"
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`magnitude_mask` as a boolean mask (True: kept), and the threshold in ``weight``'s dtype."""
+    magnitude = _magnitude(weight)
+    if tuple(block_size) == (1, 1):
+        keep, threshold = _top_mask(magnitude, kept_count(int(magnitude.shape.num_elements()), sparsity))
+        return keep, tf.cast(threshold, weight.dtype)
+    pooled = _pool(magnitude, (int(block_size[0]), int(block_size[1])), block_pooling_type)
+    keep, threshold = _top_mask(pooled, kept_count(int(pooled.shape.num_elements()), sparsity))
+    expanded = tf.repeat(tf.repeat(keep, block_size[0], axis=0), block_size[1], axis=1)
+    rows, cols = magnitude.shape
+    return expanded[:rows, :cols], tf.cast(threshold, weight.dtype)
+
+
 def magnitude_mask(
     weight: Any, sparsity: Any, block_size: tuple[int, int] = (1, 1), block_pooling_type: str = "AVG"
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """The mask (in ``weight``'s dtype) keeping the weights (or blocks of a rank-2 weight) of largest magnitude so
     that ``sparsity`` of them are zero, and the threshold magnitude (the smallest one kept)."""
-    magnitude = _magnitude(weight)
-    if tuple(block_size) == (1, 1):
-        keep, threshold = _top_mask(magnitude, kept_count(int(magnitude.shape.num_elements()), sparsity))
-        return tf.cast(keep, weight.dtype), tf.cast(threshold, weight.dtype)
-    pooled = _pool(magnitude, (int(block_size[0]), int(block_size[1])), block_pooling_type)
-    keep, threshold = _top_mask(pooled, kept_count(int(pooled.shape.num_elements()), sparsity))
-    expanded = tf.repeat(tf.repeat(keep, block_size[0], axis=0), block_size[1], axis=1)
-    rows, cols = magnitude.shape
-    return tf.cast(expanded[:rows, :cols], weight.dtype), tf.cast(threshold, weight.dtype)
+    keep, threshold = magnitude_keep(weight, sparsity, block_size, block_pooling_type)
+    return tf.cast(keep, weight.dtype), threshold
 
 
 def n_by_m_mask(weight: Any, zeros: int, group: int, axis: int) -> tf.Tensor:
     """The mask zeroing the ``zeros`` smallest-magnitude weights of every ``group`` consecutive ones along ``axis``
     (earlier position kept on ties); ``weight.shape[axis]`` must be a multiple of ``group``."""
+    return tf.cast(n_by_m_keep(weight, zeros, group, axis), weight.dtype)
+
+
+def n_by_m_keep(weight: Any, zeros: int, group: int, axis: int) -> tf.Tensor:
+    """:func:`n_by_m_mask` as a boolean mask (True: kept)."""
     magnitude = _magnitude(weight)
     rank = magnitude.shape.rank
     axis = axis % rank
@@ -151,4 +164,4 @@ def n_by_m_mask(weight: Any, zeros: int, group: int, axis: int) -> tf.Tensor:
     ranks = tf.argsort(order, axis=-1, stable=True)  # the position of each weight in its group's order
     keep = tf.reshape(ranks < group - zeros, tf.shape(moved))
     inverse = [perm.index(d) for d in range(rank)]
-    return tf.cast(tf.transpose(keep, inverse), weight.dtype)
+    return tf.transpose(keep, inverse)

@@ -1,12 +1,15 @@
 """:class:`PruneLowMagnitude`: a layer whose prunable weights are read through a mask (TFMOT's wrapper).
 
-For each prunable weight the wrapper keeps a mask (non-trainable, the weight's shape and dtype, ones at first) and
-the threshold magnitude of its last update, and one ``pruning_step`` counter (int64, −1 until training starts).
+For each prunable weight the wrapper keeps a mask (non-trainable, the weight's shape, boolean: True where the weight
+is kept, all True at first; one byte a weight where TFMOT keeps a float of the weight's dtype) and the threshold
+magnitude of its last update, and one ``pruning_step`` counter (int64, −1 until training starts).
 
 In a training call (``training=True``) the step becomes the optimizer's iteration count + 1 (in ``fit``, read from
 the model's optimizer inside the step; in a custom loop, one more than the count :class:`UpdatePruningStep` set before
 the batch); when the schedule says so at that step, each mask
-is recomputed from its weight's magnitudes (:mod:`ste.sparsity._mask`). With ``gradient="masked"`` the weight is
+is recomputed from its weight's magnitudes (:mod:`ste.sparsity._mask`), inside a ``tf.cond`` on the schedule's
+condition, so that the sort behind a mask runs only at the steps where the schedule updates (as TFMOT's
+``conditional_mask_update``). With ``gradient="masked"`` the weight is
 then set to ``weight · mask`` (TFMOT does so in every training call, so that the pruned weights stay exactly zero
 whatever the optimizer's momentum does). With ``gradient="sr_ste"`` the latent weights are kept, so a pruned weight
 can come back at the next update.
@@ -27,11 +30,16 @@ import tensorflow as tf
 from .._keras._stateless import call_with_values
 from ..errors import MissingCallbackError, ParameterError
 from ._layers import check_weights, prunable_weights
-from ._mask import GRADIENTS, magnitude_mask, n_by_m_mask
+from ._mask import GRADIENTS, magnitude_keep, n_by_m_keep
 
 __all__ = ["PruneLowMagnitude"]
 
 _CALLBACK_FLAG = "_ste_pruning_callback"
+
+
+def _zero_pruned(value: Any, keep: Any) -> Any:
+    """``value`` with zeros where the boolean ``keep`` is False (``value · mask``, without a float mask)."""
+    return tf.where(keep, value, tf.zeros((), value.dtype))
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -104,7 +112,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         for index, weight in enumerate(weights):
             base = weight.path.split("/")[-1] if hasattr(weight, "path") else f"weight_{index}"
             mask = self.add_weight(
-                name=f"{base}_mask", shape=weight.shape, initializer="ones", dtype=weight.dtype, trainable=False
+                name=f"{base}_mask", shape=weight.shape, initializer="ones", dtype="bool", trainable=False
             )
             threshold = self.add_weight(
                 name=f"{base}_threshold", shape=(), initializer="zeros", dtype=weight.dtype, trainable=False
@@ -124,26 +132,26 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     # -- masks ----------------------------------------------------------------------------------------------------
 
     def _new_mask(self, weight: Any, sparsity: Any) -> tuple[Any, Any]:
+        """The boolean mask of ``weight`` at ``sparsity`` and its threshold."""
         if self.sparsity_m_by_n is not None:
             zeros, group = self.sparsity_m_by_n
             axis = -2 if self.m_by_n_axis is None else self.m_by_n_axis
-            mask = n_by_m_mask(weight, zeros, group, axis)
-            return mask, tf.zeros((), weight.dtype)
-        return magnitude_mask(weight, sparsity, self.block_size, self.block_pooling_type)
+            return n_by_m_keep(weight, zeros, group, axis), tf.zeros((), weight.dtype)
+        return magnitude_keep(weight, sparsity, self.block_size, self.block_pooling_type)
 
     def update_masks(self, sparsity: Any) -> None:
         """Recompute every mask at ``sparsity`` (and zero the pruned weights with ``gradient="masked"``)."""
         for weight, mask, threshold in self.pruning_vars:
-            new_mask, new_threshold = self._new_mask(weight.value, sparsity)
-            mask.assign(new_mask)
+            keep, new_threshold = self._new_mask(weight.value, sparsity)
+            mask.assign(keep)
             threshold.assign(new_threshold)
             if self.gradient == "masked":
-                weight.assign(weight.value * new_mask)
+                weight.assign(_zero_pruned(weight.value, keep))
 
     def apply_masks(self) -> None:
         """Set each prunable weight to ``weight · mask``."""
         for weight, mask, _ in self.pruning_vars:
-            weight.assign(weight.value * mask.value)
+            weight.assign(_zero_pruned(weight.value, mask.value))
 
     def _set_step_source(self, iterations: Any) -> None:
         """Read the step from ``iterations`` (an optimizer's iteration count) in each training call, or (None)
@@ -180,7 +188,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
             self._training_step()
         op = GRADIENTS[self.gradient]
         hyper = {"decay": self.decay} if self.gradient == "sr_ste" else {}
-        masked = [op(weight.value, mask.value, **hyper) for weight, mask, _ in self.pruning_vars]
+        masked = [op(weight.value, tf.cast(mask.value, weight.dtype), **hyper) for weight, mask, _ in self.pruning_vars]
         if getattr(self.layer, "_call_has_training_arg", False) and training is not None:
             kwargs["training"] = training
         return call_with_values(

@@ -39,6 +39,10 @@ def test_a_venv_without_python_is_one_line(tmp_path: Path, capsys: pytest.Captur
     _one_line_exit(["binary_cnn", "--larq-venv", str(tmp_path)], capsys, "--larq-venv", "bin/python")
 
 
+def test_a_side_not_of_the_row_is_one_line_naming_the_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    _one_line_exit(["pruning", "--sides", "ste_2_4,ste_3_4"], capsys, "ste_3_4", "tfmot_2_4")
+
+
 def test_bad_data_folder_is_one_line_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / (_fashion.FILES["x_train"] + ".gz")).write_bytes(b"")
     _one_line_exit(["int8_qat", "--data", str(tmp_path)], capsys, "lacks", "dataset-fashion-mnist")
@@ -71,6 +75,9 @@ def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> No
     if row in ("pruning", "clustering"):  # the stripped kernels hold what was asked, and gzip shrinks the file
         if row == "pruning":
             assert side["zeros"] == pytest.approx(0.5, abs=0.01)
+            # one byte a kernel weight (conv2 3·3·16·32, fc1 800·128, fc2 128·10), a float32 threshold and an int64
+            # step per wrapper
+            assert side["pruning_state_bytes"] == 3 * 3 * 16 * 32 + 800 * 128 + 128 * 10 + 3 * (4 + 8)
         else:
             assert side["distinct_values"] <= 16
         assert side["tflite"]["float_gz"] < 0.8 * result["float_stage"]["tflite"]["float_gz"]

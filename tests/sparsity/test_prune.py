@@ -145,6 +145,43 @@ def test_fit_reads_the_step_from_the_optimizer_so_a_shared_layer_counts_each_bat
     assert (mask == 0).sum() == mask.size - numpy_kept(mask.size, 0.75)  # the schedule reached its end at step 4
 
 
+def tfmot_update_steps(steps: int, begin: int, end: int, frequency: int) -> np.ndarray:
+    """The steps among a fit's first ``steps`` batches at which TFMOT updates the masks: its
+    ``PruningSchedule._should_prune_in_step`` in numpy, at the step its wrapper sees (the iteration count + 1)."""
+    step = np.arange(1, steps + 1)
+    in_range = (step >= begin) & ((end == -1) | (step <= end))
+    return step[in_range & ((step - begin) % frequency == 0)]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("pattern", [None, (2, 4)], ids=["magnitude", "2:4"])
+def test_fit_computes_the_masks_only_at_the_steps_tfmots_schedule_updates(pattern, jit: bool, monkeypatch) -> None:
+    """Each mask computation (by magnitude or N:M) is counted inside the train step, at the step it runs for: the
+    masks are computed once per wrapper at each step where TFMOT's schedule says to update, and at no other step."""
+    begin, end, frequency, steps = 3, 17, 4, 22
+    schedule = S.ConstantSparsity(0.5, begin, end, frequency=frequency)
+    pruned = S.prune_low_magnitude(dense_model(), schedule, sparsity_m_by_n=pattern)
+    pruned.compile(keras.optimizers.SGD(0.01), "mse", jit_compile=jit)
+    x = np.random.default_rng(5).normal(size=(steps, 8)).astype(np.float32)
+    y = np.random.default_rng(6).normal(size=(steps, 4)).astype(np.float32)
+    pruned.build((None, 8))
+    wrappers = S._callbacks.pruned_layers(pruned)
+    counts = tf.Variable(tf.zeros([steps + 1], tf.int64), trainable=False)  # counts[step]: mask computations
+    name = "n_by_m_keep" if pattern else "magnitude_keep"
+    original = getattr(S._wrapper, name)
+
+    def counted(weight, *args, **kwargs):
+        counts.scatter_nd_add(tf.reshape(wrappers[0].pruning_step.value, [1, 1]), tf.ones([1], tf.int64))
+        return original(weight, *args, **kwargs)
+
+    monkeypatch.setattr(S._wrapper, name, counted)
+    pruned.fit(x, y, batch_size=1, epochs=1, verbose=0, shuffle=False, callbacks=[S.UpdatePruningStep()])
+    assert int(wrappers[0].pruning_step.numpy()) == steps
+    expected = np.zeros(steps + 1, np.int64)
+    expected[tfmot_update_steps(steps, begin, end, frequency)] = len(wrappers)  # steps 3, 7, 11, 15
+    np.testing.assert_array_equal(counts.numpy(), expected)
+
+
 # -- gradients ----------------------------------------------------------------------------------------------------
 
 
@@ -413,7 +450,7 @@ def test_every_dtype_gives_the_same_kind_of_answer(dtype: str) -> None:
     one_step(pruned, x, np.ones((4, 4), np.float32))
     wrapper = pruned.layers[0]
     mask = wrapper.pruning_vars[0][1]
-    assert mask.dtype == wrapper.layer.kernel.dtype == dtype
+    assert mask.dtype == "bool" and wrapper.layer.kernel.dtype == wrapper.pruning_vars[0][2].dtype == dtype
     np.testing.assert_array_equal(mask.numpy().astype(bool), numpy_mask(kernel, 0.5))
     assert pruned(x).dtype == dtype
 
@@ -448,6 +485,24 @@ def test_save_load_continue_and_strip(tmp_path) -> None:
     assert "PruneLowMagnitude" not in str(keras.models.load_model(str(tmp_path / "plain.keras")).get_config())
     single = S.strip_pruning(loaded.layers[0])
     assert type(single) is L.Dense and (single.kernel.numpy() == 0).sum() == (mask == 0).sum()
+
+
+def test_masks_are_one_byte_a_weight_and_float_masks_saved_earlier_load_as_nonzero() -> None:
+    """A mask is a bool variable; a store holding the masks as float 0/1 (as TFMOT and earlier versions save them)
+    loads into the same masks, by the numpy mask of the kernel the update saw."""
+    pruned = S.prune_low_magnitude(dense_model(), S.ConstantSparsity(0.5, 0, frequency=1))
+    kernel = pruned.layers[0].layer.kernel.numpy().copy()
+    one_step(pruned, np.ones((2, 8), np.float32), np.ones((2, 4), np.float32), lr=0.0)
+    wrapper = pruned.layers[0]
+    assert wrapper.pruning_vars[0][1].dtype == "bool"
+    store: dict = {}
+    wrapper.save_own_variables(store)
+    assert sum(np.asarray(v).dtype == bool for v in store.values()) == 1  # the kernel's mask
+    as_float = {k: np.asarray(v).astype(np.float32) if np.asarray(v).dtype == bool else v for k, v in store.items()}
+    fresh = S.prune_low_magnitude(dense_model(seed=1), S.ConstantSparsity(0.5, 0, frequency=1))
+    fresh.build((None, 8))
+    fresh.layers[0].load_own_variables(as_float)
+    np.testing.assert_array_equal(fresh.layers[0].pruning_vars[0][1].numpy(), numpy_mask(kernel, 0.5))
 
 
 def test_pruning_summaries_log_each_mask_sparsity(tmp_path) -> None:
