@@ -85,7 +85,11 @@ def _pct(value: float) -> str:
 
 def _provenance(r: dict[str, Any]) -> str:
     load = r["load_average"].get("during") or {}
-    during = f"load average {load['min']}–{load['max']} (median {load['median']})" if load else "load not recorded"
+    during = (
+        f"load average {load['min']:.2f}–{load['max']:.2f} (median {load['median']:.2f})"
+        if load
+        else "load not recorded"
+    )
     epochs = _epochs(r["epochs"])
     if r.get("float_stage"):
         tuned = "fine-tuning " if r["row"] in COMPRESSION else "QAT "
