@@ -212,3 +212,31 @@ def test_a_slower_compression_step_says_what_the_cpu_time_shows() -> None:
     text = " ".join(results_page._verdict(r))
     assert "(×1.22); its CPU time per step was not higher (×0.97)" in text
     assert "no cause specific to ste is known yet" in text
+
+
+def _binary_result(ste_ms: float, larq_ms: float, float_ms: float) -> dict[str, Any]:
+    side = lambda ms, cpu: {"test_accuracy": 0.893, "median_step_s": ms / 1000, "cpu_per_step_s": cpu / 1000}  # noqa: E731
+    return {
+        "row": "binary_cnn",
+        "epochs": 6,
+        "sides": {"ste": side(ste_ms, 2 * ste_ms), "larq": side(larq_ms, 2 * larq_ms), "float": side(float_ms, 100)},
+        "summary": {
+            "accuracy_gap_points": 0.0,
+            "step_time_ratio": ste_ms / larq_ms,
+            "peak_memory_ratio": 0.9,
+            "goal_met": True,
+        },
+    }
+
+
+def test_a_slower_binarized_step_is_set_beside_float_keras_3s_own_step() -> None:
+    """The page splits ste's step over larq's into Keras 3's float step over larq's and ste's over that float step,
+    and names the larger part; a step within 5 % of larq's gets no such paragraph."""
+    keras = " ".join(results_page._verdict(_binary_result(89.0, 80.0, 86.4)))
+    assert "(step time ×1.11; its CPU time per step was higher too (×1.11))" in keras
+    assert "took ×1.08 larq's step in the same run, and ste's binarized network ×1.03 that float step" in keras
+    assert "most of the gap is Keras 3's training step" in keras
+    binarization = " ".join(results_page._verdict(_binary_result(96.0, 80.0, 82.0)))
+    assert "took ×1.02 larq's step" in binarization and "×1.17 that float step" in binarization
+    assert "the binarization itself costs more" in binarization
+    assert "slower than larq" not in " ".join(results_page._verdict(_binary_result(82.0, 80.0, 86.0)))
