@@ -8,7 +8,8 @@
   (``_forwardmode``) and vectorized (``_vectorized``) gradients;
 * ``_gradients``, ``_inputs``: checking what a rule returns and what an op is called with;
 * ``_serialization``: saving an op (Keras configs, copies, pickles) by naming its parts;
-* ``_describe``, ``_xla``: how user functions are named in messages; whether code runs under XLA.
+* ``_describe``, ``_xla``, ``_cpu``: how user functions are named in messages; whether code runs under XLA; which CPU
+  kernels TensorFlow runs (oneDNN or its own).
 
 Uses :mod:`ste.errors`, :mod:`ste._common` and the surrogate registry (:mod:`ste.registry`); no family, no tool.
 """

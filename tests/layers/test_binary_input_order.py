@@ -2,7 +2,9 @@
 
 TensorFlow's executor runs an op as soon as its inputs exist; these tests check, on the traced graph, the orders the
 layer pins so that float tensors do not outlive their use (docs/performance.md, "Memory of binarized training"):
-the input is packed before the layer's output exists, and the input gradient is computed after the kernel gradient.
+the input is packed before the layer's output exists, and, where TensorFlow's CPU kernels are oneDNN's (or a GPU runs
+the convolutions, or TensorFlow does not say), the input gradient is computed after the kernel gradient; with oneDNN
+off the two run side by side (TensorFlow's own filter gradient leaves a core idle).
 Under XLA the ±1 input is rebuilt with an elementwise select (XLA compiles a table gather to a slow loop on CPU).
 """
 
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import tensorflow as tf
 
 import ste
+from ste.layers import _base
 
 
 def _traced(jit_compile: bool) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -50,7 +54,16 @@ def _ancestors(op: tf.Operation, control: bool = True) -> set[tf.Operation]:
     return seen
 
 
-def test_the_output_waits_for_the_packing_and_the_input_gradient_for_the_kernel_gradient() -> None:
+@pytest.mark.parametrize(
+    ("onednn", "gpu", "ordered"),
+    [(True, False, True), (None, False, True), (False, True, True), (False, False, False)],
+    ids=["onednn-on", "onednn-unknown", "onednn-off-gpu", "onednn-off-cpu"],
+)
+def test_the_output_waits_for_the_packing_and_the_input_gradient_for_the_kernel_gradient(
+    monkeypatch: pytest.MonkeyPatch, onednn: bool | None, gpu: bool, ordered: bool
+) -> None:
+    monkeypatch.setattr(_base, "onednn_enabled", lambda: onednn)
+    monkeypatch.setattr(_base, "has_gpu", lambda: gpu)
     _, output, dx, dkernel = _traced(jit_compile=False)
     packed = [op for op in _ancestors(output.op) if op.type == "Cast" and op.outputs[0].dtype == tf.uint8]
     assert packed, "the layer's output does not wait for its input's bits"
@@ -58,8 +71,9 @@ def test_the_output_waits_for_the_packing_and_the_input_gradient_for_the_kernel_
     filters = [op for op in _ancestors(dkernel.op) if op.type == "Conv2DBackpropFilter"]
     inputs = [op for op in _ancestors(dx.op) if op.type == "Conv2DBackpropInput"]
     assert len(filters) == len(inputs) == 1
-    assert filters[0] in _ancestors(inputs[0]), "the input gradient does not wait for the kernel gradient"
-    assert filters[0] not in _ancestors(inputs[0], control=False)  # a control edge: no data flows between them
+    waits = filters[0] in _ancestors(inputs[0])
+    assert waits == ordered, f"the input gradient {'does not wait' if ordered else 'waits'} for the kernel gradient"
+    assert filters[0] not in _ancestors(inputs[0], control=False)  # at most a control edge: no data flows between them
 
 
 def test_xla_rebuilds_the_input_with_a_select_and_tensorflow_with_a_table() -> None:
