@@ -4,8 +4,9 @@ Each page is loaded at a desktop size (1280×900) and a phone size (390×844) wi
 browser's own layout: tables that overflow the page without a horizontal scroll bar (clipped), wrapped lines of
 code whose continuation starts at the line's left edge (a comment's end reading as code at column 0), a copy
 button over the text of a code block's first line, and, on the desktop, sidebar sections below the window. Chromium
-prints the page's DOM after the script ran (``--dump-dom``), and the findings are read from it. A screenshot of every
-page at both sizes is written to OUT_DIR, a build artifact, never committed.
+prints the page's DOM after the script ran (``--dump-dom``), and the findings are read from it. The same launch writes
+a screenshot of every page at both sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build
+artifact, never committed.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ window.addEventListener("load", () => {
   }
   const out = document.createElement("pre");
   out.id = "layout-problems";
+  out.hidden = true;
   out.textContent = JSON.stringify(problems);
   document.body.appendChild(out);
 });
@@ -135,12 +137,13 @@ def check(site: Path, out: Path, pages: tuple[str, ...] = PAGES) -> dict[str, li
         probe.write_text(html.read_text().replace("</body>", CHECK + "</body>"))
         try:
             for label, size in SIZES.items():
-                dom = _run(browser, probe.as_uri(), size, ["--dump-dom"]).stdout
-                match = re.search(r'<pre id="layout-problems">(.*?)</pre>', dom, re.S)
+                shot = out / f"{page.replace('/', '_')}-{label}.png"
+                # one launch: the DOM after the probe ran, and a screenshot (the probe's output is hidden: the
+                # screenshot shows the page as built)
+                dom = _run(browser, probe.as_uri(), size, ["--dump-dom", f"--screenshot={shot}"]).stdout
+                match = re.search(r'<pre id="layout-problems"[^>]*>(.*?)</pre>', dom, re.S)
                 problems = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&")) if match else None
                 found[f"{page} at {label}"] = problems if problems is not None else ["the probe did not run"]
-                shot = out / f"{page.replace('/', '_')}-{label}.png"
-                _run(browser, html.as_uri(), size, [f"--screenshot={shot}"])
         finally:
             probe.unlink()
     return found
