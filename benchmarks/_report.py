@@ -22,6 +22,10 @@ SPIKING_LIMIT = 1.05
 TFMOT_GOAL = {"time": 1.0, "points": -0.3}  # ste's QAT step and int8 accuracy against TFMOT 0.8's
 
 
+def _steps(count: int) -> str:
+    return "1 step" if count == 1 else f"{count} steps"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
@@ -329,7 +333,9 @@ def side_by_side(larq: dict[str, Any]) -> list[str]:
     lines += [
         "",
         '"ste, ste BN": `ste.layers.QuantConv2D` with `ste.layers.BatchNormalization`, as docs/larq.md writes it; '
-        '"ste": the same with `keras.layers.BatchNormalization`; "float": `keras.layers.Conv2D` in the blocks.',
+        '"ste": the same with `keras.layers.BatchNormalization`; "ste, plain, ste BN": the documented network with '
+        "`ste.set_bit_masks(False)` (every op keeps its float input for the backward pass, as larq's do); "
+        '"float": `keras.layers.Conv2D` in the blocks.',
         "",
     ]
     lines += _op_classes(larq)
@@ -350,7 +356,7 @@ def _op_classes(larq: dict[str, Any]) -> list[str]:
         med = statistics.median
         lines += [
             f"One profiled step per process, oneDNN {_onednn(setting)} (TensorFlow's profiler, host tracer; "
-            f"{columns['larq'][0]['steps']} steps per process, medians over steps and then over the rounds): op time "
+            f"{_steps(columns['larq'][0]['steps'])} per process, medians over steps and then over the rounds): op time "
             "per class, ms. The executor runs independent ops on two threads, so op times add up to more than the "
             'step; "no op running" is the step\'s time during which no op ran on any thread (scheduling, the '
             "function call, Python).",

@@ -69,8 +69,9 @@ BASELINE = "ste, plain"
 LARQ_PEER = "ste, ste BN"  # the ste network compared with larq (both use the fused batch-norm kernel)
 PEAK_STEPS = 5
 #: ste's networks in each process of the side-by-side rounds: the documented one first (docs/larq.md: ste's layers
-#: and ste.layers.BatchNormalization), then Keras's batch norm after binary layers, and the float networks
-PEER_VARIANTS = ("ste, ste BN", "ste", "float, ste BN", "float")
+#: and ste.layers.BatchNormalization), the same with bit masks off (the time-for-memory choice of docs/performance.md,
+#: "Time or memory"), then Keras's batch norm after binary layers, and the float networks
+PEER_VARIANTS = ("ste, ste BN", "ste, plain, ste BN", "ste", "float, ste BN", "float")
 PROFILED = ("ste, ste BN", "ste")  # the networks whose op classes a profiling process records
 ROOT = Path(__file__).resolve().parent.parent
 

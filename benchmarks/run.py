@@ -132,6 +132,15 @@ def _memory_total() -> str:
     return "unknown"
 
 
+def _avx512() -> bool | None:
+    """Whether the CPU has AVX-512 (without it TensorFlow leaves oneDNN off by default); None where it cannot say."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("flags") and "avx512f" in line.split() for line in info)
+    except OSError:
+        return None
+
+
 def _git_commit() -> str:
     try:
         done = subprocess.run(
@@ -146,6 +155,7 @@ def machine() -> dict[str, Any]:
     """What the results were measured on."""
     return {
         "cpu": _cpu_model(),
+        "avx512": _avx512(),
         "logical_cpus": os.cpu_count(),
         "memory": _memory_total(),
         "platform": platform.platform(),
@@ -235,6 +245,12 @@ def _replace(text: str, start: str, end: str, table: str, path: Path) -> str:
     return f"{head}{start}\n{table}\n{end}{tail}"
 
 
+def _cpu(machine: dict[str, Any]) -> str:
+    """The CPU, and whether it has AVX-512 where the results say (TensorFlow's default oneDNN setting follows it)."""
+    flag = {True: ", AVX-512", False: ", without AVX-512"}.get(machine.get("avx512"), "")
+    return f"{machine['cpu']}{flag}"
+
+
 def update_docs(table: str, path: Path, results: dict[str, Any] | None = None, whole: bool = True) -> None:
     """Replace the generated part of ``docs/performance.md`` (between the two markers) with ``table`` (``whole``: a
     run of every section), and where ``results`` hold the binarized network against larq, that section too."""
@@ -246,7 +262,7 @@ def update_docs(table: str, path: Path, results: dict[str, Any] | None = None, w
         generated = "\n".join(
             [
                 f"Generated from `{results['command']}` ({results['date_utc']}, commit "  # type: ignore[index]
-                f"{results['machine']['git_commit']}, {results['machine']['cpu']}).",  # type: ignore[index]
+                f"{results['machine']['git_commit']}, {_cpu(results['machine'])}).",  # type: ignore[index]
                 "",
                 *side_by_side(larq),
             ]
