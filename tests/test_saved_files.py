@@ -37,7 +37,9 @@ def test_a_saved_keras_file_loads_with_safe_mode_and_computes_as_before(name):
     x = EXPECTED[f"{name}_x"]
     y, dx = _output_and_gradient(lambda t: model(t, training=False), x)
     np.testing.assert_allclose(y, EXPECTED[f"{name}_y"], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(dx, EXPECTED[f"{name}_dx"], rtol=1e-5, atol=1e-6)
+    # float32 gradients summed in the CPU kernels' order, which oneDNN changes (a spiking gradient, summed over
+    # time steps: 3e-5 relative between oneDNN on and off)
+    np.testing.assert_allclose(dx, EXPECTED[f"{name}_dx"], rtol=1e-4, atol=1e-6)
 
 
 def test_saved_ste_layers_load_as_ste_classes():

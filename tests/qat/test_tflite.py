@@ -85,8 +85,12 @@ def test_conv1d_separable_conv1d_and_global_average_pooling_convert_to_int8():
     names = assert_int8(flatbuffer)
     assert {"MEAN", "FULLY_CONNECTED"} <= set(names)
     assert names.count("CONV_2D") == 2 and names.count("DEPTHWISE_CONV_2D") == 1
-    within = np.abs(run(flatbuffer, x[:8]) - q.predict(x[:8], verbose=0)) <= output_step(q) * 1.001
-    assert within.mean() >= 0.99
+    # int8 kernels against the fake-quant graph: within one output step, except where an intermediate value sits on
+    # a rounding boundary and the float kernels' summation order (oneDNN on or off) rounds it the other way: then
+    # that one step of an inner layer shows as two at the output
+    steps = np.abs(run(flatbuffer, x) - q.predict(x, verbose=0)) / output_step(q)
+    assert steps.max() <= 2.001
+    assert (steps <= 1.001).mean() >= 0.95
 
 
 def test_to_tflite_refuses_a_non_model():
