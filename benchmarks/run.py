@@ -110,15 +110,20 @@ SECTIONS = tuple(FULL)
 READS_ALLOCATOR = frozenset({"memory", "binary_net", "spiking"})  # sections with allocator figures
 
 
-def _cpu_model() -> str:
+def _cpuinfo(key: str) -> str | None:
+    """The value of the first ``key`` line of ``/proc/cpuinfo``; None where there is no such file or line."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
-                if line.startswith("model name"):
+                if line.startswith(key):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def _memory_total() -> str:
@@ -134,11 +139,8 @@ def _memory_total() -> str:
 
 def _avx512() -> bool | None:
     """Whether the CPU has AVX-512 (without it TensorFlow leaves oneDNN off by default); None where it cannot say."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return any(line.startswith("flags") and "avx512f" in line.split() for line in info)
-    except OSError:
-        return None
+    flags = _cpuinfo("flags")
+    return None if flags is None else "avx512f" in flags.split()
 
 
 def _git_commit() -> str:
