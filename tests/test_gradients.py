@@ -177,3 +177,71 @@ def test_unknown_rank_is_checked_at_run_time(jit: bool) -> None:
     np.testing.assert_array_equal(grad(tf.constant([1.0, 2.0])).numpy(), [1.0, 1.0])
     with pytest.raises(tf.errors.InvalidArgumentError, match=XLA_MESSAGE if jit else RUN_TIME_MESSAGE):
         grad(X)
+
+
+def positive_entries(dy, x):  # type: ignore[no-untyped-def]
+    # its length depends on the data: never known while tracing (flat, for an input whose rank is unknown too)
+    return tf.boolean_mask(tf.reshape(dy, [-1]), tf.reshape(x, [-1]) > 0)
+
+
+def positive_rows(dy, x):  # type: ignore[no-untyped-def]
+    return tf.boolean_mask(dy, x[:, 0] > 0)  # (None, 3): the number of rows depends on the data
+
+
+DATA_DEPENDENT = {
+    # mode: (rule, input signature or None for the input's own static shape, jit_compile)
+    "function-static": (positive_entries, None, False),
+    "function-partial": (positive_rows, [tf.TensorSpec([None, 3])], False),
+    "function-unknown-rank": (positive_entries, [tf.TensorSpec(None)], False),
+    "xla-static": (positive_entries, None, True),
+    "xla-partial": (positive_rows, [tf.TensorSpec([None, 3])], True),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(DATA_DEPENDENT))
+def test_a_data_dependent_wrong_shape_raises_with_grappler_on(mode: str) -> None:
+    """A gradient whose length depends on the data, one entry short of its input, with grappler at its defaults:
+    once its shape inference knew the input's shape, it removed the check's reshape as a no-op, with its control
+    dependency on the assertion, and the gradient came out with the wrong shape and no error. XLA cannot assert at
+    run time: it refuses the data-dependent gradient when compiling, at the check's node."""
+    rule, signature, jit = DATA_DEPENDENT[mode]
+    op = ste.forward(lambda x: x * 2.0).backward(rule)
+    x = tf.constant([1.0, -1.0, -2.0]) if rule is positive_entries else tf.constant([[1.0, 2, 3], [-1, 2, 3]])
+    grad = tf.function(lambda x: _grad_of(op, x)[0], input_signature=signature, jit_compile=jit)
+    assert tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer") is not True
+    with pytest.raises(tf.errors.OpError, match=XLA_MESSAGE if jit else RUN_TIME_MESSAGE.replace("sign", "<lambda>")):
+        grad(x)
+    with pytest.raises(ste.errors.GradientShapeError, match="has shape"):  # eager: the shapes are known at once
+        _grad_of(op, x)
+
+
+def test_a_data_dependent_wrong_shape_raises_in_fit() -> None:
+    """The same rule between two Dense layers in ``fit``: ste's message, not the next MatMul's."""
+    import keras
+
+    op = ste.forward(lambda x: x * 2.0).backward(positive_rows)
+
+    class PositiveRows(keras.layers.Layer):
+        def call(self, x):  # type: ignore[no-untyped-def]
+            return op(x)
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), PositiveRows(), keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    x = np.array([[1.0, 0, 0, 0], [-1.0, 0, 0, 0]] * 2, np.float32)
+    model.layers[0].set_weights([np.eye(4, 3, dtype=np.float32), np.zeros(3, np.float32)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=RUN_TIME_MESSAGE.replace("sign", "<lambda>")) as info:
+        model.fit(x, np.ones((4, 2), np.float32), batch_size=4, epochs=1, verbose=0)
+    assert "[gradient shape:] [2 3] [input shape:] [4 3]" in str(info.value)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_a_right_data_dependent_gradient_passes_in_a_graph_and_is_refused_by_xla(jit: bool) -> None:
+    """``tf.boolean_mask`` keeping every row gives the right gradient (dy) with a length XLA knows only at run time:
+    a graph passes it unchanged; XLA, which can neither check it when compiling nor assert, refuses it (guide.md)."""
+    op = ste.forward(lambda x: x * 2.0).backward(lambda dy, x: tf.boolean_mask(dy, tf.math.is_finite(x[:, 0])))
+    grad = tf.function(lambda x: _grad_of(op, x)[0], jit_compile=jit)
+    if jit:
+        with pytest.raises(tf.errors.OpError, match=XLA_MESSAGE):
+            grad(X)
+    else:
+        np.testing.assert_array_equal(grad(X).numpy(), np.ones((2, 3), np.float32))

@@ -47,11 +47,17 @@ def _broadcastable(a: tf.TensorShape, b: tf.TensorShape) -> bool:
 def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor, message: str) -> tf.Tensor:
     """``grad`` as a tensor of its input's static shape that exists only once its run-time shape has been checked.
 
-    In a graph: an ``Assert`` with ste's message, and the gradient reshaped to the input's shape under a control
-    dependency on it, so that no consumer of the gradient can run (and fail with its own error) first. Under XLA,
-    which drops assertions: a ``Pack`` of zero-element views of the gradient and of the input's shape (its kernel
-    requires equal shapes, which XLA checks when compiling for the concrete shapes), on which the reshape's target
-    data-depends. The ``Pack`` stays out of graphs that are not compiled: grappler's shape inference takes its two
+    In a graph: an ``Assert`` with ste's message, and the gradient reshaped under a control dependency on it, so
+    that no consumer of the gradient can run (and fail with its own error) first. The reshape's target is the
+    input's shape where the shapes agree and zeros where they do not: it depends on the compared shapes' values, so
+    grappler cannot take the reshape for a no-op and remove it, with its control dependency on the assertion (it
+    does that to a reshape whose target is the input's shape alone, once it infers the input's shape statically).
+
+    Under XLA, which drops assertions: a ``Pack`` of zero-element views of the gradient and of the input's shape
+    (its kernel requires equal shapes, which XLA checks when compiling for the concrete shapes), on which the
+    reshape's target data-depends. A gradient whose size depends on the data (a dynamic dimension, as from
+    ``tf.boolean_mask``) cannot be checked when compiling and XLA cannot assert at run time: XLA refuses it at the
+    same node. The ``Pack`` stays out of graphs that are not compiled: grappler's shape inference takes its two
     inputs' shapes to be equal, then removes the reshape as a no-op, with its control dependency on the check.
     """
     if compiling_with_xla():
@@ -70,10 +76,10 @@ def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor,
         )
         check = tf.debugging.Assert(same, [message, "gradient shape:", shape, "input shape:", x_dynamic])
         with tf.control_dependencies([check]):
-            # The target is the input's shape, so that the gradient's static shape is the input's: graph shape
-            # inference cannot unify the input's unknown dimensions with the wrong gradient's across the training
-            # step before the check has run.
-            checked = tf.reshape(grad, x_dynamic)
+            # The target is the input's shape (all zeros if the check fails), so that the gradient's static shape is
+            # the input's: graph shape inference cannot unify the input's unknown dimensions with the wrong
+            # gradient's across the training step before the check has run.
+            checked = tf.reshape(grad, x_dynamic * tf.cast(same, x_dynamic.dtype))
     checked.set_shape(spec.shape)
     return checked
 
