@@ -9,44 +9,23 @@ kernel, more clusters than a kernel has values, and (``strict=True``) a layer th
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import keras
 
 from .._common._arguments import check_bool
+from .._keras._rewrite import Rewriter, copy_layer
 from .._keras._scopes import custom_object_scope
-from .._keras._versions import complete_config
 from ..errors import ParameterError, UnsupportedLayerError
-from ._clusterable import clusterable_weights, covered, has_kernel
+from ._clusterable import clusterable_weights, has_kernel
 from ._config import CentroidInitialization, GradientAggregation, member
+from ._rewrites import Cluster, Strip
 from ._wrapper import ClusterWeights, check_clusters
 
 __all__ = ["cluster_scope", "cluster_weights", "strip_clustering"]
 
 _OWNER = "ste.clustering.cluster_weights"
-
-
-def _is_graph_model(model: keras.Model) -> bool:
-    from keras.src.models.functional import Functional
-
-    return isinstance(model, (keras.Sequential, Functional))
-
-
-def _layers(model: keras.Model) -> Iterator[keras.layers.Layer]:
-    """Every layer of ``model``, nested models' layers included (not the nested models themselves)."""
-    for layer in model.layers:
-        if isinstance(layer, keras.Model):
-            if not _is_graph_model(layer):
-                raise UnsupportedLayerError(
-                    f"{_OWNER}: the nested model '{layer.name}' is a subclassed model, whose layers cannot be "
-                    f"rewired. Fix: build it as a functional or Sequential model, or cluster its layers where it "
-                    f"creates them (cluster_weights(keras.layers.Dense(...), ...))."
-                )
-            yield from _layers(layer)
-        else:
-            yield layer
 
 
 def _size(variable: Any) -> int:
@@ -92,21 +71,25 @@ def cluster_weights(
     preserve_sparsity: bool = False,
     strict: bool = False,
     cluster_gradient_aggregation: Any = GradientAggregation.SUM,
+    filters: Any = None,
     **kwargs: Any,
 ) -> Any:
     """A clustered copy of a Keras 3 model, or a clustered layer (TFMOT's ``cluster_weights``).
 
-    ``to_cluster`` is a functional or Sequential model (nested ones too), a layer, or a list of layers. Each covered
-    layer becomes a :class:`ClusterWeights` around the *same* layer object (as TFMOT: the clustered model shares its
-    latent weights with the model passed in; train a copy if you need the original kept). Its kernel then has at
-    most ``number_of_clusters`` distinct values: ``centroids[argmin |w - c|]``, with centroids initialized by
-    ``cluster_centroids_init`` (:class:`CentroidInitialization`) and trained with the latent weights (the gradient
-    of each centroid is the sum of its members' gradients, the latent weights get the straight-through gradient).
+    ``to_cluster`` is a Keras 3 model of any kind (Sequential, functional, nested, subclassed, KerasHub's), a layer,
+    or a list of layers. Each covered layer (at any depth, inside a transformer block too) becomes a
+    :class:`ClusterWeights` around a copy of it: the model or layer given is never changed, and the clustered model
+    is not compiled (compile it, as TFMOT's result). Its kernel then has at most ``number_of_clusters`` distinct
+    values: ``centroids[argmin |w - c|]``, with centroids initialized by ``cluster_centroids_init``
+    (:class:`CentroidInitialization`) and trained with the latent weights (the gradient of each centroid is the sum
+    of its members' gradients, the latent weights get the straight-through gradient).
 
     ``preserve_sparsity=True`` keeps the zeros of a pruned kernel exactly zero (TFMOT's sparsity-preserving
-    clustering). Layers with trainable weights that the clustering does not cover stay as they are, named in one
-    warning; ``strict=True`` raises :class:`ste.errors.UnsupportedLayerError` instead. ``kwargs`` go to each
-    :class:`ClusterWeights` (e.g. ``name`` for a single layer).
+    clustering). Weights of rank >= 2 that the clustering does not cover stay as they are, named in one warning;
+    ``strict=True`` raises :class:`ste.errors.UnsupportedLayerError` instead, before anything is built. ``filters``
+    chooses which covered layers of a model to cluster (a regular expression searched in the layer's name, a layer
+    class, a callable ``layer -> bool``, or a list of those, as Keras's ``model.quantize``); the others stay as they
+    are without a warning. ``kwargs`` go to each :class:`ClusterWeights` (e.g. ``name`` for a single layer).
     """
     preserve_sparsity = check_bool(_OWNER, "preserve_sparsity", preserve_sparsity)
     strict = check_bool(_OWNER, "strict", strict)
@@ -118,39 +101,23 @@ def cluster_weights(
         return ClusterWeights(layer, k, init, preserve_sparsity, aggregation, **kwargs)
 
     if isinstance(to_cluster, keras.Model):
-        if not _is_graph_model(to_cluster):
-            raise UnsupportedLayerError(
-                f"{_OWNER}: '{to_cluster.name}' is a subclassed model, whose layers cannot be rewired. Fix: build it "
-                f"as a functional or Sequential model, or cluster its layers where it creates them "
-                f"(cluster_weights(keras.layers.Dense(...), ...))."
-            )
-        uncovered = []
-        for layer in _layers(to_cluster):
-            if not _check_layer(layer, k, alone=False) and not covered(layer):
-                uncovered.append(f"'{layer.name}' ({type(layer).__name__})")
-        if uncovered and strict:
-            raise UnsupportedLayerError(
-                f"{_OWNER}(strict=True): ste.clustering does not cover {', '.join(uncovered)}. Fix: derive such a "
-                f"layer from ste.clustering.ClusterableLayer (get_clusterable_weights), or pass strict=False to "
-                f"keep it unclustered with a warning."
-            )
-        if uncovered:
-            warnings.warn(
-                f"{_OWNER}: {len(uncovered)} layer(s) with weights are not covered and stay unclustered: "
-                f"{', '.join(uncovered)}. Derive them from ste.clustering.ClusterableLayer, or pass strict=True to "
-                f"make this an error.",
-                UserWarning,
-                stacklevel=2,
-            )
-        return _clone(to_cluster, lambda layer: wrapper(layer) if has_kernel(layer) else layer)
+        rewriter = Rewriter(Cluster(wrapper, lambda layer: _check_layer(layer, k, alone=False)), filters, strict)
+        clustered = rewriter.run(to_cluster)
+        rewriter.warn(stacklevel=2)
+        return clustered
+    if filters is not None:
+        raise ParameterError(
+            f"{_OWNER}: filters selects layers of a model; received a layer or a list of layers with "
+            f"filters={filters!r:.60}. Fix: leave filters out, or pass the model."
+        )
     if isinstance(to_cluster, (list, tuple)):
         for layer in to_cluster:
             _check_single(layer)
             _check_layer(layer, k, alone=True)
-        return [wrapper(layer) for layer in to_cluster]
+        return [wrapper(copy_layer(layer, _OWNER)) for layer in to_cluster]
     _check_single(to_cluster)
     _check_layer(to_cluster, k, alone=True)
-    return wrapper(to_cluster)
+    return wrapper(copy_layer(to_cluster, _OWNER))
 
 
 def _check_single(layer: Any) -> None:
@@ -161,66 +128,20 @@ def _check_single(layer: Any) -> None:
         )
 
 
-def _clone(model: keras.Model, replace: Any) -> keras.Model:
-    """``model`` rebuilt with each layer replaced by ``replace(layer)``, nested models rebuilt the same way."""
-
-    def clone_function(layer: keras.layers.Layer) -> keras.layers.Layer:
-        if isinstance(layer, keras.Model):
-            return _clone(layer, replace)
-        if isinstance(layer, keras.layers.InputLayer):
-            return layer
-        result: keras.layers.Layer = replace(layer)
-        return result
-
-    cloned: keras.Model = keras.models.clone_model(model, clone_function=clone_function)
-    return cloned
-
-
-def _call_scope(wrapper: ClusterWeights) -> Any:
-    """The autocast scope Keras opens around the wrapper's call: under a mixed-precision policy the layer finds each
-    index among the float16 values, so the stripped kernel must too, or it is not the kernel the layer trained
-    with."""
-    from keras.src import backend  # AutocastScope has no public spelling; Layer.__call__ opens the same one
-
-    compute = wrapper.compute_dtype
-    if wrapper.autocast and backend.is_float_dtype(compute) and compute != wrapper.variable_dtype:
-        return backend.AutocastScope(compute)
-    return contextlib.nullcontext()
-
-
-def _stripped(wrapper: ClusterWeights) -> keras.layers.Layer:
-    """A new layer of the wrapped layer's class and config whose kernels hold their clustered values."""
-    layer = wrapper.layer
-    with _call_scope(wrapper):
-        values = wrapper.clustered_values()
-    clustered = {id(variable): keras.ops.cast(value, variable.dtype) for variable, value in values}
-    clean = type(layer).from_config(complete_config(layer, layer.get_config()))
-    build_config = layer.get_build_config()
-    if build_config:
-        clean.build_from_config(build_config)
-    for new, old in zip(clean.weights, layer.weights):
-        new.assign(clustered.get(id(old), old.value))
-    return clean
-
-
 def strip_clustering(to_strip: Any) -> Any:
-    """The model (or layer) with every :class:`ClusterWeights` replaced by a plain layer of the wrapped class whose
-    kernels hold their clustered values (TFMOT's ``strip_clustering``): same structure as the model first
-    clustered, ready for ``ste.to_tflite`` or ``model.save``. Other layers are kept (the same objects)."""
+    """The model (or layer) with every :class:`ClusterWeights` replaced by its layer, whose kernels hold their
+    clustered values (TFMOT's ``strip_clustering``), as a copy: the layers keep their classes (a KerasHub model stays
+    one), ready for ``ste.to_tflite`` or ``model.save``; the clustered model is not changed."""
+    owner = "ste.clustering.strip_clustering"
     if isinstance(to_strip, keras.Model):
-        if not _is_graph_model(to_strip):
-            raise UnsupportedLayerError(
-                f"ste.clustering.strip_clustering: '{to_strip.name}' is a subclassed model, whose layers cannot be "
-                f"rewired. Fix: strip each ClusterWeights layer it holds (strip_clustering(layer))."
-            )
-        return _clone(to_strip, lambda layer: _stripped(layer) if isinstance(layer, ClusterWeights) else layer)
+        return Rewriter(Strip()).run(to_strip)
     if isinstance(to_strip, ClusterWeights):
-        return _stripped(to_strip)
+        return Strip().replace(copy_layer(to_strip, owner))
     if isinstance(to_strip, keras.layers.Layer):
         return to_strip
     raise ParameterError(
-        f"ste.clustering.strip_clustering: expected a Keras 3 model or layer; received {type(to_strip).__name__} "
-        f"{to_strip!r}. Fix: pass the clustered keras.Model."
+        f"{owner}: expected a Keras 3 model or layer; received {type(to_strip).__name__} {to_strip!r}. Fix: pass the "
+        f"clustered keras.Model."
     )
 
 

@@ -166,6 +166,7 @@ def test_dense_gradients_are_numpy_s_sum_of_members_and_straight_through(aggrega
     layer.build((None, 9))
     layer.kernel.assign(rng.normal(size=(9, 7)).astype(np.float32))
     wrapper = cluster_weights(layer, 6, "LINEAR", cluster_gradient_aggregation=aggregation)
+    layer = wrapper.layer  # a copy: the layer given is never changed
     x = rng.normal(size=(4, 9)).astype(np.float32)
     dy = rng.normal(size=(4, 7)).astype(np.float32)
     wrapper(x)
@@ -192,6 +193,7 @@ def test_embedding_gradients_are_numpy_s() -> None:
     layer.build((None, 5))
     layer.embeddings.assign(rng.normal(size=(12, 3)).astype(np.float32))
     wrapper = cluster_weights(layer, 4, "LINEAR")
+    layer = wrapper.layer  # a copy: the layer given is never changed
     ids = np.array([[1, 1, 4, 11, 0], [4, 4, 4, 2, 7]])
     dy = rng.normal(size=(2, 5, 3)).astype(np.float32)
     wrapper(ids)
@@ -213,6 +215,7 @@ def test_every_call_reassigns_each_weight_to_its_nearest_centroid() -> None:
     layer.build((None, 2))
     layer.kernel.assign(np.array([[-1.0, -0.5, 0.0], [0.4, 0.9, 1.0]], np.float32))
     wrapper = cluster_weights(layer, 3, "LINEAR")  # centroids -1, 0, 1
+    layer = wrapper.layer  # a copy: the layer given is never changed
     x = np.eye(2, dtype=np.float32)
     np.testing.assert_array_equal(wrapper(x), [[-1.0, -1.0, 0.0], [0.0, 1.0, 1.0]])  # -0.5 ties: the first
     centroids = centroid_variable(wrapper)
@@ -234,6 +237,7 @@ def test_second_order_gradients_equal_autodiff_of_gather_with_an_identity() -> N
     layer.build((None, 5))
     layer.kernel.assign(rng.normal(size=(5, 4)))
     wrapper = cluster_weights(layer, 3, "LINEAR")
+    layer = wrapper.layer  # a copy: the layer given is never changed
     x = tf.constant(rng.normal(size=(3, 5)))
     wrapper(x)
     centroids = centroid_variable(wrapper)
@@ -445,6 +449,7 @@ def test_every_dtype_gives_the_same_kind_of_answer(dtype: str) -> None:
     w = np.random.default_rng(9).normal(size=(8, 6))
     layer.kernel.assign(w)
     wrapper = cluster_weights(layer, 4, "LINEAR")
+    layer = wrapper.layer  # a copy: the layer given is never changed
     x = np.random.default_rng(10).normal(size=(3, 8))
     wrapper(x)
     centroids = centroid_variable(wrapper)
@@ -573,6 +578,7 @@ def test_k_equal_to_the_weight_count_is_allowed_and_exact() -> None:
     w = np.array([[0.3, -0.1], [0.7, 0.25], [-0.5, 0.9]], np.float32)  # no weight halfway
     layer.kernel.assign(w)
     wrapper = cluster_weights(layer, 6, "LINEAR")
+    layer = wrapper.layer  # a copy: the layer given is never changed
     np.testing.assert_allclose(
         wrapper(np.eye(3, dtype=np.float32)), np_assign(w, np.linspace(-0.5, 0.9, 6))[0], rtol=1e-6
     )
@@ -616,6 +622,7 @@ def test_the_wrapper_config_round_trips() -> None:
     layer = L.Dense(3, name="rt")
     layer.build((None, 4))
     wrapper = cluster_weights(layer, 3, "DENSITY_BASED", cluster_gradient_aggregation="AVG")
+    layer = wrapper.layer  # a copy: the layer given is never changed
     copy = ClusterWeights.from_config(wrapper.get_config())
     assert copy.name == wrapper.name == "cluster_rt"
     assert copy.get_config() == wrapper.get_config()
@@ -635,6 +642,7 @@ def test_forward_mode_is_numpy_s_gather_of_the_centroid_tangents() -> None:
     layer.build((None, 5))
     layer.kernel.assign(rng.normal(size=(5, 4)).astype(np.float32))
     wrapper = cluster_weights(layer, 3, "LINEAR")
+    layer = wrapper.layer  # a copy: the layer given is never changed
     x = rng.normal(size=(2, 5)).astype(np.float32)
     wrapper(x)
     centroids = centroid_variable(wrapper)
@@ -689,14 +697,25 @@ def test_to_tflite_of_an_unstripped_clustered_model_refuses_or_keeps_k_values() 
     assert all(np.unique(c).size <= 8 for c in constants if c.dtype == np.float32 and c.size >= 64 * 40)
 
 
-def test_strip_keeps_unclustered_layers_as_the_same_objects() -> None:
+def test_cluster_and_strip_leave_the_models_they_are_given_unchanged() -> None:
+    """Each call returns a copy: clustering does not touch the float model's layers or weights, stripping does not
+    touch the clustered model's (its wrappers keep training), and no layer object is shared between them."""
     keras.utils.set_random_seed(23)
     inputs = keras.Input((6,))
     norm = L.BatchNormalization(name="bn")
     model = keras.Model(inputs, L.Dense(3, name="d")(norm(inputs)))
+    before = [w.numpy().copy() for w in model.weights]
     clustered = cluster_weights(model, 3)
+    wrapped = [w.numpy().copy() for w in clustered.weights]
     stripped = strip_clustering(clustered)
-    assert any(la is norm for la in clustered.layers) and any(la is norm for la in stripped.layers)
+    assert [type(la).__name__ for la in model.layers[1:]] == ["BatchNormalization", "Dense"]
+    assert [type(la).__name__ for la in clustered.layers[1:]] == ["BatchNormalization", "ClusterWeights"]
+    for old, now in zip(before, model.weights):
+        np.testing.assert_array_equal(old, now.numpy())
+    for old, now in zip(wrapped, clustered.weights):
+        np.testing.assert_array_equal(old, now.numpy())
+    ids = [{id(la) for la in m._flatten_layers(include_self=False)} for m in (model, clustered, stripped)]
+    assert not (ids[0] & ids[1]) and not (ids[1] & ids[2]) and not (ids[0] & ids[2])
 
 
 def test_under_mixed_precision_strip_keeps_the_kernel_the_layer_trained_with() -> None:

@@ -1,0 +1,619 @@
+"""The model rewriter: the one place that walks and rebuilds Keras models, for every transformation of ste (QAT,
+pruning, clustering, their ``strip_*`` calls, the fixed input and output ranges of a QAT model).
+
+A transformation says only what it does to one layer (a :class:`LayerRewrite`): whether it claims the layer, which of
+the layer's weights it then computes with, and the layer that replaces it. :class:`Rewriter` does the rest, the same
+way for every transformation:
+
+* **It reaches every layer**: the layers of functional and Sequential graphs (with their operation nodes, ``x + y``
+  or ``x[:, 0]``, called again as they are), nested models, and the sublayers that any layer or model tracks, as
+  attributes, in lists or in dicts, at any depth. A layer that the transformation does not claim but that holds
+  claimed layers (a transformer block, an attention layer, a subclassed model) is copied and its claimed sublayers are
+  swapped inside the copy.
+* **It never changes the model it is given.** A model whose config is its graph (a ``keras.Sequential``, a model of
+  Keras's own functional class) is rebuilt graph by graph: each layer a copy with its weights, a layer the graph calls
+  several times one copy called as often, so its calls share their variables. Any other model (a subclassed model,
+  a functional model whose class keeps a config of its own, as KerasHub's backbones and tasks do) is copied whole
+  through Keras's serialization, and the copy is changed in place: each claimed layer is swapped for its replacement
+  wherever the copy refers to it (attributes, lists, dicts, graph nodes), so the copy keeps its class and every
+  attribute its code reads. The result is never compiled: its variables and structure are new, so it is compiled
+  again, as TFMOT's results are.
+* **It decides before it builds anything**: which layers it claims (the transformation's own checks run on each), and
+  which weights of rank >= 2 no claimed layer computes with. Those stay float and are named in one warning, or
+  refused under ``strict=True``. A layer selected out by the user's ``filters`` is left alone without a word.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from ..errors import NotBuiltError, ParameterError, ParameterTypeError, UnsupportedLayerError
+from ._versions import complete_config
+
+__all__ = [
+    "GraphRebuild",
+    "LayerRewrite",
+    "Rewriter",
+    "copy_layer",
+    "graph_nodes",
+    "graph_of",
+    "is_graph_model",
+    "is_weight",
+    "layer_filter",
+    "sublayers",
+    "swap",
+    "walk",
+]
+
+
+# -- what a model is made of ----------------------------------------------------------------------------------------
+
+
+def _functional_class() -> type:
+    from keras.src.models.functional import Functional  # Keras's functional class has no public name
+
+    return Functional
+
+
+def is_graph_model(model: Any) -> bool:
+    """Whether ``model``'s config is its graph, so that a model rebuilt from its layers is a model of its class: a
+    ``keras.Sequential`` or a model of Keras's own functional class (not a subclass, such as KerasHub's backbones,
+    whose config holds their constructor's arguments)."""
+    return type(model) is keras.Sequential or type(model) is _functional_class()
+
+
+def graph_of(model: keras.Model) -> Any:
+    """The functional graph of a built Sequential or functional model (a functional subclass too); ``None`` for a
+    model without one (an unbuilt Sequential, a subclassed model)."""
+    if isinstance(model, keras.Sequential):
+        return getattr(model, "_functional", None)
+    return model if isinstance(model, _functional_class()) else None
+
+
+def graph_nodes(graph: Any) -> list[Any]:
+    """The nodes of a functional graph that call a layer or an operation, in the order the graph computes them."""
+    return [
+        node
+        for depth in sorted(graph._nodes_by_depth, reverse=True)
+        for node in graph._nodes_by_depth[depth]
+        if node.operation is not None and not node.is_input
+    ]
+
+
+def sublayers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """The layers ``layer`` tracks directly (as attributes, in lists or dicts, or as a graph's layers), input layers
+    left out."""
+    return [
+        child
+        for child in layer._flatten_layers(include_self=False, recursive=False)
+        if not isinstance(child, keras.layers.InputLayer)
+    ]
+
+
+def _own_variables(layer: keras.layers.Layer) -> list[Any]:
+    """The variables ``layer`` holds itself (not through a sublayer)."""
+    return [*layer._trainable_variables, *layer._non_trainable_variables]
+
+
+def _untracked_variable(layer: keras.layers.Layer) -> str | None:
+    """The name of an attribute of ``layer`` holding a ``tf.Variable`` that Keras does not track (made with
+    ``tf.Variable``, e.g. in ``call``): no transformation can reach it."""
+    tracked = {id(getattr(v, "value", v)) for v in layer.weights}
+    for name, value in vars(layer).items():
+        if isinstance(value, tf.Variable) and not isinstance(value, keras.Variable) and id(value) not in tracked:
+            return name
+    return None
+
+
+def is_weight(variable: Any) -> bool:
+    """Whether ``variable`` is a weight the transformations account for: of rank >= 2 and not a bias (an
+    ``EinsumDense`` bias can have two axes)."""
+    return len(variable.shape) >= 2 and "bias" not in _short_path(variable)
+
+
+def _size(variable: Any) -> int:
+    size = 1
+    for dim in variable.shape:
+        size *= int(dim)
+    return size
+
+
+# -- which layers a call selects ------------------------------------------------------------------------------------
+
+
+def layer_filter(owner: str, filters: Any) -> Callable[[keras.layers.Layer], bool]:
+    """The predicate behind a transformation's ``filters`` argument (the layers it may transform; Keras's
+    ``model.quantize(filters=...)`` takes the same kinds): ``None`` (every layer), a regular expression matched
+    with ``re.search`` against the layer's name, a layer class (``isinstance``), a callable ``layer -> bool``, or a
+    list or tuple of those (any of them)."""
+    if filters is None:
+        return lambda layer: True
+    items = list(filters) if isinstance(filters, (list, tuple)) else [filters]
+    tests: list[Callable[[keras.layers.Layer], bool]] = []
+    for item in items:
+        if isinstance(item, str):
+            try:
+                pattern = re.compile(item)
+            except re.error as error:
+                raise ParameterError(
+                    f"{owner}: filters holds {item!r}, which is not a regular expression ({error}). Fix: pass a "
+                    f"pattern matched against layer names with re.search, e.g. filters='^(?!stem$)' or "
+                    f"filters=lambda layer: layer.name != 'stem'."
+                ) from None
+            tests.append(lambda layer, pattern=pattern: pattern.search(layer.name) is not None)
+        elif isinstance(item, type) and issubclass(item, keras.layers.Layer):
+            tests.append(lambda layer, kind=item: isinstance(layer, kind))
+        elif callable(item) and not isinstance(item, keras.layers.Layer):
+            tests.append(item)
+        else:
+            raise ParameterTypeError(
+                f"{owner}: filters must be None, a regular expression for layer names, a Keras layer class, a "
+                f"callable layer -> bool, or a list of those; received {item!r:.80} ({type(item).__name__}). Fix: "
+                f"e.g. filters=lambda layer: layer.name != 'stem' to transform every layer but the stem."
+            )
+
+    def selected(layer: keras.layers.Layer) -> bool:
+        return any(bool(test(layer)) for test in tests)
+
+    return selected
+
+
+# -- copies ---------------------------------------------------------------------------------------------------------
+
+
+def _copy_error(owner: str, layer: Any, error: Exception) -> UnsupportedLayerError:
+    kind = type(layer).__name__
+    return UnsupportedLayerError(
+        f"{owner}: cannot copy the layer '{layer.name}' ({kind}), which the transformation must do to leave the model "
+        f"it was given unchanged: rebuilding it from its config raised {type(error).__name__}: {error}. Fix: give "
+        f"{kind} a get_config() that returns every argument of its __init__ (Keras's rule for layers that can be "
+        f"saved and cloned)."
+    )
+
+
+def _build_as(new: keras.layers.Layer, layer: keras.layers.Layer) -> None:
+    """Build ``new`` as ``layer`` was built (a layer with several inputs, e.g. attention, needs every shape)."""
+    config = layer.get_build_config() if layer.built else None
+    if config:
+        new.build_from_config(config)
+
+
+def _classes(layer: keras.layers.Layer) -> dict[str, type]:
+    """The classes of ``layer`` and of every layer inside it, by class name and registered name: what its config
+    names, so that a copy finds a custom class that was never registered with Keras."""
+    found: dict[str, type] = {}
+    for inner in layer._flatten_layers(include_self=True):
+        kind = type(inner)
+        found[kind.__name__] = kind
+        found[keras.saving.get_registered_name(kind)] = kind
+    return found
+
+
+def copy_layer(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
+    """A new layer computing what ``layer`` computes, built as it is, with a copy of its weights (a model: a copy
+    through Keras's serialization, compile state left out). A ``Lambda`` keeps its function object."""
+    if isinstance(layer, keras.Model):
+        return _copy_model(layer, owner)
+    try:
+        if type(layer) is keras.layers.Lambda:
+            new = keras.layers.Lambda(
+                layer.function,
+                output_shape=layer._output_shape,
+                mask=layer.mask,
+                arguments=dict(layer.arguments),
+                name=layer.name,
+                dtype=layer.dtype_policy,
+            )
+        else:
+            with keras.saving.custom_object_scope(_classes(layer)):
+                new = type(layer).from_config(complete_config(layer, layer.get_config()))
+        _build_as(new, layer)
+        if layer.weights:
+            new.set_weights(layer.get_weights())
+    except Exception as error:  # a custom layer's own get_config/from_config/build: any exception
+        raise _copy_error(owner, layer, error) from error
+    return new
+
+
+def _copy_model(model: keras.Model, owner: str) -> keras.Model:
+    """A copy of ``model`` through Keras's serialization (its config, then its weights by their paths), not
+    compiled."""
+    try:
+        config = keras.saving.serialize_keras_object(model)
+        config.pop("compile_config", None)
+        copy = keras.saving.deserialize_keras_object(config, custom_objects=_classes(model), safe_mode=False)
+        if model.built and not copy.built:
+            _build_as(copy, model)
+        if model.weights:
+            with tempfile.TemporaryDirectory() as directory:
+                path = os.path.join(directory, "model.weights.h5")
+                model.save_weights(path)
+                copy.load_weights(path)
+    except Exception as error:  # a custom model's own config or build: any exception
+        raise _copy_error(owner, model, error) from error
+    return copy
+
+
+# -- swapping a layer inside a model -------------------------------------------------------------------------------
+
+
+def _replace_in(container: Any, old: Any, new: Any) -> bool:
+    """Replace ``old`` by ``new`` in a list or dict (and in the lists a dict holds); whether anything changed."""
+    changed = False
+    if isinstance(container, list):
+        for index, value in enumerate(container):
+            if value is old:
+                list.__setitem__(container, index, new)
+                changed = True
+    elif isinstance(container, dict):
+        for key, value in list(container.items()):
+            if value is old:
+                dict.__setitem__(container, key, new)
+                changed = True
+            elif isinstance(value, list):
+                changed = _replace_in(value, old, new) or changed
+    return changed
+
+
+_NOT_REFERENCES = frozenset({"_inbound_nodes", "_outbound_nodes", "_tracker", "_trainable_variables"})
+
+
+def swap(root: keras.layers.Layer, old: keras.layers.Layer, new: keras.layers.Layer) -> None:
+    """Make every reference to ``old`` inside ``root`` (``root`` included) a reference to ``new``: attributes, lists,
+    dicts and tuples a layer holds, Keras's tracking of sublayers, and the nodes of functional graphs (``new`` takes
+    ``old``'s place in the graph)."""
+    for owner in root._flatten_layers(include_self=True, recursive=True):
+        tracker = getattr(owner, "_tracker", None)
+        if tracker is not None and tracker.is_in_store("layers", old):
+            tracker.replace_tracked_value("layers", old, new)
+        for name, value in list(vars(owner).items()):
+            if name in _NOT_REFERENCES:
+                continue
+            if value is old:
+                setattr(owner, name, new)  # Keras and TensorFlow track the new value under the same name
+            elif isinstance(value, (list, dict)):
+                _replace_in(value, old, new)
+            elif isinstance(value, tuple) and any(item is old for item in value):
+                object.__setattr__(owner, name, type(value)(new if item is old else item for item in value))
+    for node in old._inbound_nodes:
+        node.operation = new
+        for index, tensor in enumerate(node.outputs):
+            history = tensor._keras_history
+            tensor._keras_history = type(history)(new, history[1], index)
+    object.__setattr__(new, "_inbound_nodes", list(old._inbound_nodes))
+    object.__setattr__(new, "_outbound_nodes", list(old._outbound_nodes))
+
+
+# -- what a transformation says -------------------------------------------------------------------------------------
+
+
+class LayerRewrite(abc.ABC):
+    """What one transformation does to one layer (see the module docstring)."""
+
+    #: The public call, for messages (``"ste.sparsity.prune_low_magnitude"``).
+    owner: str = ""
+
+    @abc.abstractmethod
+    def claims(self, layer: keras.layers.Layer) -> bool:
+        """Whether the transformation replaces ``layer`` (a layer of the model it was given; read only). A layer not
+        claimed is kept, and its sublayers are asked in turn."""
+
+    @abc.abstractmethod
+    def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
+        """The weights of the claimed ``layer`` that its replacement computes through ste's op (quantized, masked,
+        clustered); any other weight of rank >= 2 of the layer stays float and is named in the warning."""
+
+    @abc.abstractmethod
+    def replace(self, layer: keras.layers.Layer) -> keras.layers.Layer:
+        """The built layer that takes the place of the claimed ``layer``: a private copy, built, with the trained
+        weights, which the replacement may wrap or change."""
+
+    @abc.abstractmethod
+    def float_fix(self) -> str:
+        """What a user does about a layer whose weights stay float (the sentence after "Fix:" in the warning)."""
+
+    @abc.abstractmethod
+    def unchanged(self) -> str:
+        """What a weight the transformation does not cover stays, for messages: "float", "dense", "unclustered"."""
+
+    def check(self, layer: keras.layers.Layer, path: str) -> None:
+        """Raise an ``ste.errors`` error if the claimed ``layer`` (at ``path``) cannot be transformed as asked;
+        called for every claimed layer before anything is built. The default accepts every layer."""
+        del layer, path
+
+
+@dataclass
+class Plan:
+    """What a rewrite will do, decided before anything is built."""
+
+    claimed: dict[int, keras.layers.Layer] = field(default_factory=dict)
+    #: ``(path, class name, number of values)`` of each weight (:func:`is_weight`) that stays as it is, not selected
+    #: out by ``filters``.
+    floats: list[tuple[str, str, int]] = field(default_factory=list)
+    covered: int = 0  # values of rank >= 2 weights inside claimed layers' computation
+    total: int = 0  # values of every rank >= 2 weight of the model
+    seen: set[int] = field(default_factory=set)
+
+    @property
+    def coverage(self) -> float:
+        """The fraction of the model's rank >= 2 weight values that the transformation computes with."""
+        return self.covered / self.total if self.total else 1.0
+
+    def float_layers(self) -> list[str]:
+        """``path (Class)`` of each layer holding weights that stay as they are, in model order."""
+        return list(dict.fromkeys(f"{path.rsplit('/', 1)[0]} ({kind})" for path, kind, _ in self.floats))
+
+
+# -- the rewriter ---------------------------------------------------------------------------------------------------
+
+
+class Rewriter:
+    """Rewrites one model with one :class:`LayerRewrite` (see the module docstring)."""
+
+    graph_class: type[GraphRebuild]
+
+    def __init__(
+        self, transform: LayerRewrite, filters: Any = None, strict: bool = False, graph_class: Any = None
+    ) -> None:
+        self.transform = transform
+        self.owner = transform.owner
+        self.select = layer_filter(self.owner, filters)
+        self.strict = strict
+        self.graph_class = graph_class or GraphRebuild
+        self.plan = Plan()
+        self.copies: dict[int, keras.layers.Layer] = {}  # id(original layer) → its layer in the new model
+        self.calls: dict[int, int] = {}  # id(layer) → how often the graphs of the model call it
+
+    # -- planning ---------------------------------------------------------------------------------------------------
+
+    def claims(self, layer: keras.layers.Layer) -> bool:
+        return id(layer) in self.plan.claimed
+
+    def _count(self, path: str, layer: keras.layers.Layer, variables: list[Any], inside: set[int], warn: bool) -> None:
+        """Count ``variables`` of rank >= 2 (each once): covered if in ``inside``, else float (named if ``warn``)."""
+        for variable in variables:
+            if not is_weight(variable) or id(variable) in self.plan.seen:
+                continue
+            self.plan.seen.add(id(variable))
+            self.plan.total += _size(variable)
+            if id(variable) in inside:
+                self.plan.covered += _size(variable)
+            elif warn:
+                self.plan.floats.append((f"{path}/{_short_path(variable)}", type(layer).__name__, _size(variable)))
+
+    def _visit(self, layer: keras.layers.Layer, path: str) -> None:
+        """Plan ``layer`` (at ``path``): claimed, left alone (claimable but selected out by ``filters``), or opened
+        (its own weights counted, its sublayers planned in turn)."""
+        if id(layer) in self.plan.seen:
+            return
+        self.plan.seen.add(id(layer))
+        untracked = _untracked_variable(layer)
+        if untracked is not None:
+            raise UnsupportedLayerError(
+                f"{self.owner}: the layer '{path}' ({type(layer).__name__}) holds a tf.Variable in its attribute "
+                f"'{untracked}' that Keras does not track (made with tf.Variable, e.g. in call), so no transformation "
+                f"can reach it. Fix: create it in the layer's build() with self.add_weight(...)."
+            )
+        if self.transform.claims(layer):
+            if not self.select(layer):
+                self._count(path, layer, layer.weights, set(), warn=False)
+                return
+            self.transform.check(layer, path)
+            self.plan.claimed[id(layer)] = layer
+            inside = {id(variable) for variable in self.transform.computes_with(layer)}
+            self._count(path, layer, layer.weights, inside, warn=True)
+            return
+        self._count(path, layer, _own_variables(layer), set(), warn=True)
+        for child in sublayers(layer):
+            self._visit(child, f"{path}/{child.name}")
+
+    def make_plan(self, model: keras.Model) -> Plan:
+        """Decide what the rewrite does (see :class:`Plan`); raises before anything is built."""
+        self.plan.seen.add(id(model))
+        self._count(model.name, model, _own_variables(model), set(), warn=True)
+        for child in sublayers(model):
+            self._visit(child, child.name)
+        if self.strict and self.plan.floats:
+            raise UnsupportedLayerError(
+                f"{self.owner}(strict=True): {self._float_sentence()}. Fix: {self.transform.float_fix()}; or pass "
+                f"strict=False to keep them float with a warning."
+            )
+        return self.plan
+
+    def _float_sentence(self) -> str:
+        values = sum(size for _, _, size in self.plan.floats)
+        share = values / self.plan.total if self.plan.total else 0.0
+        layers = self.plan.float_layers()
+        return (
+            f"{len(layers)} layer(s) hold weights that no known way covers, which stay {self.transform.unchanged()} "
+            f"({len(self.plan.floats)} weight(s) of rank >= 2, {values:,} values, {share:.1%} of the model's): "
+            f"{', '.join(layers)}"
+        )
+
+    def warn(self, stacklevel: int) -> None:
+        """One warning naming the layers whose weights stay float, if any."""
+        if self.plan.floats:
+            warnings.warn(
+                f"{self.owner}: {self._float_sentence()}. Fix: {self.transform.float_fix()}; or pass strict=True to "
+                f"make this an error.",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
+    # -- building ---------------------------------------------------------------------------------------------------
+
+    def run(self, model: keras.Model) -> keras.Model:
+        """The rewritten copy of ``model`` (planned first: see :meth:`make_plan`)."""
+        self.check_model(model)
+        self.make_plan(model)
+        if is_graph_model(model):
+            if isinstance(model, keras.Sequential) and graph_of(model) is None:
+                return keras.Sequential([self.layer(layer) for layer in model.layers], name=model.name)
+            _count_calls(model, self.calls, set())
+            new: keras.Model = self.graph_class(self, model).run()
+            return new
+        return self.in_place(model)
+
+    def check_model(self, model: Any) -> None:
+        if not isinstance(model, keras.Model):
+            raise ParameterTypeError(
+                f"{self.owner}: expected a Keras 3 model; received {type(model).__name__}. Fix: pass the keras.Model."
+            )
+        if isinstance(model, keras.Sequential) and graph_of(model) is None:
+            return  # rebuilt layer by layer: each replacement is built when the new model is
+        if not model.built:
+            raise NotBuiltError(
+                f"{self.owner}: the model '{model.name}' ({type(model).__name__}) is not built, so it has no weights "
+                f"to transform yet. Fix: build it first, model.build(input_shape) or one call on a batch of data (a "
+                f"functional or Sequential model with keras.Input is built when it is made)."
+            )
+
+    def layer(self, layer: keras.layers.Layer) -> keras.layers.Layer:
+        """The new model's layer for ``layer`` (a layer of the model given), made once: its replacement if claimed,
+        a copy otherwise (with its claimed sublayers swapped inside)."""
+        found = self.copies.get(id(layer))
+        if found is None:
+            copy = copy_layer(layer, self.owner)
+            found = self.transform.replace(copy) if self.claims(layer) else self.inside(layer, copy)
+            self.copies[id(layer)] = found
+        return found
+
+    def inside(self, original: keras.layers.Layer, copy: keras.layers.Layer) -> keras.layers.Layer:
+        """``copy`` (a copy of ``original``) with the replacements of ``original``'s claimed sublayers swapped in."""
+        for source, target in _pairs(original, copy):
+            if self.claims(source):
+                new = self.transform.replace(target)
+                if not new.built and target.built:
+                    _build_as(new, target)  # no graph call will build it
+                swap(copy, target, new)
+        return copy
+
+    def in_place(self, model: keras.Model) -> keras.Model:
+        """A copy of ``model`` with its claimed layers swapped for their replacements."""
+        return self.inside(model, _copy_model(model, self.owner))
+
+
+def _short_path(variable: Any) -> str:
+    return str(getattr(variable, "path", variable.name)).rsplit("/", 1)[-1]
+
+
+def _pairs(original: keras.layers.Layer, copy: keras.layers.Layer) -> list[tuple[Any, Any]]:
+    """Each layer inside ``original`` with its counterpart inside ``copy`` (a copy made from its config: the same
+    layers, tracked in the same order)."""
+    sources = [layer for _, layer in walk(original)]
+    targets = [layer for _, layer in walk(copy)]
+    if len(sources) != len(targets) or any(
+        type(a) is not type(b) or a.name != b.name for a, b in zip(sources, targets)
+    ):
+        raise UnsupportedLayerError(
+            f"cannot match the layers of '{original.name}' ({type(original).__name__}) with those of its copy: "
+            f"rebuilt from its config, it holds other layers ({len(targets)} against {len(sources)}). Fix: give "
+            f"{type(original).__name__} a get_config() from which it rebuilds the same layers."
+        )
+    return list(zip(sources, targets))
+
+
+def _count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> None:
+    """How often each layer and nested graph model is called, over ``model``'s graph and the graphs of the plain
+    models nested in it (each graph once)."""
+    if id(model) in seen:
+        return
+    seen.add(id(model))
+    graph = graph_of(model)
+    if graph is None:
+        return
+    for node in graph_nodes(graph):
+        operation = node.operation
+        counts[id(operation)] = counts.get(id(operation), 0) + 1
+        if isinstance(operation, keras.Model) and is_graph_model(operation):
+            _count_calls(operation, counts, seen)
+
+
+class GraphRebuild:
+    """One functional graph (a Sequential's or a functional model's) rebuilt node by node with the rewriter's layers:
+    operation nodes called again as they are, nested graph models rebuilt once and called in their place, every
+    other layer replaced by :meth:`Rewriter.layer`. QAT subclasses it to put activation quantizers on the graph's
+    edges (:meth:`visit` and :meth:`visit_model`)."""
+
+    def __init__(self, rewriter: Rewriter, model: keras.Model) -> None:
+        self.rewriter = rewriter
+        self.source = model
+        self.graph = graph_of(model)
+        self.nodes = graph_nodes(self.graph)
+        self.inputs = [
+            keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t._keras_history[0].name) for t in self.graph.inputs
+        ]
+        self.tensors: dict[int, Any] = {id(t): new for t, new in zip(self.graph.inputs, self.inputs)}
+        self.done: set[int] = set()
+
+    def arguments(self, node: Any, value: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
+        """The new graph's arguments of ``node`` (each tensor through ``value`` if given)."""
+        lookup = value or (lambda tensor: self.tensors[id(tensor)])
+        return node.arguments.fill_in({id(t): lookup(t) for t in node.input_tensors})  # type: ignore[no-any-return]
+
+    def store(self, node: Any, outputs: Any) -> None:
+        for tensor, new in zip(node.outputs, keras.tree.flatten(outputs)):
+            self.tensors[id(tensor)] = new
+
+    def visit(self, node: Any) -> None:
+        """Rebuild one node: an operation called again, a nested graph model rebuilt, a layer replaced."""
+        operation = node.operation
+        if isinstance(operation, keras.Model) and is_graph_model(operation):
+            self.visit_model(node)
+            return
+        args, kwargs = self.arguments(node)
+        new = self.rewriter.layer(operation) if isinstance(operation, keras.layers.Layer) else operation
+        self.store(node, new(*args, **kwargs))
+
+    def visit_model(self, node: Any) -> None:
+        model = node.operation
+        found = self.rewriter.copies.get(id(model))
+        if found is None:
+            found = self.rewriter.copies[id(model)] = type(self)(self.rewriter, model).run()
+        args, kwargs = self.arguments(node)
+        self.store(node, found(*args, **kwargs))
+
+    def outputs(self) -> Any:
+        return [self.tensors[id(t)] for t in self.graph.outputs]
+
+    def run(self) -> keras.Model:
+        for node in self.nodes:
+            if id(node) not in self.done:
+                self.visit(node)
+        outputs = keras.tree.pack_sequence_as(self.graph._outputs_struct, self.outputs())
+        inputs = keras.tree.pack_sequence_as(self.graph._inputs_struct, self.inputs)
+        name = self.source.name
+        if isinstance(self.source, keras.Sequential):
+            return keras.Sequential([self.inputs[0], *_layers_in_order(inputs, outputs)], name=name)
+        return keras.Model(inputs, outputs, name=name)
+
+
+def _layers_in_order(inputs: Any, outputs: Any) -> list[keras.layers.Layer]:
+    graph = keras.Model(inputs, outputs)
+    return [layer for layer in graph.layers if not isinstance(layer, keras.layers.InputLayer)]
+
+
+def walk(model: keras.Model) -> Iterator[tuple[str, keras.layers.Layer]]:
+    """``(path, layer)`` for every layer inside ``model`` at any depth, each once, in tracking order."""
+    seen: set[int] = set()
+
+    def visit(layer: keras.layers.Layer, prefix: str) -> Iterator[tuple[str, keras.layers.Layer]]:
+        for child in sublayers(layer):
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            path = f"{prefix}{child.name}"
+            yield path, child
+            yield from visit(child, f"{path}/")
+
+    yield from visit(model, "")
