@@ -26,9 +26,7 @@ way for every transformation:
 from __future__ import annotations
 
 import abc
-import os
 import re
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,12 +42,14 @@ __all__ = [
     "GraphRebuild",
     "LayerRewrite",
     "Rewriter",
+    "copy",
     "copy_layer",
     "graph_nodes",
     "graph_of",
     "is_graph_model",
     "is_weight",
     "layer_filter",
+    "pairs",
     "sublayers",
     "swap",
     "walk",
@@ -199,11 +199,75 @@ def _classes(layer: keras.layers.Layer) -> dict[str, type]:
     return found
 
 
-def copy_layer(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
-    """A new layer computing what ``layer`` computes, built as it is, with a copy of its weights (a model: a copy
-    through Keras's serialization, compile state left out). A ``Lambda`` keeps its function object."""
-    if isinstance(layer, keras.Model):
-        return _copy_model(layer, owner)
+def _wrapped(layer: keras.layers.Layer) -> keras.layers.Layer | None:
+    """The layer inside a training wrapper of ste (pruning, clustering: its class names the call that strips it),
+    else ``None``."""
+    inner = getattr(layer, "layer", None)
+    wrapper = isinstance(getattr(type(layer), "strip_with", None), str)
+    return inner if wrapper and isinstance(inner, keras.layers.Layer) else None
+
+
+def pairs(source: keras.layers.Layer, target: keras.layers.Layer) -> list[tuple[Any, Any]]:
+    """Each layer inside ``source`` with its counterpart inside ``target``, a copy of ``source`` made from its
+    config: the same layers, tracked in the same order. A training wrapper of ``source`` that the config does not
+    hold (a wrapper swapped into a model whose class keeps its own config) is paired with the plain counterpart of
+    the layer it wraps. A counterpart whose name Keras made up anew (``dense_7`` for ``dense_3``) takes the
+    original's name, so that the copy reads as the model it copies."""
+    found: list[tuple[Any, Any]] = []
+    seen: set[int] = set()
+
+    def mismatch() -> UnsupportedLayerError:
+        return UnsupportedLayerError(
+            f"cannot match the layers of '{source.name}' ({type(source).__name__}) with those of a copy rebuilt from "
+            f"its config, which holds other layers. Fix: give {type(source).__name__} a get_config() from which it "
+            f"rebuilds the same layers."
+        )
+
+    def visit(a: keras.layers.Layer, b: keras.layers.Layer) -> None:
+        left, right = sublayers(a), sublayers(b)
+        if len(left) != len(right):
+            raise mismatch()
+        for one, other in zip(left, right):
+            if id(one) in seen:
+                continue
+            seen.add(id(one))
+            inner = _wrapped(one)
+            if type(one) is not type(other):
+                if inner is None or type(inner) is not type(other):
+                    raise mismatch()
+                found.append((one, other))
+                if other.name != inner.name:
+                    other.name = inner.name
+                visit(inner, other)
+                continue
+            found.append((one, other))
+            if other.name != one.name:
+                other.name = one.name
+            visit(one, other)
+
+    visit(source, target)
+    return found
+
+
+def _transfer(source: keras.layers.Layer, target: keras.layers.Layer, matched: list[tuple[Any, Any]]) -> None:
+    """Copy the values of every variable of ``source`` (its own, and each matched layer's) into ``target``'s."""
+    for one, other in [(source, target), *matched]:
+        inner = _wrapped(one) if type(one) is not type(other) else None
+        mine, theirs = _own_variables(inner if inner is not None else one), _own_variables(other)
+        if len(mine) != len(theirs):
+            raise UnsupportedLayerError(
+                f"cannot copy the weights of '{one.name}' ({type(one).__name__}): its copy rebuilt from its config "
+                f"holds {len(theirs)} variable(s), it holds {len(mine)}. Fix: give {type(one).__name__} a "
+                f"get_config() and a build() that make the same variables."
+            )
+        for variable, value in zip(theirs, mine):
+            variable.assign(value.value)
+
+
+def copy(layer: keras.layers.Layer, owner: str) -> tuple[keras.layers.Layer, list[tuple[Any, Any]]]:
+    """A new layer (or model) computing what ``layer`` computes, rebuilt from its config, built as it is, with a
+    copy of its weights, and the :func:`pairs` of their inner layers. A model's compile state is left out; a
+    ``Lambda`` keeps its function object."""
     try:
         if type(layer) is keras.layers.Lambda:
             new = keras.layers.Lambda(
@@ -214,34 +278,25 @@ def copy_layer(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
                 name=layer.name,
                 dtype=layer.dtype_policy,
             )
+        elif isinstance(layer, keras.Model):
+            config = keras.saving.serialize_keras_object(layer)
+            config.pop("compile_config", None)
+            new = keras.saving.deserialize_keras_object(config, custom_objects=_classes(layer), safe_mode=False)
         else:
             with keras.saving.custom_object_scope(_classes(layer)):
                 new = type(layer).from_config(complete_config(layer, layer.get_config()))
-        _build_as(new, layer)
-        if layer.weights:
-            new.set_weights(layer.get_weights())
+        if layer.built and not new.built:
+            _build_as(new, layer)
     except Exception as error:  # a custom layer's own get_config/from_config/build: any exception
         raise _copy_error(owner, layer, error) from error
-    return new
+    matched = pairs(layer, new)
+    _transfer(layer, new, matched)
+    return new, matched
 
 
-def _copy_model(model: keras.Model, owner: str) -> keras.Model:
-    """A copy of ``model`` through Keras's serialization (its config, then its weights by their paths), not
-    compiled."""
-    try:
-        config = keras.saving.serialize_keras_object(model)
-        config.pop("compile_config", None)
-        copy = keras.saving.deserialize_keras_object(config, custom_objects=_classes(model), safe_mode=False)
-        if model.built and not copy.built:
-            _build_as(copy, model)
-        if model.weights:
-            with tempfile.TemporaryDirectory() as directory:
-                path = os.path.join(directory, "model.weights.h5")
-                model.save_weights(path)
-                copy.load_weights(path)
-    except Exception as error:  # a custom model's own config or build: any exception
-        raise _copy_error(owner, model, error) from error
-    return copy
+def copy_layer(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
+    """:func:`copy` without the pairs."""
+    return copy(layer, owner)[0]
 
 
 # -- swapping a layer inside a model -------------------------------------------------------------------------------
@@ -253,12 +308,12 @@ def _replace_in(container: Any, old: Any, new: Any) -> bool:
     if isinstance(container, list):
         for index, value in enumerate(container):
             if value is old:
-                list.__setitem__(container, index, new)
+                container[index] = new  # Keras's and TensorFlow's tracking lists keep their own books
                 changed = True
     elif isinstance(container, dict):
         for key, value in list(container.items()):
             if value is old:
-                dict.__setitem__(container, key, new)
+                container[key] = new
                 changed = True
             elif isinstance(value, list):
                 changed = _replace_in(value, old, new) or changed
@@ -314,9 +369,11 @@ class LayerRewrite(abc.ABC):
         clustered); any other weight of rank >= 2 of the layer stays float and is named in the warning."""
 
     @abc.abstractmethod
-    def replace(self, layer: keras.layers.Layer) -> keras.layers.Layer:
-        """The built layer that takes the place of the claimed ``layer``: a private copy, built, with the trained
-        weights, which the replacement may wrap or change."""
+    def replace(self, layer: keras.layers.Layer, original: keras.layers.Layer) -> keras.layers.Layer:
+        """The layer that takes the place of the claimed ``original`` (a layer of the model given: read only).
+        ``layer`` is a private copy of it, built as it is, with its weights, which the replacement may wrap or change
+        (and return itself). A copy made from a model's config holds no training wrapper the config does not know:
+        there ``layer`` is the plain counterpart of the layer ``original`` wraps."""
 
     @abc.abstractmethod
     def float_fix(self) -> str:
@@ -325,6 +382,12 @@ class LayerRewrite(abc.ABC):
     @abc.abstractmethod
     def unchanged(self) -> str:
         """What a weight the transformation does not cover stays, for messages: "float", "dense", "unclustered"."""
+
+    def covers(self, layer: keras.layers.Layer, in_graph: bool) -> bool:
+        """Whether leaving ``layer`` (not claimed, holding no sublayer; ``in_graph``: a node of a graph the rewriter
+        rebuilds) as it is counts as covered. The default: it holds no weight (:func:`is_weight`)."""
+        del in_graph
+        return not any(is_weight(variable) for variable in layer.weights)
 
     def check(self, layer: keras.layers.Layer, path: str) -> None:
         """Raise an ``ste.errors`` error if the claimed ``layer`` (at ``path``) cannot be transformed as asked;
@@ -337,9 +400,9 @@ class Plan:
     """What a rewrite will do, decided before anything is built."""
 
     claimed: dict[int, keras.layers.Layer] = field(default_factory=dict)
-    #: ``(path, class name, number of values)`` of each weight (:func:`is_weight`) that stays as it is, not selected
-    #: out by ``filters``.
-    floats: list[tuple[str, str, int]] = field(default_factory=list)
+    #: ``(path, class name, number of weights, number of values)`` of each layer the transformation does not cover,
+    #: whose weights (:func:`is_weight`) stay as they are (not counting layers selected out by ``filters``).
+    floats: list[tuple[str, str, int, int]] = field(default_factory=list)
     covered: int = 0  # values of rank >= 2 weights inside claimed layers' computation
     total: int = 0  # values of every rank >= 2 weight of the model
     seen: set[int] = field(default_factory=set)
@@ -350,8 +413,8 @@ class Plan:
         return self.covered / self.total if self.total else 1.0
 
     def float_layers(self) -> list[str]:
-        """``path (Class)`` of each layer holding weights that stay as they are, in model order."""
-        return list(dict.fromkeys(f"{path.rsplit('/', 1)[0]} ({kind})" for path, kind, _ in self.floats))
+        """``path (Class)`` of each layer the transformation does not cover, in model order."""
+        return [f"{path} ({kind})" for path, kind, _, _ in self.floats]
 
 
 # -- the rewriter ---------------------------------------------------------------------------------------------------
@@ -379,8 +442,10 @@ class Rewriter:
     def claims(self, layer: keras.layers.Layer) -> bool:
         return id(layer) in self.plan.claimed
 
-    def _count(self, path: str, layer: keras.layers.Layer, variables: list[Any], inside: set[int], warn: bool) -> None:
-        """Count ``variables`` of rank >= 2 (each once): covered if in ``inside``, else float (named if ``warn``)."""
+    def _count(self, layer: keras.layers.Layer, variables: list[Any], inside: set[int]) -> tuple[int, int]:
+        """Count the weights among ``variables`` (each once): covered if in ``inside``; returns the number and the
+        values of the others."""
+        weights = values = 0
         for variable in variables:
             if not is_weight(variable) or id(variable) in self.plan.seen:
                 continue
@@ -388,12 +453,14 @@ class Rewriter:
             self.plan.total += _size(variable)
             if id(variable) in inside:
                 self.plan.covered += _size(variable)
-            elif warn:
-                self.plan.floats.append((f"{path}/{_short_path(variable)}", type(layer).__name__, _size(variable)))
+            else:
+                weights, values = weights + 1, values + _size(variable)
+        return weights, values
 
-    def _visit(self, layer: keras.layers.Layer, path: str) -> None:
-        """Plan ``layer`` (at ``path``): claimed, left alone (claimable but selected out by ``filters``), or opened
-        (its own weights counted, its sublayers planned in turn)."""
+    def _visit(self, layer: keras.layers.Layer, path: str, in_graph: bool) -> None:
+        """Plan ``layer`` (at ``path``; ``in_graph``: a node of a graph the rewriter rebuilds): claimed, left alone
+        (claimable but selected out by ``filters``), or opened (its own weights counted, its sublayers planned in
+        turn)."""
         if id(layer) in self.plan.seen:
             return
         self.plan.seen.add(id(layer))
@@ -406,38 +473,49 @@ class Rewriter:
             )
         if self.transform.claims(layer):
             if not self.select(layer):
-                self._count(path, layer, layer.weights, set(), warn=False)
+                self._count(layer, layer.weights, set())
                 return
             self.transform.check(layer, path)
             self.plan.claimed[id(layer)] = layer
             inside = {id(variable) for variable in self.transform.computes_with(layer)}
-            self._count(path, layer, layer.weights, inside, warn=True)
+            weights, values = self._count(layer, layer.weights, inside)
+            if weights:
+                self.plan.floats.append((path, type(layer).__name__, weights, values))
             return
-        self._count(path, layer, _own_variables(layer), set(), warn=True)
-        for child in sublayers(layer):
-            self._visit(child, f"{path}/{child.name}")
+        children = sublayers(layer)
+        weights, values = self._count(layer, _own_variables(layer), set())
+        graph = in_graph and is_graph_model(layer)
+        uncovered = bool(weights) if children and not graph else not self.transform.covers(layer, in_graph)
+        if uncovered and self.select(layer):
+            self.plan.floats.append((path, type(layer).__name__, weights, values))
+        for child in children:
+            self._visit(child, f"{path}/{child.name}", graph)
 
     def make_plan(self, model: keras.Model) -> Plan:
         """Decide what the rewrite does (see :class:`Plan`); raises before anything is built."""
         self.plan.seen.add(id(model))
-        self._count(model.name, model, _own_variables(model), set(), warn=True)
+        weights, values = self._count(model, _own_variables(model), set())
+        if weights:
+            self.plan.floats.append((model.name, type(model).__name__, weights, values))
+        graph = is_graph_model(model)
         for child in sublayers(model):
-            self._visit(child, child.name)
+            self._visit(child, child.name, graph)
         if self.strict and self.plan.floats:
             raise UnsupportedLayerError(
                 f"{self.owner}(strict=True): {self._float_sentence()}. Fix: {self.transform.float_fix()}; or pass "
-                f"strict=False to keep them float with a warning."
+                f"strict=False to keep them {self.transform.unchanged()} with a warning."
             )
         return self.plan
 
     def _float_sentence(self) -> str:
-        values = sum(size for _, _, size in self.plan.floats)
+        weights = sum(count for _, _, count, _ in self.plan.floats)
+        values = sum(size for _, _, _, size in self.plan.floats)
         share = values / self.plan.total if self.plan.total else 0.0
-        layers = self.plan.float_layers()
+        held = f"{weights} weight(s) of rank >= 2, {values:,} values, {share:.1%} of the model's" if weights else ""
         return (
-            f"{len(layers)} layer(s) hold weights that no known way covers, which stay {self.transform.unchanged()} "
-            f"({len(self.plan.floats)} weight(s) of rank >= 2, {values:,} values, {share:.1%} of the model's): "
-            f"{', '.join(layers)}"
+            f"{len(self.plan.floats)} layer(s) are not covered and stay {self.transform.unchanged()}"
+            + (f" ({held})" if held else "")
+            + f": {', '.join(self.plan.float_layers())}"
         )
 
     def warn(self, stacklevel: int) -> None:
@@ -483,44 +561,31 @@ class Rewriter:
         a copy otherwise (with its claimed sublayers swapped inside)."""
         found = self.copies.get(id(layer))
         if found is None:
-            copy = copy_layer(layer, self.owner)
-            found = self.transform.replace(copy) if self.claims(layer) else self.inside(layer, copy)
+            new, matched = copy(layer, self.owner)
+            found = self.transform.replace(new, layer) if self.claims(layer) else self.inside(new, matched)
             self.copies[id(layer)] = found
         return found
 
-    def inside(self, original: keras.layers.Layer, copy: keras.layers.Layer) -> keras.layers.Layer:
-        """``copy`` (a copy of ``original``) with the replacements of ``original``'s claimed sublayers swapped in."""
-        for source, target in _pairs(original, copy):
+    def inside(self, new: keras.layers.Layer, matched: list[tuple[Any, Any]]) -> keras.layers.Layer:
+        """``new`` (a copy whose layers ``matched`` pairs with the original's) with each claimed layer swapped for
+        its replacement."""
+        for source, target in matched:
             if self.claims(source):
-                new = self.transform.replace(target)
-                if not new.built and target.built:
-                    _build_as(new, target)  # no graph call will build it
-                swap(copy, target, new)
-        return copy
+                replacement = self.transform.replace(target, source)
+                if replacement is target:
+                    continue
+                if not replacement.built and target.built:
+                    _build_as(replacement, target)  # no graph call will build it
+                swap(new, target, replacement)
+        return new
 
     def in_place(self, model: keras.Model) -> keras.Model:
         """A copy of ``model`` with its claimed layers swapped for their replacements."""
-        return self.inside(model, _copy_model(model, self.owner))
+        return self.inside(*copy(model, self.owner))
 
 
 def _short_path(variable: Any) -> str:
     return str(getattr(variable, "path", variable.name)).rsplit("/", 1)[-1]
-
-
-def _pairs(original: keras.layers.Layer, copy: keras.layers.Layer) -> list[tuple[Any, Any]]:
-    """Each layer inside ``original`` with its counterpart inside ``copy`` (a copy made from its config: the same
-    layers, tracked in the same order)."""
-    sources = [layer for _, layer in walk(original)]
-    targets = [layer for _, layer in walk(copy)]
-    if len(sources) != len(targets) or any(
-        type(a) is not type(b) or a.name != b.name for a, b in zip(sources, targets)
-    ):
-        raise UnsupportedLayerError(
-            f"cannot match the layers of '{original.name}' ({type(original).__name__}) with those of its copy: "
-            f"rebuilt from its config, it holds other layers ({len(targets)} against {len(sources)}). Fix: give "
-            f"{type(original).__name__} a get_config() from which it rebuilds the same layers."
-        )
-    return list(zip(sources, targets))
 
 
 def _count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> None:

@@ -136,7 +136,7 @@ def strip_clustering(to_strip: Any) -> Any:
     if isinstance(to_strip, keras.Model):
         return Rewriter(Strip()).run(to_strip)
     if isinstance(to_strip, ClusterWeights):
-        return Strip().replace(copy_layer(to_strip, owner))
+        return Strip().replace(copy_layer(to_strip, owner), to_strip)
     if isinstance(to_strip, keras.layers.Layer):
         return to_strip
     raise ParameterError(

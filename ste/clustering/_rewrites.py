@@ -38,7 +38,7 @@ class Cluster(LayerRewrite):
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
         return [variable for _, variable in clusterable_weights(layer)] if layer.built else []
 
-    def replace(self, layer: keras.layers.Layer) -> keras.layers.Layer:
+    def replace(self, layer: keras.layers.Layer, original: keras.layers.Layer) -> keras.layers.Layer:
         return self.wrapper(layer)
 
     def float_fix(self) -> str:
@@ -74,13 +74,13 @@ class Strip(LayerRewrite):
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
         return list(layer.layer.weights)
 
-    def replace(self, layer: keras.layers.Layer) -> keras.layers.Layer:
-        with _call_scope(layer):
-            values = layer.clustered_values()
-        for variable, value in values:
-            variable.assign(keras.ops.cast(value, variable.dtype))
-        inner: keras.layers.Layer = layer.layer
-        return inner
+    def replace(self, layer: keras.layers.Layer, original: keras.layers.Layer) -> keras.layers.Layer:
+        plain: keras.layers.Layer = layer.layer if isinstance(layer, ClusterWeights) else layer
+        with _call_scope(original):
+            clustered = {id(variable): value for variable, value in original.clustered_values()}
+        for variable, source in zip(plain.weights, original.layer.weights):
+            variable.assign(keras.ops.cast(clustered.get(id(source), source.value), variable.dtype))
+        return plain
 
     def float_fix(self) -> str:
         return "nothing to do: stripping leaves the layers that were not clustered as they are"

@@ -107,9 +107,9 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
     def _where(self) -> str:
         return f"ste.clustering.ClusterWeights '{self.name}' ({type(self.layer).__name__})"
 
-    def build(self, input_shape: Any) -> None:
-        if not self.layer.built:
-            self.layer.build(input_shape)
+    def build(self, input_shape: Any = None, **shapes: Any) -> None:
+        if not self.layer.built:  # a layer of several inputs (attention) is built from its shapes by name
+            self.layer.build(**shapes) if shapes else self.layer.build(input_shape)
         clustered = []
         for name, variable in clusterable_weights(self.layer):
             size = _size(variable)

@@ -259,7 +259,7 @@ def strip_pruning(model: Any) -> Any:
     pruned model is not changed. A single wrapper gives its stripped layer."""
     owner = "ste.sparsity.strip_pruning"
     if isinstance(model, PruneLowMagnitude):
-        return Strip().replace(copy_layer(model, owner))
+        return Strip().replace(copy_layer(model, owner), model)
     if not isinstance(model, keras.Model):
         raise ParameterTypeError(
             f"{owner}: expected a Keras 3 model or a PruneLowMagnitude layer; received {type(model).__name__} "

@@ -53,7 +53,7 @@ class Prune(LayerRewrite):
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
         return prunable_weights(layer) if layer.built else []
 
-    def replace(self, layer: keras.layers.Layer) -> keras.layers.Layer:
+    def replace(self, layer: keras.layers.Layer, original: keras.layers.Layer) -> keras.layers.Layer:
         return wrap(layer, self.settings, self._check(layer, self.settings))
 
     def float_fix(self) -> str:
@@ -77,11 +77,14 @@ class Strip(LayerRewrite):
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
         return list(layer.layer.weights)
 
-    def replace(self, layer: keras.layers.Layer) -> keras.layers.Layer:
-        for weight, mask, _ in layer.pruning_vars:
-            weight.assign(tf.where(mask.value, weight.value, tf.zeros((), weight.dtype)))
-        inner: keras.layers.Layer = layer.layer
-        return inner
+    def replace(self, layer: keras.layers.Layer, original: keras.layers.Layer) -> keras.layers.Layer:
+        plain: keras.layers.Layer = layer.layer if isinstance(layer, PruneLowMagnitude) else layer
+        masks = {id(weight): mask for weight, mask, _ in original.pruning_vars}
+        for variable, source in zip(plain.weights, original.layer.weights):
+            mask = masks.get(id(source))
+            value = source.value if mask is None else tf.where(mask.value, source.value, tf.zeros((), source.dtype))
+            variable.assign(value)
+        return plain
 
     def float_fix(self) -> str:
         return "nothing to do: stripping leaves the layers that were not pruned as they are"

@@ -96,9 +96,9 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         setattr(self, _CALLBACK_FLAG, False)
         self._set_step_source(None)
 
-    def build(self, input_shape: Any) -> None:
-        if not self.layer.built:
-            self.layer.build(input_shape)
+    def build(self, input_shape: Any = None, **shapes: Any) -> None:
+        if not self.layer.built:  # a layer of several inputs (attention) is built from its shapes by name
+            self.layer.build(**shapes) if shapes else self.layer.build(input_shape)
         weights = prunable_weights(self.layer)
         check_weights(
             self.layer,
