@@ -44,6 +44,7 @@ __all__ = [
     "Rewriter",
     "copy",
     "copy_layer",
+    "count_calls",
     "graph_nodes",
     "graph_of",
     "is_graph_model",
@@ -389,6 +390,16 @@ class LayerRewrite(abc.ABC):
         del in_graph
         return not any(is_weight(variable) for variable in layer.weights)
 
+    def study(self, rewriter: Rewriter, model: keras.Model) -> None:
+        """Called once before the plan, with the rewriter and the model given: a transformation that decides from
+        a graph's structure (QAT's folds and fusions) does it here. The default does nothing."""
+        del rewriter, model
+
+    def planned(self, rewriter: Rewriter, model: keras.Model) -> None:
+        """Called once after the plan (``rewriter.plan``), before anything is built: the last moment to refuse.
+        The default does nothing."""
+        del rewriter, model
+
     def check(self, layer: keras.layers.Layer, path: str) -> None:
         """Raise an ``ste.errors`` error if the claimed ``layer`` (at ``path``) cannot be transformed as asked;
         called for every claimed layer before anything is built. The default accepts every layer."""
@@ -483,13 +494,21 @@ class Rewriter:
                 self.plan.floats.append((path, type(layer).__name__, weights, values))
             return
         children = sublayers(layer)
+        if children and not self._claimable_inside(layer):  # nothing inside to transform: one float layer
+            weights, values = self._count(layer, layer.weights, set())
+            if not self.transform.covers(layer, in_graph) and self.select(layer):
+                self.plan.floats.append((path, type(layer).__name__, weights, values))
+            return
         weights, values = self._count(layer, _own_variables(layer), set())
-        graph = in_graph and is_graph_model(layer)
-        uncovered = bool(weights) if children and not graph else not self.transform.covers(layer, in_graph)
+        uncovered = bool(weights) if children else not self.transform.covers(layer, in_graph)
         if uncovered and self.select(layer):
             self.plan.floats.append((path, type(layer).__name__, weights, values))
         for child in children:
-            self._visit(child, f"{path}/{child.name}", graph)
+            self._visit(child, f"{path}/{child.name}", in_graph and is_graph_model(layer))
+
+    def _claimable_inside(self, layer: keras.layers.Layer) -> bool:
+        """Whether some layer inside ``layer`` is one the transformation would claim (selected or not)."""
+        return any(self.transform.claims(inner) for _, inner in walk(layer))
 
     def make_plan(self, model: keras.Model) -> Plan:
         """Decide what the rewrite does (see :class:`Plan`); raises before anything is built."""
@@ -531,16 +550,25 @@ class Rewriter:
     # -- building ---------------------------------------------------------------------------------------------------
 
     def run(self, model: keras.Model) -> keras.Model:
-        """The rewritten copy of ``model`` (planned first: see :meth:`make_plan`)."""
+        """The rewritten copy of ``model``, planned first (see :meth:`make_plan`)."""
         self.check_model(model)
+        graph = is_graph_model(model) and graph_of(model) is not None
+        if graph:
+            count_calls(model, self.calls, set())
+        self.transform.study(self, model)
         self.make_plan(model)
-        if is_graph_model(model):
-            if isinstance(model, keras.Sequential) and graph_of(model) is None:
-                return keras.Sequential([self.layer(layer) for layer in model.layers], name=model.name)
-            _count_calls(model, self.calls, set())
+        self.transform.planned(self, model)
+        if graph:
             new: keras.Model = self.graph_class(self, model).run()
             return new
+        if isinstance(model, keras.Sequential) and graph_of(model) is None:
+            return keras.Sequential([self.layer(layer) for layer in model.layers], name=model.name)
         return self.in_place(model)
+
+    def holds_claimed(self, layer: keras.layers.Layer) -> bool:
+        """Whether a layer the transformation does not claim holds claimed layers (then the new model's layer for it
+        is a copy with its claimed layers swapped inside)."""
+        return any(id(inner) in self.plan.claimed for _, inner in walk(layer))
 
     def check_model(self, model: Any) -> None:
         if not isinstance(model, keras.Model):
@@ -588,7 +616,7 @@ def _short_path(variable: Any) -> str:
     return str(getattr(variable, "path", variable.name)).rsplit("/", 1)[-1]
 
 
-def _count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> None:
+def count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> None:
     """How often each layer and nested graph model is called, over ``model``'s graph and the graphs of the plain
     models nested in it (each graph once)."""
     if id(model) in seen:
@@ -601,7 +629,7 @@ def _count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> 
         operation = node.operation
         counts[id(operation)] = counts.get(id(operation), 0) + 1
         if isinstance(operation, keras.Model) and is_graph_model(operation):
-            _count_calls(operation, counts, seen)
+            count_calls(operation, counts, seen)
 
 
 class GraphRebuild:

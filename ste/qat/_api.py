@@ -15,8 +15,9 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool
+from .._keras._rewrite import walk
 from .._keras._scopes import custom_object_scope
-from ..errors import ConversionError, ParameterError, UnsupportedLayerError
+from ..errors import ConversionError, ParameterError
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
@@ -26,7 +27,7 @@ from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
-from ._transform import ANNOTATION, FIX_INPUTS, Rewrite, _functional, adapted_layers, rewrite, walk
+from ._transform import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
 from ._wrapper import QuantizeWrapper
 
@@ -103,32 +104,13 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
     strict = check_bool(owner, "strict", strict)
     prefix = _prefix(owner, prefix)
     _check_model(model, owner)
-    job = Rewrite(_scheme(scheme), select, prefix, owner, strict)
-    if strict:
-        probe = Rewrite(job.scheme, select, prefix, owner, strict)
-        rewrite(model, probe)
-        if probe.uncovered:
-            raise UnsupportedLayerError(
-                f"{owner}(strict=True): the scheme '{job.scheme.name}' does not cover {', '.join(probe.uncovered)}. "
-                f"Fix: annotate each such layer before quantizing, ste.qat.quantize_annotate_layer(layer, "
-                f"config=ste.qat.QuantizeConfig(quantize_output=True)) to quantize around it, or "
-                f"config=ste.qat.QuantizeConfig(float=True) to keep it float; or pass strict=False to keep the "
-                f"uncovered layers float with a warning."
-            )
-    new = rewrite(model, job)
+    job = Quantize(_scheme(scheme), prefix, owner, strict)
+    new = quantize(model, job, select, strict)
     if job.adapted:
         warnings.warn(
             f"{owner}: the scheme '{job.scheme.name}' quantizes the input of {len(job.adapted)} layer(s) otherwise, "
             f"because a non-negative activation feeds them: {adapted_layers(job)}. Fix: {FIX_INPUTS}; or pass "
             f"strict=True to make this an error.",
-            UserWarning,
-            stacklevel=3,
-        )
-    if job.uncovered:
-        warnings.warn(
-            f"{owner}: the scheme '{job.scheme.name}' does not cover {len(job.uncovered)} layer(s), which stay "
-            f"float: {', '.join(job.uncovered)}. Annotate them (ste.qat.quantize_annotate_layer(layer, config=...)) "
-            f"or pass strict=True to make this an error.",
             UserWarning,
             stacklevel=3,
         )
@@ -150,7 +132,7 @@ def quantize_model(
     their config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's
     default prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
     """
-    return _run(model, scheme, lambda layer: True, strict, quantized_layer_name_prefix, "ste.quantize_model")
+    return _run(model, scheme, None, strict, quantized_layer_name_prefix, "ste.quantize_model")
 
 
 def quantize_annotate_layer(
@@ -193,7 +175,7 @@ def quantize_annotate_model(model: keras.Model) -> keras.Model:
             f"{owner}: expected a Keras model (functional or Sequential); received {type(model).__name__}. Fix: "
             f"ste.qat.quantize_annotate_layer(layer) annotates one layer."
         )
-    for layer in walk(model):
+    for _, layer in walk(model):
         if not _annotated(layer):
             object.__setattr__(layer, ANNOTATION, None)
     return model
@@ -215,8 +197,7 @@ def quantize_apply(
     owner = "ste.qat.quantize_apply"
     check_bool(owner, "strict", strict)
     _check_model(model, owner)
-    _functional(model)  # a subclassed or unbuilt model: its own error first
-    if not any(_annotated(layer) for layer in walk(model)):
+    if not any(_annotated(layer) for _, layer in walk(model)):
         raise ParameterError(
             f"{owner}: no layer of model '{model.name}' is annotated, so the result would be a float copy. Expected "
             f"layers marked by ste.qat.quantize_annotate_layer(layer) or ste.qat.quantize_annotate_model(model). Fix: "

@@ -17,13 +17,13 @@ from typing import Any
 import keras
 
 from .._common._arguments import check_bool
+from .._keras._rewrite import graph_nodes, graph_of
 from ..errors import ParameterError
 from ..quantizers import NoOp
 from ..quantizers._base import check_bits
 from ._int8 import Int8Scheme
 from ._quantizers import ActivationFakeQuant
 from ._tfmot_quantizers import check_fixed_range
-from ._transform import _functional, _nodes
 
 __all__ = ["fix_input_output_range", "remove_input_range"]
 
@@ -36,8 +36,8 @@ def _passes(layer: Any) -> bool:
 
 
 def _input_quantizers(model: keras.Model, owner: str) -> list[str]:
-    graph = _functional(model)
-    nodes = _nodes(graph)
+    graph = graph_of(model)
+    nodes = graph_nodes(graph)
 
     def reached(tensor: Any) -> list[str]:
         found = []
@@ -66,7 +66,7 @@ def _input_quantizers(model: keras.Model, owner: str) -> list[str]:
 
 def _output_quantizers(model: keras.Model, owner: str) -> list[str]:
     names = []
-    for tensor in _functional(model).outputs:
+    for tensor in graph_of(model).outputs:
         producer, index, _ = tensor._keras_history
         while not isinstance(producer, ActivationFakeQuant) and _passes(producer):
             inputs = producer._inbound_nodes[index].input_tensors
