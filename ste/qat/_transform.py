@@ -32,7 +32,8 @@ Names: the layer that replaces a compute layer (folded or not) is named ``prefix
 norm and activation folded or fused into it have no layer of their own); an activation run as its own layer is
 ``<layer>_activation``; an activation quantizer is ``<producer>_quant_<k>``, k counting quantizers from 1 in the
 order the rewrite visits tensors (the same for the same model); a cast of an integer tensor is ``<producer>_cast_<k>``.
-Every other layer keeps its name.
+Every other layer keeps its name. With TFMOT's prefix ``"quant_"``, the quantizer of a model input is TFMOT's
+``quantize_layer`` (``quantize_layer_1``, ... for more inputs).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ._signs import non_negative_feeds
 __all__ = ["ANNOTATION", "FIX_INPUTS", "Quantize", "QuantizedGraph", "adapted_layers", "quantize"]
 
 ANNOTATION = "_ste_qat_annotation"
+TFMOT_PREFIX = "quant_"  # TFMOT's default quantized_layer_name_prefix
 
 
 def _activation_of(layer: Any) -> Any:
@@ -77,6 +79,7 @@ class Quantize(LayerRewrite):
         self.strict = strict
         self.adapted: list[tuple[str, str]] = []
         self.counter = 0
+        self.input_quantizers = 0
         self.absorbed: set[int] = set()  # layers folded or fused into a compute layer of a graph
         self.replacements: dict[int, tuple[keras.layers.Layer, Any]] = {}
         self.models: dict[int, tuple[keras.Model, list[bool]]] = {}
@@ -256,11 +259,24 @@ class QuantizedGraph(GraphRebuild):
     def producer(self, tensor: Any) -> str:
         return str(tensor._keras_history[0].name)
 
+    def input_quantizer_name(self, tensor: Any) -> str | None:
+        """TFMOT's name for the quantizer of a model input, ``quantize_layer`` (then ``quantize_layer_1``, ...), where
+        the prefix is TFMOT's (``"quant_"``): code written for TFMOT looks it up by that name."""
+        if self.q.prefix != TFMOT_PREFIX or self.prefix or not any(tensor is t for t in self.graph.inputs):
+            return None
+        count = self.q.input_quantizers
+        self.q.input_quantizers += 1
+        return "quantize_layer" if count == 0 else f"quantize_layer_{count}"
+
     def quantize(self, tensor: Any, new: Any, base: str, after: Any = None) -> Any:
         """``new`` (the new graph's ``tensor``, computed by the activation ``after`` if known) after a new activation
         quantizer, or its range group's."""
         root = self.root(id(tensor))
         if root == id(tensor) and id(tensor) not in self.groups.values():
+            name = self.input_quantizer_name(tensor)
+            if name is not None:
+                quantizer = self.q.scheme.activation_quantizer(name, after)
+                return new if quantizer is None else quantizer(new)
             return self.apply_quantizer(new, base, after)
         if root not in self.group_quantizers:
             name = self.next_name(base, "quant")

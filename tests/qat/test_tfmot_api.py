@@ -113,6 +113,14 @@ def test_quantized_layers_are_named_prefix_and_the_float_layers_name_stably():
     kept = [layer.name for layer in model.layers if isinstance(layer, (L.Add, L.Flatten, L.MaxPooling2D))]
     assert set(kept) <= {layer.name for layer in prefixed.layers}  # not quantized: the same names
     assert ste.quantize_model(model, quantized_layer_name_prefix=None).layers[2].name == conv
+    # TFMOT's QuantizeLayer on the model input is "quantize_layer", which TFMOT code looks up by name
+    assert isinstance(prefixed.get_layer("quantize_layer"), ste.qat.ActivationFakeQuant)
+    assert prefixed.get_layer("quantize_layer").input is prefixed.inputs[0]
+    left, right = keras.Input((4,), name="left"), keras.Input((4,), name="right")
+    two = keras.Model([left, right], L.Add()([L.Dense(3, name="a")(left), L.Dense(3, name="b")(right)]))
+    names = {layer.name for layer in ste.quantize_model(two, quantized_layer_name_prefix="quant_").layers}
+    assert {"quantize_layer", "quantize_layer_1", "quant_a", "quant_b"} <= names
+    assert not any(layer.name.startswith("quantize_layer") for layer in ste.quantize_model(two).layers)
     with pytest.raises(ste.errors.ParameterError, match="quantized_layer_name_prefix"):
         ste.quantize_model(model, quantized_layer_name_prefix=3)
 
