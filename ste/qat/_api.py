@@ -122,17 +122,23 @@ def quantize_model(
     scheme: str | Scheme = "int8",
     strict: bool = False,
     quantized_layer_name_prefix: str | None = "",
+    filters: Any = None,
 ) -> keras.Model:
     """A quantization-aware copy of ``model`` (TFMOT's ``quantize_model``), with its trained float weights.
 
-    The new model has the same inputs and outputs, and is ready to ``compile``/``fit``; functional and Sequential
-    models (nested ones too) are supported, and a layer or nested model the float model calls more than once stays
-    one layer, called as often. Layers the scheme does not cover stay float, named in one warning; ``strict=True``
-    raises :class:`ste.errors.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use
-    their config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's
-    default prefix is ``"quant_"``; ste's keeps the names). See docs/qat.md.
+    The new model has the same inputs and outputs, and is ready to ``compile``/``fit``. Any Keras 3 model is
+    supported: Sequential and functional graphs (with their operation nodes), nested and subclassed models, KerasHub's
+    models (their class kept), and the compute layers inside composite layers such as transformer blocks, at any
+    depth; a layer or nested model the float model calls more than once stays one layer, called as often. Layers
+    the scheme does not cover stay float, named in one warning; ``strict=True`` raises
+    :class:`ste.errors.UnsupportedLayerError` instead. Annotated layers (:func:`quantize_annotate_layer`) use their
+    config. Each quantized layer is named ``quantized_layer_name_prefix`` + the float layer's name (TFMOT's
+    default prefix is ``"quant_"``; ste's keeps the names). ``filters`` chooses which of the layers the scheme covers
+    are quantized (a regular expression searched in the layer's name, a layer class, a callable ``layer -> bool``,
+    or a list of those, as Keras's ``model.quantize``); the others stay float without a warning. The copy is not
+    compiled (compile it, as TFMOT's result). See docs/qat.md.
     """
-    return _run(model, scheme, None, strict, quantized_layer_name_prefix, "ste.quantize_model")
+    return _run(model, scheme, filters, strict, quantized_layer_name_prefix, "ste.quantize_model")
 
 
 def quantize_annotate_layer(
