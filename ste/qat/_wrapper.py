@@ -118,6 +118,9 @@ def _check_quantizer(value: Any, where: str) -> Quantizer:
     if isinstance(value, str):
         why = "a quantizer name, not a quantizer"
         fix += f", e.g. ste.quantizers.get({value!r})"
+    elif isinstance(value, type):
+        why = "a class, not a quantizer object"
+        fix += f", e.g. {value.__name__}(...) with its arguments"
     elif isinstance(value, keras.layers.Layer):
         why = (
             "a Keras layer that is not a quantizer (it would run on the tensor as a layer, and may change its shape "

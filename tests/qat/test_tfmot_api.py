@@ -365,6 +365,11 @@ MALFORMED = {
         lambda layer: [(layer.kernel, L.Dense(3))],
         ["a Dense layer", "not a quantizer"],
     ),
+    "weights a quantizer class": (
+        "get_weights_and_quantizers",
+        lambda layer: [(layer.kernel, ste.qat.LastValueQuantizer)],
+        ["a class, not a quantizer object", "LastValueQuantizer(...)"],
+    ),
     "weights a TFMOT quantizer object": (
         "get_weights_and_quantizers",
         lambda layer: [(layer.kernel, _TfmotStyleQuantizer())],
