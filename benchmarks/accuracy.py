@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from ._timing import LoadSampler, load_average
     from .qat import _lockstep
 
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     load_before = load_average()
     with tempfile.TemporaryDirectory() as directory, LoadSampler(10.0) as sampler:
         path = str(Path(directory) / "data.npz")
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "row": args.name,
         "date": started.strftime("%Y-%m-%d"),
         "started_utc": started.isoformat(timespec="seconds"),
-        "minutes": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60, 1),
+        "minutes": round((datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60, 1),
         "cpu": _cpu(),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,

@@ -193,7 +193,7 @@ def run(
     results: dict[str, Any] = {
         "mode": "smoke" if smoke else "full",
         "command": COMMAND + (" --smoke" if smoke else ""),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "load_average_start": load_average(),
         "config": {
@@ -225,7 +225,7 @@ def run(
 def write(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
     """Write ``latest.json``/``latest.md`` and time-stamped copies into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     text = json.dumps(results, indent=2, sort_keys=False)
     table = markdown(results)
     for stem in ("latest", f"{results['mode']}-{stamp}"):

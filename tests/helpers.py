@@ -37,15 +37,10 @@ def as_float64(values: Sequence[Any] | np.ndarray | tf.Tensor) -> np.ndarray:
 
 
 def pyproject() -> dict[str, Any]:
-    """pyproject.toml, parsed by tomllib (Python 3.11 and later) or, on Python 3.10, by tomli (which pytest itself
-    requires there); a skip that says so if neither is installed."""
-    try:
-        import tomllib as toml
-    except ModuleNotFoundError:  # Python 3.10
-        import pytest
+    """pyproject.toml, parsed."""
+    import tomllib
 
-        toml = pytest.importorskip("tomli", reason="reading pyproject.toml needs tomllib (Python 3.11+) or tomli")
-    parsed: dict[str, Any] = toml.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    parsed: dict[str, Any] = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     return parsed
 
 

@@ -233,8 +233,8 @@ def _dorefa_q(x: Array) -> tuple[Array, Array]:
 
 
 def _uniform_q(x: Array) -> tuple[Array, Array]:
-    step = 2.0 / (2**8 - 1)
-    return -1.0 + np.round((np.clip(x, -1.0, 1.0) + 1.0) / step) * step, (np.abs(x) <= 1).astype(np.float64)
+    # [−1, 1] holds 0: the 8-bit narrow symmetric grid k/127, k = −127 … 127
+    return np.clip(np.round(x * 127.0), -127, 127) / 127.0, (np.abs(x) <= 1).astype(np.float64)
 
 
 def _lsq_q(x: Array) -> tuple[Array, Array]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.helpers import pyproject
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_license_is_the_apache_text_the_metadata_claims():
-    pyproject = (ROOT / "pyproject.toml").read_text()  # tomllib is Python 3.11+; the project supports 3.10
-    assert re.search(r'^license = \{ text = "Apache-2.0" \}$', pyproject, flags=re.MULTILINE)
+    assert pyproject()["project"]["license"] == {"text": "Apache-2.0"}
     text = (ROOT / "LICENSE").read_text()
     assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text

@@ -143,7 +143,16 @@ def test_declared_floors_agree_and_ci_runs_them() -> None:
     assert f"Python ≥ {python_floor}" in readme
     assert f"TensorFlow ≥ {TF_FLOOR}" in readme and f"Keras ≥ {KERAS_FLOOR}" in readme
     ci = (ROOT / ".ci" / "run").read_text()  # the oldest combination is a pass of CI
-    assert f'FLOOR_PYTHON="{python_floor}"' in ci and f'FLOOR_TENSORFLOW="tensorflow-cpu=={TF_FLOOR}.*"' in ci
+    assert f'FLOOR_PYTHON="{python_floor}"' in ci and f'FLOOR_TENSORFLOW="tensorflow=={TF_FLOOR}.*"' in ci
+    assert f'FLOOR_KERAS="keras=={KERAS_FLOOR}.*"' in ci
+    floor_row = re.search(
+        rf"^\| {re.escape(python_floor)} \| `tensorflow` {re.escape(TF_FLOOR)}\.\d+ \| "
+        rf"{re.escape(KERAS_FLOOR)}\.\d+ \|",
+        readme,
+        flags=re.MULTILINE,
+    )
+    assert floor_row, "the README's table of what CI runs names the floors"
+    assert ci.count("FLOOR_TESTS=(") == 1 and "tests/qat" in ci.split("FLOOR_TESTS=(", 1)[1].split(")", 1)[0]
 
 
 def test_tensorflow_is_an_extra_and_the_readme_commands_install_it() -> None:

@@ -10,12 +10,11 @@ import numbers as numbers_
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, NoReturn, TypeVar, Union
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, Union
 
 import keras
 import numpy as np
 import tensorflow as tf
-from typing_extensions import ParamSpec
 
 from ..errors import CallError, MissingBackwardError, RuleError
 from ..registry import Surrogate

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["NOT_GIVEN", "ClassSignature", "forwarding_signature", "init_signature", "keep_init_signature"]
+__all__ = ["NOT_GIVEN", "ClassSignature", "forwarding_signature", "init_signature"]
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
@@ -44,20 +44,6 @@ def init_signature(cls: type) -> inspect.Signature:
     """The signature of ``cls.__init__`` without ``self``."""
     signature = inspect.signature(cls.__init__)  # type: ignore[misc]
     return signature.replace(parameters=list(signature.parameters.values())[1:])
-
-
-class _InitSignature(ClassSignature):
-    """A :class:`ClassSignature` that only restates the class's ``__init__`` (see :func:`keep_init_signature`)."""
-
-
-def keep_init_signature(cls: type) -> None:
-    """Make ``inspect.signature(cls)`` the signature of the ``__init__`` that ``cls`` defines or inherits, on every
-    Python: 3.10 reads an inherited ``__new__`` before an inherited ``__init__`` (a subclass that defines neither shows
-    Keras's ``Layer.__new__(*args, **kwargs)``), 3.11 and later the nearer of the two. A signature that the class or
-    a base class sets otherwise is kept."""
-    current = inspect.getattr_static(cls, "__signature__", None)
-    if current is None or isinstance(current, _InitSignature):
-        cls.__signature__ = _InitSignature(init_signature(cls))  # type: ignore[attr-defined]
 
 
 def forwarding_signature(

@@ -436,10 +436,20 @@ SHOW = {
         "  quantizer:  ste.quantizers.Uniform\n"
         "  surrogate:  - (its own gradient, below)\n"
         "\n"
-        "  Round-to-nearest fake quantization on 2^bits evenly spaced levels from `min` to `max` (both levels).\n"
+        "  Round-to-nearest fake quantization on evenly spaced levels from `min` to `max` that hold 0 whenever the\n"
+        "  range does, so that an exact 0 (a pruned weight) stays exactly 0.\n"
         "\n"
-        "  Forward min + round((clip(x, min, max) − min)/Δ)·Δ with Δ = (max − min)/(2^bits − 1); gradient\n"
-        '  dy·1[min <= x <= max]. Rounding: `tf.round`, half to even. Spec name `"uniform"`.\n'
+        "  * A range across 0 (min < 0 < max; the default [−1, 1]): the multiples k·Δ of Δ = (max − min)/(2^bits − 2),\n"
+        "    from the one nearest min to the one nearest max, k_low = round(min/Δ) to k_high = round(max/Δ): forward\n"
+        "    clip(round(x/Δ), k_low, k_high)·Δ. 0 is a level. A symmetric range keeps both ends as levels on 2^bits − 1\n"
+        "    levels (TFLite's narrow int8 grid [−127, 127]·max/127 at 8 bits); otherwise an end moves to the nearest\n"
+        "    multiple of Δ, by at most Δ/2, and there are at most 2^bits levels. `bits=1` is refused there: two levels\n"
+        "    cannot hold min, max and 0.\n"
+        "  * A range on one side of 0 (min >= 0 or max <= 0): 2^bits levels from min to max, both included,\n"
+        "    Δ = (max − min)/(2^bits − 1): forward min + round((clip(x, min, max) − min)/Δ)·Δ. 0 is a level when it is an\n"
+        "    end (min = 0 or max = 0); otherwise 0 is outside the range and maps to the nearer end.\n"
+        "\n"
+        '  Gradient dy·1[min <= x <= max]. Rounding: `tf.round`, half to even. Spec name `"uniform"`.\n'
     ),
     "zero": (
         "zero()\n"

@@ -25,6 +25,7 @@ from ._lowbit import BinaryScheme, TernaryScheme
 from ._preserve import ClusterPreserveScheme, PreservingWeightFakeQuant, PrunePreserveScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Scheme
+from ._scheme_names import suggestion
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
 from ._transform import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
@@ -56,13 +57,19 @@ def schemes() -> list[str]:
     return sorted(_SCHEMES)
 
 
-def _scheme(scheme: Any) -> Scheme:
+def _scheme(scheme: Any, owner: str = "ste.quantize_model") -> Scheme:
     if isinstance(scheme, Scheme):
         return scheme
     if isinstance(scheme, str) and scheme in _SCHEMES:
         return _SCHEMES[scheme]()
+    meant, note = suggestion(scheme, schemes()) if isinstance(scheme, str) else ("", "")
+    if isinstance(scheme, type) and issubclass(scheme, Scheme):
+        meant, note = f"ste.qat.{scheme.__name__}()", "an instance, not the class"
+    hint = f" Did you mean {meant}{f' ({note})' if note else ''}? Fix: scheme={meant}." if meant else ""
+    hint = hint or (f" {note}." if note else "")
     raise ParameterError(
-        f"ste.quantize_model: unknown scheme {scheme!r}; expected one of {schemes()} or a ste.qat.Scheme instance."
+        f"{owner}: unknown scheme {scheme!r}; expected one of {schemes()} or a ste.qat.Scheme instance (e.g. "
+        f"ste.qat.NBitScheme(num_bits_weight=4) for 4-bit weights).{hint}"
     )
 
 
@@ -104,7 +111,7 @@ def _run(model: keras.Model, scheme: Any, select: Any, strict: bool, prefix: Any
     strict = check_bool(owner, "strict", strict)
     prefix = _prefix(owner, prefix)
     _check_model(model, owner)
-    job = Quantize(_scheme(scheme), prefix, owner, strict)
+    job = Quantize(_scheme(scheme, owner), prefix, owner, strict)
     new = quantize(model, job, select, strict)
     if job.adapted:
         warnings.warn(

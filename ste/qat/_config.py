@@ -8,7 +8,13 @@ Two kinds, one class:
   ``get_activations_and_quantizers`` and/or ``get_output_quantizers`` (and ``set_quantize_activations``,
   ``get_config``). Its layer is a compute layer, quantized by :class:`ste.qat.QuantizeWrapper` through
   :meth:`QuantizeConfig.scheme`, a :class:`ste.qat.Scheme` on the same path as the built-in ones: its inputs are
-  quantized by the model's scheme where needed, its weights, activations and outputs by the config.
+  quantized by the model's scheme where needed, its weights, activations and outputs by the config. What the
+  methods return is checked when the wrapper is built (see :class:`ste.qat.QuantizeWrapper`): lists of (weight or
+  activation, quantizer) pairs and a list of output quantizers, each a :class:`ste.quantizers.Quantizer`, else
+  :class:`ste.errors.ParameterTypeError`. A subclass that quantizes nothing on a layer with weights (TFMOT's
+  ``NoOpQuantizeConfig``) warns, since the layer stays float inside a wrapper that looks quantized: a warning
+  rather than an error, because keeping a layer float is a legitimate choice, which ``QuantizeConfig(float=True)``
+  makes without one.
 """
 
 from __future__ import annotations

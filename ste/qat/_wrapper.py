@@ -16,16 +16,33 @@ has its own state (a moving range), as TFMOT's ``build`` gives each use its own 
   As TFMOT's: softmax, sigmoid and tanh are quantized before they run (TFLite's kernels fix their output range);
   linear, ReLU, ReLU6 and swish/SiLU after; GELU both. Other activations raise :class:`ste.errors.ParameterError`.
 * Outputs: the output quantizers, one per output.
+
+What the config returns is checked when the wrapper is built, before any quantizer is built or any activation is
+set, as TFMOT's interface defines it: ``get_weights_and_quantizers`` and ``get_activations_and_quantizers`` return a
+list (or tuple) of (weight variable of the layer, quantizer) and (activation function, quantizer) pairs, and
+``get_output_quantizers`` a list (or tuple) of quantizers, at most one per output. A quantizer is a
+:class:`ste.quantizers.Quantizer` (ste's quantizers, and ste.qat's: TFMOT's four, ``WeightFakeQuant``,
+``ActivationFakeQuant``): it keeps its input's shape and runs in ste's forward pass. Anything else (``None``, a bare
+weight, one pair not in a list, one quantizer not in a list, a quantizer name, a TFMOT quantizer object, a plain Keras
+layer such as ``Dense``, which would change the output) raises :class:`ste.errors.ParameterTypeError` naming the
+config's class, the method, what it returned and the fix. Empty lists are valid (TFMOT's ``NoOpQuantizeConfig``), but
+a config that quantizes nothing at all (no weight, activation or output quantizer) on a layer with weights warns when
+the wrapper is built: the layer would stay float inside a wrapper that looks quantized, and TFLite would keep it float.
+A warning rather than an error, because keeping a layer float is a legitimate choice (TFMOT's ``NoOpQuantizeConfig``
+makes it); ``ste.qat.QuantizeConfig(float=True)`` makes it without the warning.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from .._keras._stateless import call_with_values
-from ..errors import ParameterError
+from ..errors import ParameterError, ParameterTypeError
+from ..quantizers import Quantizer
 
 __all__ = ["QuantizeAwareActivation", "QuantizeWrapper"]
 
@@ -33,16 +50,94 @@ _PRE = frozenset({"softmax", "sigmoid", "tanh", "gelu"})
 _POST = frozenset({"linear", "relu", "relu6", "swish", "silu", "gelu"})
 
 
-def _quantizer(value: Any, owner: str) -> Any:
-    """A fresh copy of a quantizer a config returned (a Keras layer), or the callable itself."""
-    from ..quantizers import get
+_WEIGHT_EXAMPLE = (
+    "[(layer.kernel, ste.qat.LastValueQuantizer(num_bits=8, per_axis=False, symmetric=True, narrow_range=True))]"
+)
+_ACTIVATION_EXAMPLE = (
+    "[(layer.activation, ste.qat.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=False, "
+    "narrow_range=False))]"
+)
+_OUTPUT_EXAMPLE = "[ste.qat.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=False, narrow_range=False)]"
 
-    resolved = get(value)
-    if isinstance(resolved, keras.layers.Layer):
-        return type(resolved).from_config(resolved.get_config())
-    if resolved is None or not callable(resolved):
-        raise ParameterError(f"{owner}: {value!r} is not a quantizer; expected a ste.quantizers.Quantizer.")
-    return resolved
+
+def _shown(value: Any) -> str:
+    """What a config returned, short: a variable by its path and shape, a layer by its class, else its repr."""
+    if isinstance(value, (keras.Variable, tf.Variable)):
+        return f"the variable '{getattr(value, 'path', value.name)}' (shape {tuple(value.shape)})"
+    if isinstance(value, keras.layers.Layer):
+        return f"a {type(value).__name__} layer '{value.name}'"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_shown(item) for item in value[:4]) + (", ..." if len(value) > 4 else "")
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _is_pair(item: Any) -> bool:
+    return isinstance(item, (list, tuple)) and len(item) == 2
+
+
+def _pairs(returned: Any, where: str, what: str, example: str) -> list[tuple[Any, Any]]:
+    """The (thing, quantizer) pairs a config's ``get_*_and_quantizers`` returned, or a ParameterTypeError."""
+    expected = f"expected a list of ({what}, quantizer) pairs, e.g. {example} ([] for none)"
+    if not isinstance(returned, (list, tuple)):
+        raise ParameterTypeError(
+            f"{where} returned {_shown(returned)}; {expected}. Fix: return such a list"
+            + (" (a method that returns nothing returns None)." if returned is None else ".")
+        )
+    if _is_pair(returned) and not _is_pair(returned[0]) and not isinstance(returned[1], (keras.Variable, list, tuple)):
+        raise ParameterTypeError(
+            f"{where} returned one pair, {_shown(returned)}, not a list of pairs; {expected}. Fix: put the pair in "
+            f"a list: [({what}, quantizer)]."
+        )
+    for item in returned:
+        if not _is_pair(item):
+            raise ParameterTypeError(
+                f"{where} returned {_shown(returned)}, whose item {_shown(item)} is not a ({what}, quantizer) pair; "
+                f"{expected}. Fix: return a list of 2-tuples."
+            )
+    return [(thing, quantizer) for thing, quantizer in returned]
+
+
+def _output_list(returned: Any, where: str) -> list[Any]:
+    expected = f"expected a list of quantizers, one per output of the layer, e.g. {_OUTPUT_EXAMPLE} ([] for none)"
+    if isinstance(returned, (list, tuple)):
+        return list(returned)
+    fix = "put it in a list: [quantizer]" if isinstance(returned, Quantizer) else "return such a list"
+    raise ParameterTypeError(f"{where} returned {_shown(returned)}; {expected}. Fix: {fix}.")
+
+
+def _check_quantizer(value: Any, where: str) -> Quantizer:
+    """``value`` if it is a quantizer, else a ParameterTypeError saying what it is and what to return instead."""
+    if isinstance(value, Quantizer):
+        return value
+    fix = (
+        "return a ste.quantizers.Quantizer: one of ste.qat's (LastValueQuantizer, MovingAverageQuantizer, "
+        "AllValuesQuantizer, FixedQuantizer, WeightFakeQuant, ActivationFakeQuant) or of ste.quantizers"
+    )
+    if isinstance(value, str):
+        why = "a quantizer name, not a quantizer"
+        fix += f", e.g. ste.quantizers.get({value!r})"
+    elif isinstance(value, type):
+        why = "a class, not a quantizer object"
+        fix += f", e.g. {value.__name__}(...) with its arguments"
+    elif isinstance(value, keras.layers.Layer):
+        why = (
+            "a Keras layer that is not a quantizer (it would run on the tensor as a layer, and may change its shape "
+            "or add weights)"
+        )
+    elif callable(getattr(value, "build", None)) and callable(value):
+        why = "not a ste quantizer (a TFMOT quantizer object, built and called by TFMOT's own wrapper, not by ste's)"
+        fix += "; for your own, subclass ste.quantizers.Quantizer and implement call(inputs)"
+    else:
+        why = "not a quantizer"
+    raise ParameterTypeError(f"{where} returned {_shown(value)} as a quantizer: {why}. Fix: {fix}.")
+
+
+def _quantizer(value: Quantizer) -> Quantizer:
+    """A fresh copy of a quantizer a config returned, so that each use has its own state."""
+    copy: Quantizer = type(value).from_config(value.get_config())
+    return copy
 
 
 def _output_shape(layer: keras.layers.Layer, input_shape: Any) -> Any:
@@ -111,51 +206,96 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
     def _where(self) -> str:
         return f"QuantizeWrapper '{self.name}' ({type(self.layer).__name__}, {type(self.quantize_config).__name__})"
 
-    def build(self, input_shape: Any) -> None:
-        if not self.layer.built:
-            self.layer.build(input_shape)
-        config, owner = self.quantize_config, self._where()
+    def _returned(self, method: str) -> tuple[Any, str]:
+        """What the config's ``method`` returns for the layer, and how a message names that call."""
+        return getattr(self.quantize_config, method)(self.layer), (
+            f"{self._where()}: {type(self.quantize_config).__name__}.{method}(layer)"
+        )
+
+    def _checked(self) -> tuple[list[tuple[Any, Quantizer]], list[tuple[Any, Quantizer]], list[Quantizer]]:
+        """The config's weights, activations and output quantizers, checked (see the module docstring)."""
+        returned, where = self._returned("get_weights_and_quantizers")
+        weights = _pairs(returned, where, "weight variable", _WEIGHT_EXAMPLE)
         own = {id(v) for v in self.layer.weights}
-        variables = []
-        for weight, value in list(config.get_weights_and_quantizers(self.layer) or []):
+        seen: set[int] = set()
+        for weight, _ in weights:
             if not isinstance(weight, keras.Variable) or id(weight) not in own:
                 raise ParameterError(
-                    f"{owner}: get_weights_and_quantizers returned {weight!r}; expected variables of the layer "
-                    f"itself (e.g. layer.kernel). Fix: return (variable, quantizer) pairs of the layer's weights."
+                    f"{where} returned {_shown(weight)} as a weight; expected variables of the layer itself (e.g. "
+                    f"layer.kernel). Fix: return (variable, quantizer) pairs of the layer's weights."
                 )
-            quantizer = _quantizer(value, owner)
-            if isinstance(quantizer, keras.layers.Layer):
-                quantizer.build(weight.shape)
-            variables.append(weight)
-            self.weight_quantizers.append(quantizer)
-        object.__setattr__(self, "_quantized_weights", variables)  # the layer's own; not tracked twice
-        pairs = list(config.get_activations_and_quantizers(self.layer) or [])
-        outputs = list(config.get_output_quantizers(self.layer) or [])
-        output_shape = _output_shape(self.layer, input_shape) if pairs or outputs else None
-        activations = []
-        for activation, value in pairs:
+            if id(weight) in seen:
+                raise ParameterError(
+                    f"{where} returned {_shown(weight)} twice; each weight is read through one quantizer. Fix: "
+                    f"return each weight once."
+                )
+            seen.add(id(weight))
+        weights = [(weight, _check_quantizer(value, where)) for weight, value in weights]
+        returned, where = self._returned("get_activations_and_quantizers")
+        activations = _pairs(returned, where, "activation function", _ACTIVATION_EXAMPLE)
+        for activation, _ in activations:
+            if not callable(activation) or isinstance(activation, (keras.Variable, keras.layers.Layer)):
+                raise ParameterTypeError(
+                    f"{where} returned {_shown(activation)} as an activation; expected the layer's activation "
+                    f"function (e.g. layer.activation). Fix: return (layer.activation, quantizer) pairs."
+                )
             name = _activation_name(activation)
             if name not in _PRE | _POST:
                 raise ParameterError(
-                    f"{owner}: cannot quantize the activation '{name}': the supported ones are "
+                    f"{self._where()}: cannot quantize the activation '{name}': the supported ones are "
                     f"{sorted(_PRE | _POST)} (quantized where TFLite's kernels quantize them). Fix: quantize other "
                     f"activations with an output quantizer (get_output_quantizers), or keep the layer float."
                 )
-            pre = _quantizer(value, owner) if name in _PRE else None
-            post = _quantizer(value, owner) if name in _POST else None
-            for quantizer in (pre, post):
-                if isinstance(quantizer, keras.layers.Layer):
-                    quantizer.build(output_shape)
-                    self.activation_quantizers.append(quantizer)
+        activations = [(activation, _check_quantizer(value, where)) for activation, value in activations]
+        returned, where = self._returned("get_output_quantizers")
+        outputs = [_check_quantizer(value, where) for value in _output_list(returned, where)]
+        return weights, activations, outputs
+
+    def build(self, input_shape: Any) -> None:
+        if not self.layer.built:
+            self.layer.build(input_shape)
+        weights, pairs, outputs = self._checked()
+        output_shape = _output_shape(self.layer, input_shape) if pairs or outputs else None
+        shapes = output_shape if isinstance(output_shape, list) else [output_shape]
+        if len(outputs) > len(shapes):
+            raise ParameterError(
+                f"{self._where()}: {type(self.quantize_config).__name__}.get_output_quantizers(layer) returned "
+                f"{len(outputs)} quantizers for a layer with {len(shapes)} output(s); expected at most one per "
+                f"output. Fix: return one quantizer per output of the layer."
+            )
+        if not (weights or pairs or outputs) and self.layer.weights:
+            warnings.warn(
+                f"{self._where()}: the config quantizes nothing (its get_weights_and_quantizers, "
+                f"get_activations_and_quantizers and get_output_quantizers return empty lists), so the layer's "
+                f"{len(self.layer.weights)} weight(s) stay float inside the wrapper and in the TFLite model. Fix: "
+                f"return the weights to quantize, e.g. {_WEIGHT_EXAMPLE}; or annotate the layer with "
+                f"ste.qat.QuantizeConfig(float=True) to keep it float without this warning.",
+                UserWarning,
+                stacklevel=2,
+            )
+        variables = []
+        for weight, value in weights:
+            quantizer = _quantizer(value)
+            quantizer.build(weight.shape)
+            variables.append(weight)
+            self.weight_quantizers.append(quantizer)
+        object.__setattr__(self, "_quantized_weights", variables)  # the layer's own; not tracked twice
+        activations = []
+        for activation, value in pairs:
+            name = _activation_name(activation)
+            pre = _quantizer(value) if name in _PRE else None
+            post = _quantizer(value) if name in _POST else None
+            for made in (pre, post):
+                if made is not None:
+                    made.build(output_shape)
+                    self.activation_quantizers.append(made)
             activations.append(QuantizeAwareActivation(activation, pre, post))
         object.__setattr__(self, "_activations", activations)
         if activations:
-            config.set_quantize_activations(self.layer, activations)
-        shapes = output_shape if isinstance(output_shape, list) else [output_shape]
+            self.quantize_config.set_quantize_activations(self.layer, activations)
         for value, shape in zip(outputs, shapes):
-            quantizer = _quantizer(value, owner)
-            if isinstance(quantizer, keras.layers.Layer):
-                quantizer.build(shape)
+            quantizer = _quantizer(value)
+            quantizer.build(shape)
             self.output_quantizers.append(quantizer)
         self.built = True
 

@@ -24,7 +24,6 @@ from .._common._names import NameTable, build
 from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
 from .._keras._lookup import publish_activation
-from .._keras._signatures import keep_init_signature
 from ..errors import ParameterError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
@@ -51,10 +50,6 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
     """
 
     precision: int | None = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        keep_init_signature(cls)  # Sign, which inherits its __init__, shows it on Python 3.10 too
 
     def __init__(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("autocast", False)

@@ -6,6 +6,7 @@ Both round with ``tf.round``, which rounds half to even (0.5 → 0, 1.5 → 2, 2
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import keras
@@ -150,14 +151,34 @@ class DoReFa(Quantizer):
         return {**super().get_config(), "bits": self.bits, "mode": self.mode}
 
 
+def zero_grid(bits: int, low: float, high: float) -> tuple[float, int, int]:
+    """(Δ, k_low, k_high) of a range across 0 (low < 0 < high): the levels k·Δ for k_low <= k <= k_high, with
+    Δ = (high − low)/(2^bits − 2) and the ends k_low = round(low/Δ), k_high = round(high/Δ) (half to even), computed
+    exactly: at most 2^bits levels, 0 among them."""
+    steps = max(2**bits - 2, 1)  # bits = 1 is refused by Uniform (two levels cannot hold min, max and 0)
+    low_q, high_q = Fraction(low), Fraction(high)
+    step = (high_q - low_q) / steps
+    return float(step), round(low_q / step), round(high_q / step)
+
+
 def uniform(x: tf.Tensor, *, bits: int, low: float, high: float) -> tf.Tensor:
-    """low + round((clip(x, low, high) − low)/Δ)·Δ with Δ = (high − low)/(2^bits − 1) (round half to even; half
-    precision computes in float32)."""
+    """Round to the nearest level of :class:`Uniform`'s grid (round half to even; half precision computes in
+    float32): a range across 0 takes clip(round(x/Δ), k_low, k_high)·Δ (:func:`zero_grid`); a range on one side of 0
+    takes low + round((clip(x, low, high) − low)/Δ)·Δ with Δ = (high − low)/(2^bits − 1) (written from ``high``
+    down when high <= 0, so that high = 0 gives exactly 0)."""
     w = tf.cast(x, wide(x.dtype))
+    if low < 0.0 < high:
+        step, k_low, k_high = zero_grid(bits, low, high)
+        delta = tf.constant(step, w.dtype)
+        k = tf.clip_by_value(tf.round(w / delta), tf.constant(k_low, w.dtype), tf.constant(k_high, w.dtype))
+        return tf.cast(k * delta, x.dtype)
     lo = tf.constant(low, w.dtype)
     hi = tf.constant(high, w.dtype)
     step = tf.constant((high - low) / (2**bits - 1), w.dtype)
-    return tf.cast(lo + tf.round((tf.clip_by_value(w, lo, hi) - lo) / step) * step, x.dtype)
+    clipped = tf.clip_by_value(w, lo, hi)
+    if high <= 0.0:
+        return tf.cast(hi - tf.round((hi - clipped) / step) * step, x.dtype)
+    return tf.cast(lo + tf.round((clipped - lo) / step) * step, x.dtype)
 
 
 def _in_range(x: tf.Tensor, *, low: float, high: float) -> tf.Tensor:
@@ -181,10 +202,20 @@ uniform_op = forward(uniform).backward(uniform_vjp, jvp=uniform_jvp)
 @keras.saving.register_keras_serializable(package="ste")
 @register("uniform")
 class Uniform(Quantizer):
-    """Round-to-nearest fake quantization on 2^bits evenly spaced levels from ``min`` to ``max`` (both levels).
+    """Round-to-nearest fake quantization on evenly spaced levels from ``min`` to ``max`` that hold 0 whenever the
+    range does, so that an exact 0 (a pruned weight) stays exactly 0.
 
-    Forward min + round((clip(x, min, max) − min)/Δ)·Δ with Δ = (max − min)/(2^bits − 1); gradient
-    dy·1[min <= x <= max]. Rounding: ``tf.round``, half to even. Spec name ``"uniform"``.
+    * A range across 0 (min < 0 < max; the default [−1, 1]): the multiples k·Δ of Δ = (max − min)/(2^bits − 2),
+      from the one nearest min to the one nearest max, k_low = round(min/Δ) to k_high = round(max/Δ): forward
+      clip(round(x/Δ), k_low, k_high)·Δ. 0 is a level. A symmetric range keeps both ends as levels on 2^bits − 1
+      levels (TFLite's narrow int8 grid [−127, 127]·max/127 at 8 bits); otherwise an end moves to the nearest
+      multiple of Δ, by at most Δ/2, and there are at most 2^bits levels. ``bits=1`` is refused there: two levels
+      cannot hold min, max and 0.
+    * A range on one side of 0 (min >= 0 or max <= 0): 2^bits levels from min to max, both included,
+      Δ = (max − min)/(2^bits − 1): forward min + round((clip(x, min, max) − min)/Δ)·Δ. 0 is a level when it is an
+      end (min = 0 or max = 0); otherwise 0 is outside the range and maps to the nearer end.
+
+    Gradient dy·1[min <= x <= max]. Rounding: ``tf.round``, half to even. Spec name ``"uniform"``.
     """
 
     def __init__(self, bits: int = 8, min: float = -1.0, max: float = 1.0, **kwargs: Any) -> None:
@@ -193,6 +224,12 @@ class Uniform(Quantizer):
         self.max = check_number("Uniform", "max", max)
         if not self.min < self.max:
             raise ParameterError(f"Uniform: min must be < max; received min={min!r}, max={max!r}.")
+        if self.bits == 1 and self.min < 0.0 < self.max:
+            raise ParameterError(
+                f"Uniform: bits=1 with the range [{min!r}, {max!r}] across 0: two levels cannot hold min, max and 0 "
+                f"(the grid keeps 0 exact). Fix: bits >= 2 (bits=2 gives min, 0 and max for a symmetric range), "
+                f"ste.quantizers.Sign() for ±1, or a range with 0 at one end (Uniform(bits=1, min=0.0, max=1.0))."
+            )
         self.precision = self.bits
         super().__init__(**kwargs)
         self.op = uniform_op
@@ -207,6 +244,10 @@ class Uniform(Quantizer):
         return lambda t: tf.clip_by_value(t, tf.constant(self.min, t.dtype), tf.constant(self.max, t.dtype))
 
     def _levels(self, bits: int) -> Levels:
+        if self.min < 0.0 < self.max:
+            step, k_low, k_high = zero_grid(bits, self.min, self.max)
+            constants = {"min": self.min, "max": self.max, "step": step}  # Δ is exact: max − min is not computed
+            return Levels(k_low * step, k_high * step, k_high - k_low + 1, constants)
         n = 2**bits - 1
         constants = {"min": self.min, "max": self.max, "max - min": self.max - self.min, "2^bits - 1": n}
         return Levels(self.min, self.max, n + 1, constants)

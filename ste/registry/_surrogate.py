@@ -24,11 +24,10 @@ import math
 import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, dataclass_transform
 
 import numpy as np
 import tensorflow as tf
-from typing_extensions import dataclass_transform
 
 from ..errors import ParameterError, RegistrationError, SpecError
 from ._numerics import smallest_normal
@@ -112,7 +111,7 @@ class Surrogate:
     constructor by keyword (or positionally, in declaration order). They are Python numbers (or ``None`` where an
     entry documents it) or scalar tensors, and are read back as attributes (``surrogate.beta``) or through
     :attr:`params`; type checkers see them as the constructor's typed parameters
-    (``typing_extensions.dataclass_transform``). Instances are immutable and compare equal by class and parameters
+    (``typing.dataclass_transform``). Instances are immutable and compare equal by class and parameters
     (a scalar tensor by its value, a ``tf.Variable`` by identity, since its value may change). They copy, deep-copy
     and pickle (a class defined at module level by reference, one made by :func:`ste.registry.register` from a
     function by its registry name).

@@ -451,3 +451,58 @@ def test_tfmots_symmetric_last_value_quantizer_gives_every_element_its_gradient(
         tape.watch(x)
         y = quantizer(x)
     np.testing.assert_array_equal(tape.gradient(y, x, output_gradients=dy).numpy(), dy.numpy())
+
+
+#: every quantizer ste.qat exports, as a config returns it (several argument sets where the grid differs)
+QAT_QUANTIZERS = {
+    "WeightFakeQuant": [
+        lambda: ste.qat.WeightFakeQuant(),
+        lambda: ste.qat.WeightFakeQuant(bits=4, channel_axes=1, narrow_range=False),
+    ],
+    "PreservingWeightFakeQuant": [lambda: ste.qat.PreservingWeightFakeQuant(channel_axes=1)],
+    "ActivationFakeQuant": [lambda: ste.qat.ActivationFakeQuant(), lambda: ste.qat.ActivationFakeQuant(bits=4)],
+    "LastValueQuantizer": [
+        lambda: ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=True),
+        lambda: ste.qat.LastValueQuantizer(4, per_axis=True, symmetric=True, narrow_range=False),
+        lambda: ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=False, narrow_range=False),
+        lambda: ste.qat.LastValueQuantizer(3, per_axis=True, symmetric=False, narrow_range=True),
+    ],
+    "MovingAverageQuantizer": [lambda: ste.qat.MovingAverageQuantizer(8, False, False, False)],
+    "AllValuesQuantizer": [lambda: ste.qat.AllValuesQuantizer(5, False, True, False)],
+    "FixedQuantizer": [
+        lambda: ste.qat.FixedQuantizer(8, -1.0, 1.0, False),
+        lambda: ste.qat.FixedQuantizer(3, -0.3, 1.7, True),
+    ],
+}
+
+
+def test_every_qat_quantizer_is_in_the_zero_table():
+    exported = {
+        name
+        for name in ste.qat.__all__
+        if isinstance(getattr(ste.qat, name), type) and issubclass(getattr(ste.qat, name), ste.quantizers.Quantizer)
+    }
+    assert exported == set(QAT_QUANTIZERS)
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", sorted(QAT_QUANTIZERS))
+def test_every_qat_quantizer_maps_an_exact_zero_to_an_exact_zero(name, dtype, training):
+    """TensorFlow nudges a range so that 0 is a level (its zero point is an integer; numpy's transcription below
+    checks the grid): a pruned weight or a zero activation stays exactly 0, in every float dtype."""
+    x = np.random.default_rng(3).normal(0.2, 1.0, size=(6, 5))
+    x[::2] = 0.0
+    x[:, 3] = 0.0
+    x[1, 3] = -0.0
+    zeros = x == 0.0
+    for make in QAT_QUANTIZERS[name]:
+        quantizer = make()
+        quantizer.build(x.shape)
+        y = tf.cast(quantizer(tf.constant(x, dtype), training=training), tf.float64).numpy()
+        np.testing.assert_array_equal(y[zeros], 0.0, err_msg=f"{quantizer!r} on {dtype.name}")
+        if name != "AllValuesQuantizer" or training:  # its range starts at [0, 0]: all 0 until a training call
+            assert np.any(y[~zeros] != 0.0)
+    for low, high in ((-6.0, 6.0), (-1.0, 1.0), (-0.3, 1.7), (-2.1, 0.4)):
+        for bits, narrow_range in ((8, False), (4, True), (3, True)):
+            assert numpy_fake_quant(np.zeros(1), low, high, bits=bits, narrow_range=narrow_range)[0][0] == 0.0

@@ -251,6 +251,44 @@ def test_annotation_and_quantize_apply():
     assert type(q_strict.get_layer("b")).__name__ == "QuantDense"
 
 
+@pytest.mark.parametrize(
+    ("scheme", "meant"),
+    [
+        ("int4", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
+        ("4bit", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
+        ("4-bit", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
+        ("W4A8", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
+        ("w4a4", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4, num_bits_activation=4)."),
+        ("w2", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=2)."),
+        ("8bit", 'Fix: scheme="int8".'),
+        ("int_8", 'Fix: scheme="int8".'),
+        ("w1a1", 'Fix: scheme="binary".'),
+        ("binray", 'Fix: scheme="binary".'),
+        ("ternery", 'Fix: scheme="ternary".'),
+        ("1.58bit", 'Fix: scheme="ternary".'),
+        ("prune-preserve", 'Fix: scheme="prune_preserve".'),
+        ("Default8BitClusterPreserveQuantizeScheme", 'Fix: scheme="cluster_preserve".'),
+        ("pcqat", 'Fix: scheme="prune_cluster_preserve".'),
+        ("int16", "NBitScheme takes 2 to 8 bits for weights and for activations, not 16 and 8"),
+        (ste.qat.NBitScheme, "Fix: scheme=ste.qat.NBitScheme()."),
+    ],
+)
+def test_an_unknown_scheme_suggests_the_scheme_it_probably_meant(scheme, meant):
+    """Near-miss names (difflib) and the usual bit-width spellings point to the call that gives that scheme."""
+    model = keras.Sequential([keras.Input((4,)), L.Dense(2)])
+    with pytest.raises(ste.errors.ParameterError, match="unknown scheme") as raised:
+        ste.quantize_model(model, scheme=scheme)
+    assert meant in str(raised.value) and "'binary', 'cluster_preserve', 'int8'" in str(raised.value)
+    with pytest.raises(ste.errors.ParameterError, match=r"ste\.qat\.quantize_apply: unknown scheme"):
+        ste.qat.quantize_apply(ste.qat.quantize_annotate_model(model), scheme=scheme)
+
+
+def test_an_unknown_scheme_with_nothing_close_lists_the_names():
+    with pytest.raises(ste.errors.ParameterError, match=r"unknown scheme 'float16'; expected one of \[") as raised:
+        ste.quantize_model(keras.Sequential([keras.Input((4,)), L.Dense(2)]), scheme="float16")
+    assert "Did you mean" not in str(raised.value)
+
+
 def test_errors_for_bad_arguments():
     with pytest.raises(ste.errors.ParameterError, match="unknown scheme"):
         ste.quantize_model(residual_net(), scheme="int7")

@@ -6,6 +6,8 @@ transcriptions of TFMOT 0.8.1's formulas (``quant_ops.py``) and the numbers its 
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -323,6 +325,176 @@ def test_a_config_that_cannot_hold_is_refused_when_the_model_is_quantized():
         model = keras.Model(i, ste.qat.quantize_annotate_layer(L.Dense(2, activation="elu"), config)(i))
         with pytest.raises(ste.errors.ParameterError, match=message):
             ste.qat.quantize_apply(model)
+
+
+def _weight_q():
+    return ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=True)
+
+
+def _activation_q():
+    return ste.qat.MovingAverageQuantizer(8, per_axis=False, symmetric=False, narrow_range=False)
+
+
+class _TfmotStyleQuantizer:
+    """The shape of a TFMOT quantizer object (``build(tensor_shape, name, layer)``, ``__call__``): not a Keras layer."""
+
+    def build(self, tensor_shape, name, layer):
+        return {}
+
+    def __call__(self, inputs, training, weights, **kwargs):
+        return inputs
+
+
+# (method, what it returns for a Dense with a ReLU, words the message must hold besides the class and method names)
+MALFORMED = {
+    "weights None": ("get_weights_and_quantizers", lambda layer: None, ["returned None", "a list of (weight variable"]),
+    "weights a bare weight": (
+        "get_weights_and_quantizers",
+        lambda layer: layer.kernel,
+        ["returned the variable", "kernel", "(weight variable, quantizer) pairs"],
+    ),
+    "weights one pair": (
+        "get_weights_and_quantizers",
+        lambda layer: (layer.kernel, _weight_q()),
+        ["one pair", "put the pair in a list"],
+    ),
+    "weights a list of weights": (
+        "get_weights_and_quantizers",
+        lambda layer: [layer.kernel, layer.bias],
+        ["is not a (weight variable, quantizer) pair"],
+    ),
+    "weights a quantizer name": (
+        "get_weights_and_quantizers",
+        lambda layer: [(layer.kernel, "lsq")],
+        ["'lsq' as a quantizer", "ste.quantizers.get('lsq')"],
+    ),
+    "weights a Dense": (
+        "get_weights_and_quantizers",
+        lambda layer: [(layer.kernel, L.Dense(3))],
+        ["a Dense layer", "not a quantizer"],
+    ),
+    "weights a quantizer class": (
+        "get_weights_and_quantizers",
+        lambda layer: [(layer.kernel, ste.qat.LastValueQuantizer)],
+        ["a class, not a quantizer object", "LastValueQuantizer(...)"],
+    ),
+    "weights a TFMOT quantizer object": (
+        "get_weights_and_quantizers",
+        lambda layer: [(layer.kernel, _TfmotStyleQuantizer())],
+        ["TFMOT quantizer object", "subclass ste.quantizers.Quantizer"],
+    ),
+    "activations None": (
+        "get_activations_and_quantizers",
+        lambda layer: None,
+        ["returned None", "(activation function, quantizer) pairs"],
+    ),
+    "activations one pair": (
+        "get_activations_and_quantizers",
+        lambda layer: (layer.activation, _activation_q()),
+        ["one pair", "put the pair in a list"],
+    ),
+    "activations a weight as activation": (
+        "get_activations_and_quantizers",
+        lambda layer: [(layer.kernel, _activation_q())],
+        ["as an activation", "layer.activation"],
+    ),
+    "outputs None": ("get_output_quantizers", lambda layer: None, ["returned None", "a list of quantizers"]),
+    "outputs one quantizer": (
+        "get_output_quantizers",
+        lambda layer: _activation_q(),
+        ["MovingAverageQuantizer", "put it in a list"],
+    ),
+    "outputs a Dense": ("get_output_quantizers", lambda layer: [L.Dense(4)], ["a Dense layer", "not a quantizer"]),
+    "outputs two for one output": (
+        "get_output_quantizers",
+        lambda layer: [_activation_q(), _activation_q()],
+        ["2 quantizers for a layer with 1 output", "one quantizer per output"],
+    ),
+}
+
+
+def _malformed_config(method, returns):
+    """TFMOT's guide's config with ``method`` replaced by one that returns ``returns(layer)``."""
+    return type("MalformedConfig", (DefaultDenseQuantizeConfig,), {method: lambda self, layer: returns(layer)})()
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_config_that_returns_anything_but_pairs_or_quantizers_is_refused_naming_it(case):
+    """TFMOT's interface: lists of (weight or activation, quantizer) pairs and a list of output quantizers, where a
+    quantizer is a ste.quantizers.Quantizer. Anything else is refused when the wrapper is built, before the layer's
+    activation is replaced, naming the config's class, the method, what it returned and the fix."""
+    method, returns, words = MALFORMED[case]
+    config = _malformed_config(method, returns)
+    layer = L.Dense(4, activation="relu")
+    i = keras.Input((3,))
+    model = keras.Model(i, ste.qat.quantize_annotate_layer(layer, config)(i))
+    with pytest.raises(ste.errors.ParameterError) as raised:
+        ste.qat.quantize_apply(model)
+    message = str(raised.value)
+    for word in [f"MalformedConfig.{method}(layer)", "Fix:", *words]:
+        assert word in message, (word, message)
+    wrapper = ste.qat.QuantizeWrapper(L.Dense(4, activation="relu"), config)
+    with pytest.raises(ste.errors.ParameterError, match="MalformedConfig"):
+        wrapper.build((None, 3))
+    assert wrapper.layer.activation is keras.activations.relu  # nothing was set on the layer
+    assert not wrapper.weight_quantizers and not wrapper.activation_quantizers and not wrapper.output_quantizers
+
+
+def test_a_config_may_return_tuples_and_lists_for_its_pairs():
+    """TFMOT iterates what the config returns: a tuple of [weight, quantizer] lists quantizes as the guide's list of
+    tuples."""
+
+    class Tuples(DefaultDenseQuantizeConfig):
+        def get_weights_and_quantizers(self, layer):
+            return ([layer.kernel, ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=False)],)
+
+        def get_output_quantizers(self, layer):
+            return ()
+
+    def model(config):
+        keras.utils.set_random_seed(13)
+        i = keras.Input((6,))
+        return ste.qat.quantize_apply(keras.Model(i, ste.qat.quantize_annotate_layer(L.Dense(5, "relu"), config)(i)))
+
+    x = np.random.default_rng(14).normal(size=(8, 6)).astype(np.float32)
+    expected = model(DefaultDenseQuantizeConfig())
+    got = model(Tuples())
+    assert len(got.layers[2].weight_quantizers) == 1
+    np.testing.assert_array_equal(got.predict(x, verbose=0), expected.predict(x, verbose=0))
+
+
+class NoOpQuantizeConfig(ste.qat.QuantizeConfig):
+    """TFMOT's guide's NoOpQuantizeConfig: quantizes nothing."""
+
+    def get_weights_and_quantizers(self, layer):
+        return []
+
+    def get_activations_and_quantizers(self, layer):
+        return []
+
+    def get_output_quantizers(self, layer):
+        return []
+
+
+def test_a_config_that_quantizes_nothing_on_a_layer_with_weights_warns():
+    """The layer stays float inside a wrapper that looks quantized: a warning names it and the fix. A layer without
+    weights, and QuantizeConfig(float=True), keep the layer float silently."""
+    keras.utils.set_random_seed(15)
+    i = keras.Input((6,))
+    dense = L.Dense(5, name="kept_float")
+    model = keras.Model(i, L.ReLU(name="relu")(ste.qat.quantize_annotate_layer(dense, NoOpQuantizeConfig())(i)))
+    with pytest.warns(UserWarning, match=r"'kept_float'.*NoOpQuantizeConfig.*quantizes nothing.*float=True"):
+        q = ste.qat.quantize_apply(model)
+    x = np.random.default_rng(16).normal(size=(8, 6)).astype(np.float32)
+    inputs = numpy_fake_quant(x.astype(np.float64), -6.0, 6.0)[0]  # the scheme still quantizes the input
+    expected = np.maximum(inputs @ dense.kernel.numpy() + dense.bias.numpy(), 0.0)  # the Dense itself is float
+    np.testing.assert_allclose(q.predict(x, verbose=0), expected, rtol=1e-5, atol=1e-5)
+    for annotated, config in ((L.Dense(5), ste.qat.QuantizeConfig(float=True)), (L.ReLU(), NoOpQuantizeConfig())):
+        j = keras.Input((6,))
+        silent = keras.Model(j, L.Dense(2)(ste.qat.quantize_annotate_layer(annotated, config)(j)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ste.qat.quantize_apply(ste.qat.quantize_annotate_model(silent))
 
 
 def test_quantize_scope_adds_the_given_custom_objects():

@@ -4,7 +4,7 @@ The largest bit widths below are derived by hand from the significand widths (fl
 not read from ste: n levels spaced Δ apart below a magnitude M stay distinct when Δ >= ulp(M).
 
 * DoReFa activations, levels k/n in [0, 1]: ulp just below 1 is 2^-11 (float16), 2^-8 (bfloat16): n <= 2^11, 2^8.
-* DoReFa weights and Uniform(-1, 1), spacing 2/n: n <= 2^12, 2^9.
+* DoReFa weights, spacing 2/n: n <= 2^12, 2^9; Uniform(-1, 1), spacing 2/(n − 1): n − 1 <= 2^12, 2^9.
 * PACT(alpha=6), spacing 6/n, ulp in [4, 8) 2^-8 (float16), 2^-5 (bfloat16): n <= 1536, 192.
 * LSQ signed, the integer grid −2^(b−1) … 2^(b−1) − 1 times s: integers are exact up to 2^11, 2^8.
 
@@ -57,10 +57,10 @@ def _reference(name: str, quantizer: Any, x: np.ndarray) -> np.ndarray:
     if name == "dorefa_weights":
         t = np.tanh(x)
         return 2 * np.round(n * (t / (2 * np.max(np.abs(t))) + 0.5)) / n - 1
-    if name == "uniform":
+    if name == "uniform":  # the ranges here hold 0 inside: the multiples of Δ = (max − min)/(2^bits − 2)
         low, high = quantizer.min, quantizer.max
-        step = (high - low) / n
-        return low + np.round((np.clip(x, low, high) - low) / step) * step
+        step = (high - low) / (n - 1)
+        return np.clip(np.round(x / step), np.round(low / step), np.round(high / step)) * step
     if name == "pact":
         alpha = float(quantizer.alpha.numpy())
         return np.round(np.clip(x, 0.0, alpha) * n / alpha) * alpha / n
@@ -99,7 +99,7 @@ def _level_step(name: str, quantizer: Any) -> float:
     return {
         "dorefa_activations": lambda: 1.0 / n,
         "dorefa_weights": lambda: 2.0 / n,
-        "uniform": lambda: (quantizer.max - quantizer.min) / n,
+        "uniform": lambda: (quantizer.max - quantizer.min) / (n - 1),
         "pact": lambda: float(quantizer.alpha.numpy()) / n,
         "lsq": lambda: float(quantizer.step.numpy()),
     }[name]()
@@ -125,7 +125,8 @@ def test_the_largest_bits_that_fit_compute_and_one_more_is_refused(name: str, dt
     [
         (lambda: PACT(alpha=1e6), "pact", {F16}),
         (lambda: Uniform(min=-1e5, max=1.2e5), "uniform", {F16}),
-        (lambda: Uniform(bits=4, min=-3e38, max=3e38), "uniform", {F16, BF16, F32}),  # max − min overflows float32
+        (lambda: Uniform(bits=4, min=-3e38, max=3e38), "uniform", {F16}),  # max − min is beyond float32; Δ is not
+        (lambda: Uniform(bits=4, min=-3.5e38, max=3.5e38), "uniform", {F16, BF16, F32}),  # beyond float32
     ],
 )
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)

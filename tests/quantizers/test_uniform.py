@@ -77,24 +77,75 @@ def test_dorefa_weights_of_all_zeros_is_finite():
     assert np.all(np.isfinite(y.numpy())) and np.all(np.isfinite(tape.gradient(y, x).numpy()))
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize(("bits", "low", "high"), [(2, -1.0, 1.0), (3, 0.0, 6.0), (8, -1.0, 1.0)])
-def test_uniform(run, dtype, bits, low, high):
+def uniform_reference(x: np.ndarray, bits: int, low: float, high: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Uniform's documented grid in float64 numpy: (output, levels, step). A range across 0 takes the multiples of
+    Δ = (high − low)/(2^bits − 2) from the one nearest low to the one nearest high; a range on one side of 0 takes
+    2^bits levels from low to high."""
+    if low < 0 < high:
+        step = (high - low) / (2**bits - 2)
+        k = np.arange(np.round(low / step), np.round(high / step) + 1)
+        return np.clip(np.round(x / step), k[0], k[-1]) * step, k * step, step
     step = (high - low) / (2**bits - 1)
-    levels = low + step * np.arange(2**bits)
+    return low + np.round((np.clip(x, low, high) - low) / step) * step, low + step * np.arange(2**bits), step
+
+
+RANGES = [
+    (2, -1.0, 1.0),  # −1, 0, 1
+    (8, -1.0, 1.0),  # k/127
+    (3, -0.5, 2.0),  # across 0, asymmetric: the ends move to the nearest multiples of Δ = 5/12
+    (3, 0.0, 6.0),  # 0 is an end
+    (2, -3.0, 0.0),  # 0 is the upper end
+    (4, 0.5, 3.0),  # 0 outside: it maps to 0.5
+    (4, -3.0, -1.0),  # 0 outside: it maps to −1
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(("bits", "low", "high"), RANGES)
+def test_uniform(run, dtype, bits, low, high):
+    _, levels, step = uniform_reference(np.zeros(1), bits, low, high)
     grid = np.concatenate(
         [[low - 100.0, low - 0.5, low, 0.0, high, high + 0.5, high + 100.0], levels[::7], levels[:-1:5] + 0.3 * step]
     )
     x = grid.astype(dtype.as_numpy_dtype).astype(np.float64)
     y, grad, dy = run(Uniform(bits=bits, min=low, max=high), x, dtype)
-    scaled = (np.clip(x, low, high) - low) / step
-    expected = low + np.round(scaled) * step
-    keep = away_from_ties(scaled, 0.05)
+    expected = uniform_reference(x, bits, low, high)[0]
+    keep = away_from_ties(x / step if low < 0 < high else (np.clip(x, low, high) - low) / step, 0.05)
     eps = {tf.float16: 2e-3, tf.bfloat16: 1.6e-2}.get(dtype, 1e-6) * max(abs(low), abs(high))
     np.testing.assert_allclose(y[keep], expected[keep], atol=eps + (step if dtype == tf.bfloat16 and bits == 8 else 0))
     np.testing.assert_array_equal(grad, dy * ((x >= low) & (x <= high)))
     if dtype in (tf.float32, tf.float64):
-        assert len(np.unique(y)) <= 2**bits
+        assert len(np.unique(y)) <= len(levels) <= 2**bits
+    zero = y[x == 0.0]
+    if low <= 0.0 <= high:
+        np.testing.assert_array_equal(zero, 0.0)  # exactly: a pruned weight stays pruned
+    else:
+        np.testing.assert_array_equal(zero, min(max(0.0, low), high))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_uniform_symmetric_grid_holds_both_ends_and_zero(dtype, bits):
+    """A symmetric range keeps both ends and 0 as levels, on 2^bits − 1 levels (TFLite's narrow grid)."""
+    x = tf.constant([-7.0, -1.5, 0.0, -0.0, 1.5, 7.0], dtype)
+    y = tf.cast(Uniform(bits=bits, min=-1.5, max=1.5)(x), tf.float64).numpy()
+    np.testing.assert_array_equal(y, [-1.5, -1.5, 0.0, 0.0, 1.5, 1.5])
+    if dtype == tf.float64:
+        dense = Uniform(bits=bits, min=-1.5, max=1.5)(tf.constant(np.linspace(-2.0, 2.0, 20001), dtype)).numpy()
+        k = np.arange(-(2 ** (bits - 1) - 1), 2 ** (bits - 1))  # 2^bits − 1 integers, −k_max … k_max
+        np.testing.assert_allclose(np.unique(dense), k * 3 / (2**bits - 2))
+
+
+def test_uniform_ends_at_a_tie_round_half_to_even():
+    """[−1, 3] on 8 bits: Δ = 4/254 and min/Δ = −63.5 exactly, whose nearest even integer is −64."""
+    y = Uniform(bits=8, min=-1.0, max=3.0)(tf.constant([-5.0, 5.0], tf.float64)).numpy()
+    np.testing.assert_allclose(y, [-64 * 4 / 254, 190 * 4 / 254], rtol=1e-15)
+
+
+def test_uniform_of_one_bit_across_zero_is_refused():
+    with pytest.raises(ste.errors.ParameterError, match=r"bits=1 .*across 0.*Fix: bits >= 2"):
+        Uniform(bits=1)
+    np.testing.assert_array_equal(Uniform(bits=1, min=0.0, max=1.0)(tf.constant([-1.0, 0.0, 0.7])).numpy(), [0, 0, 1])
 
 
 def test_invalid_parameters():

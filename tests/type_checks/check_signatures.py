@@ -7,11 +7,10 @@ must be an error fails it too when the error disappears (``warn_unused_ignores``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_type
 
 import numpy as np
 from matplotlib.figure import Figure
-from typing_extensions import assert_type
 
 import ste
 import ste.testing
@@ -74,7 +73,7 @@ ste.testing.check_gradient("identity", [0.0], rtol="high")  # type: ignore[arg-t
 hyper: dict[str, Any] = {}
 ste.testing.check_gradient(op, (1.0,), hyperparams=hyper, reference=scale)
 
-# Surrogate hyperparameters are typed fields (typing_extensions.dataclass_transform), not **params: Any.
+# Surrogate hyperparameters are typed fields (typing.dataclass_transform), not **params: Any.
 sigmoid = ste.registry.SigmoidSurrogate(beta=4.0)
 assert_type(sigmoid.beta, float)
 assert_type(ste.registry.StraightThrough(clip=None).clip, "float | None")
