@@ -63,7 +63,8 @@ __all__ = [
 def _functional_class() -> type:
     from keras.src.models.functional import Functional  # Keras's functional class has no public name
 
-    return Functional
+    found: type = Functional
+    return found
 
 
 def is_graph_model(model: Any) -> bool:
@@ -112,7 +113,7 @@ def _untracked_variable(layer: keras.layers.Layer) -> str | None:
     tracked = {id(getattr(v, "value", v)) for v in layer.weights}
     for name, value in vars(layer).items():
         if isinstance(value, tf.Variable) and not isinstance(value, keras.Variable) and id(value) not in tracked:
-            return name
+            return str(name)
     return None
 
 
@@ -130,6 +131,14 @@ def _size(variable: Any) -> int:
 
 
 # -- which layers a call selects ------------------------------------------------------------------------------------
+
+
+def _name_test(pattern: re.Pattern[str]) -> Callable[[keras.layers.Layer], bool]:
+    return lambda layer: pattern.search(layer.name) is not None
+
+
+def _class_test(kind: type) -> Callable[[keras.layers.Layer], bool]:
+    return lambda layer: isinstance(layer, kind)
 
 
 def layer_filter(owner: str, filters: Any) -> Callable[[keras.layers.Layer], bool]:
@@ -151,9 +160,9 @@ def layer_filter(owner: str, filters: Any) -> Callable[[keras.layers.Layer], boo
                     f"pattern matched against layer names with re.search, e.g. filters='^(?!stem$)' or "
                     f"filters=lambda layer: layer.name != 'stem'."
                 ) from None
-            tests.append(lambda layer, pattern=pattern: pattern.search(layer.name) is not None)
+            tests.append(_name_test(pattern))
         elif isinstance(item, type) and issubclass(item, keras.layers.Layer):
-            tests.append(lambda layer, kind=item: isinstance(layer, kind))
+            tests.append(_class_test(item))
         elif callable(item) and not isinstance(item, keras.layers.Layer):
             tests.append(item)
         else:

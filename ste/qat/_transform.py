@@ -107,13 +107,14 @@ class Quantize(LayerRewrite):
         return self.role(layer) == "compute"
 
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
-        config = self.config(layer)
-        if isinstance(config, QuantizeConfig) and config.carries_quantizers():
-            pairs = config.get_weights_and_quantizers(layer) if layer.built else None
-            return [weight for weight, _ in pairs or []]
+        # a config that carries its own quantizers decides in the wrapper, which checks what it returns (and warns
+        # if it quantizes no weight): its layer counts as covered
         return [variable for variable in layer.weights if is_weight(variable)]
 
     def covers(self, layer: keras.layers.Layer, in_graph: bool) -> bool:
+        config = self.config(layer)
+        if isinstance(config, QuantizeConfig) and config.float:  # kept float on purpose: no warning
+            return True
         if in_graph:  # a float layer in a graph leaves a float op between int8 ones
             return self.role(layer) is not None or id(layer) in self.absorbed
         return super().covers(layer, in_graph)
