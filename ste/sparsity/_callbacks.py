@@ -43,8 +43,8 @@ def _restore_legacy_optimizer(model: Any, layers: list[PruneLowMagnitude]) -> No
         return
     optimizer.built = False
     optimizer.build(variables)
-    steps = [int(keras.ops.convert_to_numpy(layer.pruning_step.value)) for layer in layers if layer.built]
-    iterations = int(keras.ops.convert_to_numpy(optimizer.iterations))
+    steps = [int(layer.pruning_step.numpy()) for layer in layers if layer.built]
+    iterations = int(optimizer.iterations.numpy())
     if steps and max(steps) > iterations:
         optimizer.iterations.assign(max(steps))
     warnings.warn(
@@ -128,8 +128,8 @@ class PruningSummaries(keras.callbacks.TensorBoard):  # type: ignore[misc]
     def _step(self, layers: list[PruneLowMagnitude]) -> int:
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None:
-            return int(keras.ops.convert_to_numpy(optimizer.iterations))
-        steps = [int(keras.ops.convert_to_numpy(layer.pruning_step.value)) for layer in layers if layer.built]
+            return int(optimizer.iterations.numpy())
+        steps = [int(layer.pruning_step.numpy()) for layer in layers if layer.built]
         return max([0, *steps])
 
     def _log_pruning(self) -> None:
@@ -140,11 +140,9 @@ class PruningSummaries(keras.callbacks.TensorBoard):  # type: ignore[misc]
         with self._pruning_writer.as_default():
             for layer in layers:
                 for _, mask, threshold in layer.pruning_vars:
-                    sparsity = 1.0 - float(np.mean(keras.ops.convert_to_numpy(mask.value)))
+                    sparsity = 1.0 - float(np.mean(mask.numpy()))
                     tf.summary.scalar(f"{mask.path}/sparsity", sparsity, step=step)
-                    tf.summary.scalar(
-                        f"{threshold.path}/threshold", float(keras.ops.convert_to_numpy(threshold.value)), step=step
-                    )
+                    tf.summary.scalar(f"{threshold.path}/threshold", float(threshold.numpy()), step=step)
         self._pruning_writer.flush()
 
     def on_epoch_begin(self, epoch: Any = None, logs: Any = None) -> None:

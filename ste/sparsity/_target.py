@@ -75,7 +75,7 @@ def _shortfalls(wrapper: PruneLowMagnitude) -> list[tuple[str, str]]:
     schedule = wrapper.pruning_schedule
     if not wrapper.built or type(schedule).__call__ not in (ConstantSparsity.__call__, PolynomialDecay.__call__):
         return []
-    step = int(keras.ops.convert_to_numpy(wrapper.pruning_step.value))
+    step = int(wrapper.pruning_step.numpy())
     begin, end, frequency = schedule.begin_step, schedule.end_step, schedule.frequency
     if step < max(begin, 1):
         return []
@@ -84,7 +84,7 @@ def _shortfalls(wrapper: PruneLowMagnitude) -> list[tuple[str, str]]:
     final = schedule.final_sparsity if polynomial else schedule.target_sparsity
     lines: list[tuple[str, str]] = []
     for weight, mask, _ in wrapper.pruning_vars:
-        keep = np.asarray(keras.ops.convert_to_numpy(mask.value)).astype(bool)
+        keep = np.asarray(mask.numpy()).astype(bool)
         if wrapper.sparsity_m_by_n is not None:
             zeros_of, group = wrapper.sparsity_m_by_n
             units, counted, unit = keep, keep.size * zeros_of // group, "weights"

@@ -7,6 +7,8 @@ a weight the previous mask pruned ranking below every kept one (stable order: th
 
 from __future__ import annotations
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -90,7 +92,7 @@ def test_in_fit_with_momentum_no_pruned_weight_comes_back() -> None:
     assert len(history) == 64
     first = history[4]  # step 5: the first update
     assert (~first).sum() == first.size - numpy_kept(first.size, 0.5)
-    for step, (earlier, later) in enumerate(zip(history, history[1:]), start=2):
+    for step, (earlier, later) in enumerate(itertools.pairwise(history), start=2):
         assert not np.any(later & ~earlier), f"step {step}: {int(np.sum(later & ~earlier))} pruned weights came back"
     stripped = S.strip_pruning(pruned)
     np.testing.assert_array_equal(stripped.layers[0].kernel.numpy() == 0, ~history[-1])
