@@ -143,7 +143,7 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
         return [layer.embeddings]
     if issubclass(kind, keras.layers.MultiHeadAttention):
         return [sub.kernel for sub in (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)]
-    weights = []
+    weights: list[Any] = []
     for cell in _cells(layer):  # an RNN
         weights.extend(cell.get_prunable_weights() if _custom(cell) else [cell.kernel, cell.recurrent_kernel])
     return weights

@@ -155,7 +155,7 @@ def deserialize_schedule(config: dict[str, Any]) -> PruningSchedule:
     """The schedule saved as ``config``: Keras's serialization of a schedule, or TFMOT's
     ``{"class_name": "ConstantSparsity", "config": {...}}`` (no module: ste's two schedules are found by name)."""
     name = str(config.get("class_name", "")).split(">")[-1]
-    known = {"ConstantSparsity": ConstantSparsity, "PolynomialDecay": PolynomialDecay}
+    known: dict[str, type[PruningSchedule]] = {"ConstantSparsity": ConstantSparsity, "PolynomialDecay": PolynomialDecay}
     if "module" not in config and "registered_name" not in config and name in known:
         return known[name].from_config(config)
     schedule: PruningSchedule = keras.saving.deserialize_keras_object(config)
