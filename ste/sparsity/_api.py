@@ -266,7 +266,7 @@ def strip_pruning(model: Any, strict: bool = False) -> Any:
     trained, a ``PolynomialDecay`` stopped before ``end_step``, mask updates that did not run) is stripped as it is and
     named in one warning with the zeros reached, the target and the likely cause; ``strict=True`` raises
     :class:`ste.errors.PruningTargetError` instead, before anything is copied. The target of each schedule is in
-    docs/sparsity.md ("Stripping"); a schedule class of your own is not checked."""
+    docs/sparsity.md ("What strip_pruning checks"); a schedule class of your own is not checked."""
     owner = "ste.sparsity.strip_pruning"
     check_targets(model, owner, check_bool(owner, "strict", strict))
     if isinstance(model, PruneLowMagnitude):

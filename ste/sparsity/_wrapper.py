@@ -58,8 +58,9 @@ def _zero_pruned(value: Any, keep: Any) -> Any:
 class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     """``layer`` with its prunable weights masked by magnitude during training (see the module docstring).
 
-    Create it with :func:`ste.sparsity.prune_low_magnitude`, which checks the arguments; the constructor takes the
-    same ones, already checked (``sparsity_m_by_n`` a ``(zeros, group)`` tuple or None, ``axis`` the N:M axis).
+    Create it with :func:`ste.sparsity.prune_low_magnitude` (which also checks the layer against a model's needs), or
+    directly with the same arguments: the constructor checks them as that call does (``decay=None`` is SR-STE's λ
+    with ``gradient="sr_ste"``; ``m_by_n_axis`` is the N:M axis, by default the layer's input-channel axis).
     """
 
     #: The call that turns a trained model's wrappers back into plain layers: conversion and QAT ask for it first.
