@@ -265,8 +265,12 @@ def strip_pruning(model: Any, strict: bool = False) -> Any:
     A pruned layer whose masks hold fewer zeros than its schedule targets (a ``frequency`` larger than the steps
     trained, a ``PolynomialDecay`` stopped before ``end_step``, mask updates that did not run) is stripped as it is and
     named in one warning with the zeros reached, the target and the likely cause; ``strict=True`` raises
-    :class:`ste.errors.PruningTargetError` instead, before anything is copied. The target of each schedule is in
-    docs/sparsity.md ("What strip_pruning checks"); a schedule class of your own is not checked."""
+    :class:`ste.errors.PruningTargetError` instead, before anything is copied. Once a layer's schedule has begun
+    (its step >= ``begin_step``), the target is ``ConstantSparsity``'s ``target_sparsity``; ``PolynomialDecay``'s
+    ``final_sparsity`` while the layer is short of ``end_step`` (stripping ends the training, and a user who strips
+    early gets less than the schedule was set up to reach: the warning says so), and from ``end_step`` on the
+    sparsity of its last update; ``m`` zeros in every ``n`` with ``sparsity_m_by_n``. A schedule class of your own is
+    not checked. docs/sparsity.md, "What strip_pruning checks"."""
     owner = "ste.sparsity.strip_pruning"
     check_targets(model, owner, check_bool(owner, "strict", strict))
     if isinstance(model, PruneLowMagnitude):

@@ -42,7 +42,10 @@ def _restore_legacy_optimizer(model: Any, layers: list[PruneLowMagnitude]) -> No
     if optimizer is None or not getattr(optimizer, "built", False) or known is None or known or not variables:
         return
     optimizer.built = False
-    optimizer.build(variables)
+    with getattr(
+        model, "distribute_strategy", tf.distribute.get_strategy()
+    ).scope():  # the model's own variables' scope
+        optimizer.build(variables)
     steps = [int(layer.pruning_step.numpy()) for layer in layers if layer.built]
     iterations = int(optimizer.iterations.numpy())
     if steps and max(steps) > iterations:
