@@ -28,6 +28,7 @@ __all__ = [
     "NotBuiltError",
     "ParameterError",
     "ParameterTypeError",
+    "PruningTargetError",
     "RegistrationError",
     "RuleError",
     "STEError",
@@ -225,6 +226,15 @@ class VariableAssignmentError(STEError, ValueError):
 class MissingCallbackError(STEError, ValueError):
     """A pruned model was trained without the :class:`ste.sparsity.UpdatePruningStep` callback (raised while the
     training step is traced, before any variable changes)."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class PruningTargetError(STEError, ValueError):
+    """``ste.sparsity.strip_pruning(model, strict=True)``: a pruned layer's masks hold fewer zeros than its pruning
+    schedule targets (a mask update that never ran: a ``frequency`` larger than the steps trained, a schedule stopped
+    before its ``end_step``, training calls without the pruning step). Raised before anything is copied."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

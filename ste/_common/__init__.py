@@ -2,7 +2,8 @@
 
 * ``_arguments``: checking arguments (numbers, and switches that must be real bools);
 * ``_names``: the name → entry tables behind the surrogate registry, the quantizer names and the constraint names;
-* ``_matplotlib``: matplotlib, imported when a plot is drawn (ste.plot and the spiking plots share it).
+* ``_matplotlib``: matplotlib, imported when a plot is drawn (ste.plot and the spiking plots share it);
+* ``_origin``: whether a class is one of ste's own (pruning and clustering cover ste's subclasses of Keras layers).
 
 Layers, from the bottom: ``ste.errors`` < ``ste._common`` < ``ste.registry`` < ``ste._core`` < ``ste._keras`` < the
 families (``ste.quantizers``, ``ste.layers``, ``ste.qat``, ``ste.spiking``, ...) < the tools (``ste._tools``,

@@ -7,6 +7,7 @@
 * ``_signatures``: ``inspect.signature`` of a layer class shows its real arguments;
 * ``_scopes``: TFMOT's ``*_scope(*custom_objects)`` calls, a family's classes plus the user's as custom objects;
 * ``_stateless``: a wrapped layer run with some of its variables read as computed values (QAT, pruning, clustering);
+* ``_forwarding``: a wrapper layer called as the layer it wraps (its call arguments, its build from every input);
 * ``_distribute``, ``_collective_keys``: guarded fixes to Keras's ``fit`` under ``tf.distribute`` strategies,
   installed by ``import ste``.
 

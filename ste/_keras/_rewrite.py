@@ -94,7 +94,10 @@ def graph_nodes(graph: Any) -> list[Any]:
 
 def sublayers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
     """The layers ``layer`` tracks directly (as attributes, in lists or dicts, or as a graph's layers), input layers
-    left out."""
+    left out. A ``Bidirectional`` is one layer: it rebuilds its two RNNs from their configs and checks their
+    attributes (``go_backwards``), which no wrapper has."""
+    if isinstance(layer, keras.layers.Bidirectional):
+        return []
     return [
         child
         for child in layer._flatten_layers(include_self=False, recursive=False)
@@ -203,10 +206,16 @@ def _classes(layer: keras.layers.Layer) -> dict[str, type]:
     names, so that a copy finds a custom class that was never registered with Keras."""
     found: dict[str, type] = {}
     for inner in layer._flatten_layers(include_self=True):
-        kind = type(inner)
-        found[kind.__name__] = kind
-        found[keras.saving.get_registered_name(kind)] = kind
+        kinds = [type(inner)]  # and the serializable objects it holds (a pruning schedule, a quantizer of your own)
+        kinds += [type(value) for value in vars(inner).values() if _serializable(value)]
+        for kind in kinds:
+            found[kind.__name__] = kind
+            found[keras.saving.get_registered_name(kind)] = kind
     return found
+
+
+def _serializable(value: Any) -> bool:
+    return callable(getattr(value, "get_config", None)) and not isinstance(value, (type, keras.layers.Layer))
 
 
 def _wrapped(layer: keras.layers.Layer) -> keras.layers.Layer | None:
@@ -295,6 +304,8 @@ def copy(layer: keras.layers.Layer, owner: str) -> tuple[keras.layers.Layer, lis
         else:
             with keras.saving.custom_object_scope(_classes(layer)):
                 new = type(layer).from_config(complete_config(layer, layer.get_config()))
+        if getattr(layer, "_input_shape_arg", None) is not None:  # Dense(4, input_shape=(8,)) builds a Sequential
+            new._input_shape_arg = layer._input_shape_arg
         if layer.built and not new.built:
             _build_as(new, layer)
     except Exception as error:  # a custom layer's own get_config/from_config/build: any exception

@@ -12,6 +12,10 @@ SeparableConv1D/2D                                          ``pointwise_kernel``
 Embedding                                                   ``embeddings``
 BatchNormalization, LayerNormalization                      nothing (left as is)
 ==========================================================  ==========================
+
+The table holds Keras's own classes, matched exactly (a subclass may compute something else with the same
+attribute), as ``ste.sparsity``'s table does; ste's own subclasses (``ste.layers``' quantized layers) read their
+parent's weights and are covered with it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import abc
 from typing import Any
 
 import keras
+
+from .._common._origin import defined_by_ste
 
 __all__ = ["ClusterableLayer", "clusterable_weights", "covered", "has_kernel"]
 
@@ -61,6 +67,8 @@ def _names(layer: keras.layers.Layer) -> tuple[str, ...] | None:
     for kind, names in _TABLE:
         if type(layer) is kind:  # exact classes: a subclass may compute something else with the same attribute
             return names
+    if defined_by_ste(type(layer)):  # ste's quantized layers keep their parent's weights
+        return next((names for kind, names in _TABLE if isinstance(layer, kind)), None)
     return None
 
 

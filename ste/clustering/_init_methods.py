@@ -10,7 +10,8 @@ in the weight's dtype:
   ``searchsorted(F, p, side="right")`` → ``i``; each centroid is TFMOT's interpolation between grid points
   ``min(i, 29)`` and the one before it (which lands on grid point ``min(i, 29)``).
 * ``KMEANS_PLUS_PLUS``: TensorFlow's ``KmeansPlusPlusInitialization`` kernel on the weights, seed 9,
-  ``2 + log(k)`` candidates per draw (TFMOT's call): each centroid is one of the weights.
+  ``2 + log(k)`` candidates per draw (TFMOT's call): each centroid is one of the weights, in every dtype (the kernel
+  draws among the weights rounded to float32; a float64 centroid is the weight itself, not its rounding).
 
 With ``preserve_sparsity`` (TFMOT's sparsity-aware initialization) one centroid is exactly 0, and the other ``k - 1``
 are split between the negative and the positive weights in proportion to their counts (``round`` half to even),
@@ -65,7 +66,7 @@ def _density_based(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
 
 
 def _kmeans_plus_plus(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
-    points = tf.reshape(tf.cast(w, tf.float32), [-1, 1])
+    points = tf.reshape(tf.cast(w, tf.float32), [-1, 1])  # the kernel takes float32 points only
     drawn = min(k, int(points.shape[0]))  # the kernel cannot draw more centroids than there are points
     centroids = tf.raw_ops.KmeansPlusPlusInitialization(
         points=points,
@@ -73,7 +74,10 @@ def _kmeans_plus_plus(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tenso
         seed=tf.constant(_KMEANS_SEED, tf.int64),
         num_retries_per_sample=tf.constant(-1, tf.int64),
     )
-    centroids = tf.cast(tf.reshape(centroids, [drawn]), w.dtype)
+    # Each drawn point is a weight rounded to float32: take that weight itself (the first one that rounds to it), so
+    # a float64 centroid is one of the weights and not its float32 rounding.
+    same = tf.equal(tf.reshape(centroids, [drawn, 1]), tf.reshape(points, [1, -1]))
+    centroids = tf.gather(w, tf.argmax(tf.cast(same, tf.int32), axis=1))
     if drawn < k:  # only a side of a sparsity-preserving split can be this small; repeat its largest centroid
         centroids = tf.concat([centroids, tf.fill([k - drawn], tf.reduce_max(centroids))], axis=0)
     return centroids

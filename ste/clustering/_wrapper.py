@@ -3,7 +3,11 @@
 For each clustered weight ``w`` (see ``_clusterable.py``) the wrapper owns a trainable ``cluster_centroids_<name>``
 variable of ``k`` centroids, initialized from ``w`` when the wrapper is built. In every call the layer runs with
 ``w`` read as ``cluster_assign(w, centroids)`` (``_op.py``), whichever attribute or sub-layer reads it
-(``keras.StatelessScope``), so the latent ``w`` and the centroids both learn.
+(``keras.StatelessScope``), so the latent ``w`` and the centroids both learn. The wrapper is called as the wrapped
+layer is (its call signature, :mod:`ste._keras._forwarding`), and builds eagerly, so a wrapper built inside a
+training step (an unbuilt ``Sequential`` fitted without a ``keras.Input``) computes its centroids from the kernel's
+initial values. TFMOT's ``cluster_centroids`` and ``original_clusterable_weights`` (``{weight name: variable}``) and
+``get_clusterable_weights()`` read the same variables.
 
 With ``preserve_sparsity`` (TFMOT's sparsity-preserving clustering) the wrapper also keeps, as non-trainable
 variables saved with the model, the mask ``sparsity_mask_<name>`` (1 where the clustered weight was non-zero when
@@ -21,8 +25,9 @@ import keras
 import tensorflow as tf
 
 from .._common._arguments import check_bool
+from .._keras._forwarding import build_inner, take_call_signature
 from .._keras._stateless import call_with_values
-from ..errors import ParameterError, UnsupportedLayerError
+from ..errors import NotBuiltError, ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered
 from ._config import CentroidInitialization, GradientAggregation, member
 from ._init_methods import initial_centroids
@@ -103,11 +108,50 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
         super().__init__(**kwargs)
         self.layer = layer
         self._clustered: list[tuple[str, Any, Any, Any, Any]] = []
+        take_call_signature(self, layer)
+        input_shape = getattr(layer, "_input_shape_arg", None)
+        if input_shape is not None:  # Sequential([cluster_weights(Dense(4, input_shape=(8,)), 3), ...]) is built
+            self._input_shape_arg = input_shape
+
+    def _maybe_build(self, call_spec: Any) -> None:
+        with tf.init_scope():  # see build
+            build_inner(self.layer, call_spec)  # a layer built from several inputs
+        super()._maybe_build(call_spec)
+
+    def get_clusterable_weights(self) -> list[tuple[str, Any]]:
+        """``(name, variable)`` pairs of the wrapped layer's clustered weights (TFMOT's ``get_clusterable_weights``,
+        which its wrapper asks the wrapped layer for); the layer must be built."""
+        if not self.layer.built:
+            raise NotBuiltError(
+                f"{self._where()}.get_clusterable_weights(): the wrapped layer is not built, so its weights do not "
+                f"exist yet. Fix: call the wrapper on data first (or build it, e.g. wrapper.build((None, 8))), or use "
+                f"it in a model with a keras.Input."
+            )
+        return clusterable_weights(self.layer)
+
+    @property
+    def cluster_centroids(self) -> dict[str, Any]:
+        """TFMOT's attribute: each clustered weight's name → its centroids, a trainable variable of shape
+        ``(number_of_clusters,)`` in the weight's dtype (empty until the wrapper is built)."""
+        return {name: centroids for name, _, centroids, _, _ in self._clustered}
+
+    @property
+    def original_clusterable_weights(self) -> dict[str, Any]:
+        """TFMOT's attribute: each clustered weight's name → the wrapped layer's variable (the latent weights,
+        trained straight through; empty until the wrapper is built)."""
+        return {name: variable for name, variable, _, _, _ in self._clustered}
 
     def _where(self) -> str:
         return f"ste.clustering.ClusterWeights '{self.name}' ({type(self.layer).__name__})"
 
     def build(self, input_shape: Any = None, **shapes: Any) -> None:
+        # Eagerly, outside a function being traced: Keras builds an unbuilt Sequential inside the first training
+        # step, where a new variable holds no value until the function runs, and the centroids need the kernel's.
+        with tf.init_scope():
+            self._build(input_shape, **shapes)
+        self.built = True
+
+    def _build(self, input_shape: Any, **shapes: Any) -> None:
         if not self.layer.built:  # a layer of several inputs (attention) is built from its shapes by name
             self.layer.build(**shapes) if shapes else self.layer.build(input_shape)
         clustered = []
@@ -156,7 +200,6 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
                 keep.assign(kept)
             clustered.append((name, variable, centroids, mask, keep))
         self._clustered = clustered
-        self.built = True
 
     def clustered_values(self) -> list[tuple[Any, tf.Tensor]]:
         """``(variable, clustered value)`` for each clustered weight, from the current latent weights and
@@ -172,12 +215,15 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
             values.append((variable, cluster_assign(w, c, aggregation=aggregation)))
         return values
 
-    def call(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        training = kwargs.pop("training", None)
+        if getattr(self.layer, "_call_has_training_arg", False) and training is not None:
+            kwargs["training"] = training
         return call_with_values(
             self,
             self.clustered_values(),
             self.layer.variables,  # assignments inside the layer
-            lambda: self.layer(inputs, *args, **kwargs),
+            lambda: self.layer(*args, **kwargs),
         )
 
     def compute_output_shape(self, input_shape: Any) -> Any:

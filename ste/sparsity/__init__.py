@@ -11,7 +11,7 @@ The mask is applied by a straight-through op: ``gradient="masked"`` (TFMOT's: pr
 See docs/sparsity.md.
 """
 
-from ..errors import MissingCallbackError
+from ..errors import MissingCallbackError, PruningTargetError
 from ._api import prune_low_magnitude, prune_scope, strip_pruning
 from ._callbacks import PruningSummaries, UpdatePruningStep
 from ._layers import PrunableLayer
@@ -27,6 +27,7 @@ __all__ = [
     "PruneLowMagnitude",
     "PruningSchedule",
     "PruningSummaries",
+    "PruningTargetError",
     "UpdatePruningStep",
     "apply_mask",
     "magnitude_mask",

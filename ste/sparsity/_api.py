@@ -4,8 +4,6 @@ Keras 3). Every argument and every layer is checked before anything is built or 
 from __future__ import annotations
 
 import contextlib
-import difflib
-import numbers
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,142 +12,16 @@ import keras
 from .._common._arguments import check_bool
 from .._keras._rewrite import Rewriter, copy_layer
 from ..errors import ParameterError, ParameterTypeError, UnsupportedLayerError
-from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights
-from ._mask import GRADIENTS
+from ._arguments import check_arguments
+from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights, unsupported_reason
 from ._rewrites import Prune, Strip, wrap
-from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule, number_error
+from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
+from ._target import check_targets
 from ._wrapper import PruneLowMagnitude
 
 __all__ = ["prune_low_magnitude", "prune_scope", "strip_pruning"]
 
 _OWNER = "ste.sparsity.prune_low_magnitude"
-SR_STE_DECAY = 2e-4  # Zhou et al. (ICLR 2021)'s λ
-
-
-_PAIR_FIXES = {
-    "block_size": "block_size=(1, 1) to prune single weights (the default), or a block's (rows, columns), e.g. (1, 4)",
-    "sparsity_m_by_n": "sparsity_m_by_n=(2, 4) for 2:4 sparsity (m zeros in every n consecutive input channels)",
-}
-
-
-def _pair(name: str, value: Any) -> tuple[int, int]:
-    try:
-        pair = tuple(value) if not isinstance(value, str) else ()
-    except TypeError:
-        pair = ()
-    if len(pair) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair):
-        fix = _PAIR_FIXES[name]
-        if isinstance(value, str) and len(value.replace("x", ":").split(":")) == 2:
-            parts = value.replace("x", ":").split(":")
-            if all(part.strip().isdigit() for part in parts):
-                fix = f"{name}=({int(parts[0])}, {int(parts[1])}), a tuple, not a string"
-        elif len(pair) == 2 and all(
-            (isinstance(v, numbers.Integral) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
-            for v in pair
-        ):
-            fix = f"{name}=({int(pair[0])}, {int(pair[1])}), with int entries"
-        raise ParameterTypeError(
-            f"{_OWNER}: {name} must be a tuple of 2 integers; received {value!r} ({type(value).__name__}). "
-            f"Fix: pass {fix}."
-        )
-    return int(pair[0]), int(pair[1])
-
-
-def _schedule_fix(schedule: Any) -> str:
-    """What to pass instead of ``schedule``, which is not a ste.sparsity.PruningSchedule."""
-    module = type(schedule).__module__ or ""
-    if module.startswith("tensorflow_model_optimization"):
-        return (
-            f"use ste.sparsity's schedule of the same name, which takes the same arguments, e.g. "
-            f"pruning_schedule=ste.sparsity.{type(schedule).__name__}(...) (TFMOT's schedules are tf-keras objects)"
-        )
-    if isinstance(schedule, numbers.Real) and not isinstance(schedule, bool):
-        return (
-            f"wrap the sparsity in a schedule, e.g. pruning_schedule=ste.sparsity.ConstantSparsity({schedule!r}, "
-            f"begin_step=0), as in TFMOT"
-        )
-    return (
-        "pass a schedule object, e.g. pruning_schedule=ste.sparsity.ConstantSparsity(0.5, begin_step=0) or "
-        "ste.sparsity.PolynomialDecay(0.0, 0.8, begin_step=0, end_step=1000), or a PruningSchedule subclass"
-    )
-
-
-def _check_schedule(schedule: Any) -> None:
-    if not isinstance(schedule, PruningSchedule):
-        raise ParameterTypeError(
-            f"{_OWNER}: pruning_schedule must be a ste.sparsity.PruningSchedule (ConstantSparsity, PolynomialDecay or "
-            f"a subclass); received {schedule!r} ({type(schedule).__name__}). Fix: {_schedule_fix(schedule)}."
-        )
-    missing = [
-        name for name in ("__call__", "get_config") if getattr(type(schedule), name) is getattr(PruningSchedule, name)
-    ]
-    if missing:
-        raise ParameterError(
-            f"{_OWNER}: the pruning schedule {type(schedule).__name__} does not define {' and '.join(missing)}, "
-            f"which every PruningSchedule subclass must (__call__(step) -> (should_prune, sparsity), get_config() -> "
-            f"its arguments); received an instance of {type(schedule).__name__}. Fix: define them in "
-            f"{type(schedule).__name__}, or derive it from ConstantSparsity or PolynomialDecay."
-        )
-
-
-def _check_arguments(
-    schedule: Any, block_size: Any, pooling: Any, m_by_n: Any, gradient: Any, decay: Any
-) -> tuple[Any, tuple[int, int], str, tuple[int, int] | None, str, float]:
-    _check_schedule(schedule)
-    block = _pair("block_size", block_size)
-    if min(block) < 1:
-        raise ParameterError(
-            f"{_OWNER}: block_size must hold two integers >= 1 (the rows and columns of a pruned block); received "
-            f"{block_size!r}. Fix: pass block_size=({max(block[0], 1)}, {max(block[1], 1)}), or (1, 1) to prune "
-            f"single weights."
-        )
-    if pooling not in ("AVG", "MAX"):
-        if isinstance(pooling, str) and pooling.strip().upper() in ("AVG", "MAX"):
-            fix = f"block_pooling_type={pooling.strip().upper()!r} (upper case, as in TFMOT)"
-        else:
-            fix = "block_pooling_type='AVG' (a block's mean magnitude, the default) or 'MAX' (its largest)"
-        raise ParameterError(
-            f"{_OWNER}: block_pooling_type must be 'AVG' or 'MAX'; received {pooling!r}. Fix: pass {fix}."
-        )
-    pattern = None
-    if m_by_n is not None:
-        zeros, group = _pair("sparsity_m_by_n", m_by_n)
-        if group < 2 or not 1 <= zeros < group:
-            raise ParameterError(
-                f"{_OWNER}: sparsity_m_by_n=(m, n) zeroes m of every n consecutive weights, so it needs "
-                f"1 <= m < n; received {m_by_n!r}. Fix: e.g. sparsity_m_by_n=(2, 4) for 2:4 sparsity."
-            )
-        if block != (1, 1):
-            raise ParameterError(
-                f"{_OWNER}: block_size and sparsity_m_by_n cannot be combined (N:M groups single weights); received "
-                f"block_size={block_size!r} and sparsity_m_by_n={m_by_n!r}. Fix: pass sparsity_m_by_n with the "
-                f"default block_size=(1, 1), or leave sparsity_m_by_n out for block sparsity."
-            )
-        pattern = (zeros, group)
-    if not isinstance(gradient, str) or gradient not in GRADIENTS:
-        close = difflib.get_close_matches(str(gradient).lower().replace("-", "_"), list(GRADIENTS), n=1, cutoff=0.5)
-        fix = f"gradient={close[0]!r}" if close else "gradient='masked' (the default) or gradient='sr_ste'"
-        raise ParameterError(
-            f"{_OWNER}: gradient must be 'masked' (pruned weights get no gradient, TFMOT's) or 'sr_ste' "
-            f"(straight through plus decay·(1 − mask)·weight); received {gradient!r}. Fix: pass {fix}."
-        )
-    if decay is None:
-        rate = SR_STE_DECAY if gradient == "sr_ste" else 0.0
-    else:
-        if gradient != "sr_ste":
-            raise ParameterError(
-                f"{_OWNER}: decay={decay!r} applies to gradient='sr_ste' only; the masked gradient has no decay. "
-                f"Fix: pass gradient='sr_ste', or leave decay out."
-            )
-        if isinstance(decay, bool) or not isinstance(decay, numbers.Real) or not float(decay) >= 0:
-            kind = number_error(decay)
-            raise kind(
-                f"{_OWNER}: decay must be a number >= 0 (SR-STE's λ: the pull of pruned weights towards zero); "
-                f"received {decay!r}. Fix: pass e.g. decay={SR_STE_DECAY} (the SR-STE paper's λ), or leave decay out "
-                f"for that default."
-            )
-        rate = float(decay)
-    return schedule, block, pooling, pattern, gradient, rate
 
 
 def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | None:
@@ -160,11 +32,7 @@ def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | 
             f"call ste.sparsity.strip_pruning first to prune again with other settings."
         )
     if not is_prunable(layer):
-        raise UnsupportedLayerError(
-            f"{_OWNER}: layer '{layer.name}' ({type(layer).__name__}) has no kernel to prune. Fix: prune Dense, "
-            f"convolution, Embedding, EinsumDense or MultiHeadAttention layers, or give a custom layer a "
-            f"get_prunable_weights() method (ste.sparsity.PrunableLayer)."
-        )
+        raise UnsupportedLayerError(f"{_OWNER}: {unsupported_reason(layer)}")
     _, block, _, pattern, _, _ = settings
     axis = input_channel_axis(layer)
     if layer.built:
@@ -188,7 +56,8 @@ def prune_low_magnitude(
     """A layer or model whose weights are pruned by magnitude during training (TFMOT's ``prune_low_magnitude``).
 
     * ``to_prune``: a layer (a copy of it wrapped in :class:`PruneLowMagnitude`, e.g. inside a
-      ``Sequential([...])`` list, so that the layer given is never changed), or a Keras 3 model of any kind
+      ``Sequential([...])`` list, so that the layer given is never changed), a list of layers (a list of wrappers, as
+      TFMOT: a layer already pruned and an ``InputLayer`` are kept as they are), or a Keras 3 model of any kind
       (Sequential, functional, nested, subclassed, KerasHub's): a copy with the trained weights in which every
       prunable layer is wrapped, at any depth (inside a transformer block too); a layer the model calls several times
       stays one (pruned) layer. The copy is not compiled (compile it, as TFMOT's result).
@@ -207,7 +76,8 @@ def prune_low_magnitude(
     ``fit`` needs ``callbacks=[ste.sparsity.UpdatePruningStep()]``; :func:`strip_pruning` gives the plain model.
     """
     strict = check_bool(_OWNER, "strict", strict)
-    settings = _check_arguments(
+    settings = check_arguments(
+        _OWNER,
         ConstantSparsity(0.5, 0) if pruning_schedule is None else pruning_schedule,
         block_size,
         block_pooling_type,
@@ -227,9 +97,27 @@ def prune_low_magnitude(
         )
     if isinstance(to_prune, keras.layers.Layer):
         return wrap(copy_layer(to_prune, _OWNER), settings, _check_layer(to_prune, settings))
+    if isinstance(to_prune, list):  # TFMOT's list: a list of wrappers; every layer checked before any is wrapped
+        kept = (PruneLowMagnitude, keras.layers.InputLayer)
+        for layer in to_prune:
+            if not isinstance(layer, keras.layers.Layer) or isinstance(layer, keras.Model):
+                raise ParameterTypeError(
+                    f"{_OWNER}: a list passed as to_prune must hold Keras 3 layers; it holds "
+                    f"{type(layer).__name__} {_short(layer)}. Fix: pass a list of layers, or a model by itself."
+                )
+        axes = [None if isinstance(layer, kept) else _check_layer(layer, settings) for layer in to_prune]
+        pruned: list[keras.layers.Layer] = []
+        for layer, axis in zip(to_prune, axes):
+            if isinstance(layer, PruneLowMagnitude):
+                pruned.append(layer)
+            elif isinstance(layer, keras.layers.InputLayer):  # a new one, as TFMOT's list
+                pruned.append(type(layer).from_config(layer.get_config()))
+            else:
+                pruned.append(wrap(copy_layer(layer, _OWNER), settings, axis))
+        return pruned
     raise ParameterTypeError(
-        f"{_OWNER}: expected a Keras 3 layer or a functional/Sequential model; received {type(to_prune).__name__} "
-        f"{_short(to_prune)}. Fix: {_keras3_fix(to_prune, 'to_prune')}."
+        f"{_OWNER}: expected a Keras 3 layer, a list of layers or a functional/Sequential model; received "
+        f"{type(to_prune).__name__} {_short(to_prune)}. Fix: {_keras3_fix(to_prune, 'to_prune')}."
     )
 
 
@@ -253,11 +141,22 @@ def _keras3_fix(value: Any, what: str) -> str:
     )
 
 
-def strip_pruning(model: Any) -> Any:
+def strip_pruning(model: Any, strict: bool = False) -> Any:
     """The model with each :class:`PruneLowMagnitude` replaced by its layer, whose pruned weights hold
     ``weight · mask`` (zeros in place), as a copy: the layers keep their classes (a KerasHub model stays one), and the
-    pruned model is not changed. A single wrapper gives its stripped layer."""
+    pruned model is not changed. A single wrapper gives its stripped layer.
+
+    A pruned layer whose masks hold fewer zeros than its schedule targets (a ``frequency`` larger than the steps
+    trained, a ``PolynomialDecay`` stopped before ``end_step``, mask updates that did not run) is stripped as it is and
+    named in one warning with the zeros reached, the target and the likely cause; ``strict=True`` raises
+    :class:`ste.errors.PruningTargetError` instead, before anything is copied. Once a layer's schedule has begun
+    (its step >= ``begin_step``), the target is ``ConstantSparsity``'s ``target_sparsity``; ``PolynomialDecay``'s
+    ``final_sparsity`` while the layer is short of ``end_step`` (stripping ends the training, and a user who strips
+    early gets less than the schedule was set up to reach: the warning says so), and from ``end_step`` on the
+    sparsity of its last update; ``m`` zeros in every ``n`` with ``sparsity_m_by_n``. A schedule class of your own is
+    not checked. docs/sparsity.md, "What strip_pruning checks"."""
     owner = "ste.sparsity.strip_pruning"
+    check_targets(model, owner, check_bool(owner, "strict", strict))
     if isinstance(model, PruneLowMagnitude):
         return Strip().replace(copy_layer(model, owner), model)
     if not isinstance(model, keras.Model):

@@ -4,10 +4,17 @@ built-in table of Keras 3 layers (TFMOT's ``prune_registry``).
 * Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose, EinsumDense: ``kernel``;
 * DepthwiseConv1D/2D: their (depthwise) ``kernel``; SeparableConv1D/2D: ``pointwise_kernel`` (as TFMOT);
 * Embedding: ``embeddings``;
-* MultiHeadAttention: the kernels of its query, key, value and output projections.
+* MultiHeadAttention: the kernels of its query, key, value and output projections;
+* SimpleRNN, LSTM, GRU, and ``keras.layers.RNN`` over SimpleRNNCell, LSTMCell or GRUCell cells (stacked too): each
+  cell's ``kernel`` and ``recurrent_kernel`` (TFMOT's ``_RNN_CELLS_WEIGHTS_MAP``). As in TFMOT, each of them gets one
+  mask over the whole weight, the gates side by side (LSTM's ``kernel`` is ``(inputs, 4·units)``, gates i, f, c, o),
+  so a gate's columns can hold more or fewer zeros than another's.
 
-``ste.layers``' quantized layers subclass these Keras layers and are covered with them. N:M sparsity runs along the
-input-channel axis of a Dense or convolution kernel (axis −2; −1 for a transposed convolution, whose kernel is
+The table holds Keras's own classes, matched exactly, as TFMOT's registry matches them: a subclass of ``Dense`` may
+use its kernel differently, so it is refused until it says what to prune (derive it from :class:`PrunableLayer`).
+ste's own subclasses (``ste.layers``' quantized layers, ``ste.qat``'s ``QuantEinsumDense``, ``QuantEmbedding`` and
+``QuantMultiHeadAttention``) read their parent's weights and are covered with it. N:M sparsity runs along the
+input-channel axis of a Dense, convolution or RNN kernel (axis −2; −1 for a transposed convolution, whose kernel is
 ``(..., out, in)``); other layers refuse it.
 """
 
@@ -18,9 +25,17 @@ from typing import Any
 
 import keras
 
+from .._common._origin import defined_by_ste
 from ..errors import ParameterError, UnsupportedLayerError
 
-__all__ = ["PrunableLayer", "check_weights", "input_channel_axis", "is_prunable", "prunable_weights"]
+__all__ = [
+    "PrunableLayer",
+    "check_weights",
+    "input_channel_axis",
+    "is_prunable",
+    "prunable_weights",
+    "unsupported_reason",
+]
 
 
 class PrunableLayer(abc.ABC):
@@ -45,16 +60,71 @@ _KERNEL = (
 _TRANSPOSED = (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose, keras.layers.Conv3DTranspose)
 _DEPTHWISE = (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)
 _SEPARABLE = (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)
+_RNN = (keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU, keras.layers.RNN)
+_RNN_CELLS = (keras.layers.SimpleRNNCell, keras.layers.LSTMCell, keras.layers.GRUCell)
+_TABLE = (*_KERNEL, *_DEPTHWISE, *_SEPARABLE, keras.layers.Embedding, keras.layers.MultiHeadAttention, *_RNN)
 
 
-def _custom(layer: keras.layers.Layer) -> bool:
+def _custom(layer: Any) -> bool:
     return isinstance(layer, PrunableLayer) or callable(getattr(layer, "get_prunable_weights", None))
+
+
+def _kind(layer: Any) -> type | None:
+    """The table's class that ``layer`` is (exactly, or through one of ste's own subclasses), or None."""
+    cls = type(layer)
+    if cls in _TABLE:
+        return cls
+    if defined_by_ste(cls):
+        return next((kind for kind in _TABLE if isinstance(layer, kind)), None)
+    return None
+
+
+def _cells(layer: Any) -> list[Any]:
+    cell = layer.cell
+    return list(cell.cells) if isinstance(cell, keras.layers.StackedRNNCells) else [cell]
+
+
+def _cell_prunable(cell: Any) -> bool:
+    return type(cell) in _RNN_CELLS or (defined_by_ste(type(cell)) and isinstance(cell, _RNN_CELLS)) or _custom(cell)
 
 
 def is_prunable(layer: keras.layers.Layer) -> bool:
     """Whether ``layer`` has weights ``prune_low_magnitude`` knows how to prune."""
-    return _custom(layer) or isinstance(
-        layer, (*_KERNEL, *_DEPTHWISE, *_SEPARABLE, keras.layers.Embedding, keras.layers.MultiHeadAttention)
+    if _custom(layer):
+        return True
+    kind = _kind(layer)
+    if kind is None:
+        return False
+    if issubclass(kind, keras.layers.RNN):
+        return all(_cell_prunable(cell) for cell in _cells(layer))
+    return True
+
+
+def unsupported_reason(layer: keras.layers.Layer) -> str:
+    """Why ``layer`` cannot be pruned, and the fix (for a layer :func:`is_prunable` refuses)."""
+    where = f"layer '{layer.name}' ({type(layer).__name__})"
+    parent = next((kind for kind in _TABLE if isinstance(layer, kind)), None)
+    custom_fix = (
+        "derive it from ste.sparsity.PrunableLayer as well and return the variables to prune from "
+        "get_prunable_weights()"
+    )
+    if parent is not None and issubclass(parent, keras.layers.RNN) and type(layer) in _RNN:
+        cells = ", ".join(type(cell).__name__ for cell in _cells(layer) if not _cell_prunable(cell))
+        return (
+            f"{where} holds the cell(s) {cells}, which are not SimpleRNNCell, LSTMCell or GRUCell. Fix: give such a "
+            f"cell a get_prunable_weights() method (ste.sparsity.PrunableLayer) returning the variables to prune."
+        )
+    if parent is not None:
+        example = "[self.kernel]" if parent in _KERNEL else "the variables it reads as its weights"
+        return (
+            f"{where} subclasses keras.layers.{parent.__name__}, and ste.sparsity prunes Keras's own classes only, "
+            f"as TFMOT's registry does (a subclass may use its weights differently). Fix: {custom_fix} "
+            f"(e.g. {example})."
+        )
+    return (
+        f"{where} has no kernel to prune. Fix: prune Dense, convolution, Embedding, EinsumDense, "
+        f"MultiHeadAttention or SimpleRNN/LSTM/GRU layers, or give a custom layer a get_prunable_weights() method "
+        f"(ste.sparsity.PrunableLayer)."
     )
 
 
@@ -62,17 +132,21 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
     """The built layer's variables to prune."""
     if _custom(layer):
         return list(layer.get_prunable_weights())
-    if isinstance(layer, _KERNEL):
+    kind = _kind(layer)
+    if kind is None:
+        return []
+    if issubclass(kind, _KERNEL) or issubclass(kind, _DEPTHWISE):
         return [layer.kernel]
-    if isinstance(layer, _DEPTHWISE):
-        return [layer.kernel]
-    if isinstance(layer, _SEPARABLE):
+    if issubclass(kind, _SEPARABLE):
         return [layer.pointwise_kernel]
-    if isinstance(layer, keras.layers.Embedding):
+    if issubclass(kind, keras.layers.Embedding):
         return [layer.embeddings]
-    if isinstance(layer, keras.layers.MultiHeadAttention):
+    if issubclass(kind, keras.layers.MultiHeadAttention):
         return [sub.kernel for sub in (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)]
-    return []
+    weights: list[Any] = []
+    for cell in _cells(layer):  # an RNN
+        weights.extend(cell.get_prunable_weights() if _custom(cell) else [cell.kernel, cell.recurrent_kernel])
+    return weights
 
 
 def input_channel_axis(layer: keras.layers.Layer) -> int | None:
@@ -82,6 +156,8 @@ def input_channel_axis(layer: keras.layers.Layer) -> int | None:
     if isinstance(layer, _DEPTHWISE) or isinstance(layer, keras.layers.EinsumDense):
         return None
     if isinstance(layer, (keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
+        return -2
+    if isinstance(layer, keras.layers.RNN):
         return -2
     if isinstance(layer, _SEPARABLE):
         return -2

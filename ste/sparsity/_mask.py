@@ -122,19 +122,40 @@ def _pool(magnitude: tf.Tensor, block: tuple[int, int], pooling: str) -> tf.Tens
     return tf.transpose(pooled, [0, 1, 3, 2])[0, 0]
 
 
+def _scores(magnitude: tf.Tensor, previous: Any) -> tf.Tensor:
+    """``magnitude`` with the entries ``previous`` prunes (False) set to −1, below every kept magnitude."""
+    if previous is None:
+        return magnitude
+    return tf.where(tf.cast(previous, tf.bool), magnitude, -tf.ones_like(magnitude))
+
+
 def magnitude_keep(
-    weight: Any, sparsity: Any, block_size: tuple[int, int] = (1, 1), block_pooling_type: str = "AVG"
+    weight: Any,
+    sparsity: Any,
+    block_size: tuple[int, int] = (1, 1),
+    block_pooling_type: str = "AVG",
+    previous: Any = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """:func:`magnitude_mask` as a boolean mask (True: kept), and the threshold in ``weight``'s dtype."""
+    """:func:`magnitude_mask` as a boolean mask (True: kept), and the threshold in ``weight``'s dtype.
+
+    With ``previous`` (the current boolean mask) the magnitudes are those of ``weight · previous``, and a weight (or a
+    block) that ``previous`` prunes ranks below every kept one: it stays pruned unless fewer weights are kept than the
+    new count asks for (the sparsity fell)."""
     magnitude = _magnitude(weight)
+    if previous is not None:
+        magnitude = tf.where(tf.cast(previous, tf.bool), magnitude, tf.zeros_like(magnitude))
     if tuple(block_size) == (1, 1):
-        keep, threshold = _top_mask(magnitude, kept_count(int(magnitude.shape.num_elements()), sparsity))
-        return keep, tf.cast(threshold, weight.dtype)
-    pooled = _pool(magnitude, (int(block_size[0]), int(block_size[1])), block_pooling_type)
-    keep, threshold = _top_mask(pooled, kept_count(int(pooled.shape.num_elements()), sparsity))
-    expanded = tf.repeat(tf.repeat(keep, block_size[0], axis=0), block_size[1], axis=1)
+        scores = _scores(magnitude, previous)
+        keep, threshold = _top_mask(scores, kept_count(int(magnitude.shape.num_elements()), sparsity))
+        return keep, tf.cast(tf.maximum(threshold, 0), weight.dtype)
+    bh, bw = int(block_size[0]), int(block_size[1])
+    pooled = _pool(magnitude, (bh, bw), block_pooling_type)
+    # a block of the previous mask is kept or pruned whole; its first entry says which (blocks start at row 0)
+    scores = _scores(pooled, None if previous is None else previous[::bh, ::bw])
+    keep, threshold = _top_mask(scores, kept_count(int(pooled.shape.num_elements()), sparsity))
+    expanded = tf.repeat(tf.repeat(keep, bh, axis=0), bw, axis=1)
     rows, cols = magnitude.shape
-    return expanded[:rows, :cols], tf.cast(threshold, weight.dtype)
+    return expanded[:rows, :cols], tf.cast(tf.maximum(threshold, 0), weight.dtype)
 
 
 def magnitude_mask(
@@ -152,9 +173,10 @@ def n_by_m_mask(weight: Any, zeros: int, group: int, axis: int) -> tf.Tensor:
     return tf.cast(n_by_m_keep(weight, zeros, group, axis), weight.dtype)
 
 
-def n_by_m_keep(weight: Any, zeros: int, group: int, axis: int) -> tf.Tensor:
-    """:func:`n_by_m_mask` as a boolean mask (True: kept)."""
-    magnitude = _magnitude(weight)
+def n_by_m_keep(weight: Any, zeros: int, group: int, axis: int, previous: Any = None) -> tf.Tensor:
+    """:func:`n_by_m_mask` as a boolean mask (True: kept). With ``previous`` (the current boolean N:M mask) the weights
+    it prunes stay pruned (they rank below every kept one of their group)."""
+    magnitude = _scores(_magnitude(weight), previous)
     rank = magnitude.shape.rank
     axis = axis % rank
     perm = [d for d in range(rank) if d != axis] + [axis]

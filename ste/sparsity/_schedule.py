@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from ..errors import ParameterError, ParameterTypeError
 
-__all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule"]
+__all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule", "deserialize_schedule", "schedule_arguments"]
 
 
 def number_error(value: Any) -> type[ParameterError]:
@@ -89,7 +89,9 @@ class PruningSchedule:
     """Base class of pruning schedules: ``schedule(step) -> (should_prune, sparsity)``.
 
     Subclasses implement ``__call__`` and ``get_config`` (and register with Keras to be saved with a model);
-    :meth:`should_prune_in_step` is TFMOT's rule for when to prune.
+    :meth:`should_prune_in_step` is TFMOT's rule for when to prune. ``get_config`` may return TFMOT's
+    ``{"class_name": ..., "config": {arguments}}`` (as ste's schedules do) or the arguments alone; ``from_config``
+    reads both.
     """
 
     @staticmethod
@@ -117,21 +119,47 @@ class PruningSchedule:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PruningSchedule:
-        if "class_name" in config and "config" in config:  # TFMOT's own format
-            config = config["config"]
-        return cls(**config)
+        """The schedule of ``config``: TFMOT's ``{"class_name": ..., "config": {...}}`` (what ``get_config``
+        returns) or the arguments alone."""
+        return cls(**_unwrapped(config))
 
     def __repr__(self) -> str:
-        arguments = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        arguments = ", ".join(f"{k}={v!r}" for k, v in schedule_arguments(self).items())
         return f"{type(self).__name__}({arguments})"
 
     def __eq__(self, other: object) -> bool:
         return (
-            isinstance(other, PruningSchedule) and type(self) is type(other) and self.get_config() == other.get_config()
+            isinstance(other, PruningSchedule)
+            and type(self) is type(other)
+            and schedule_arguments(self) == schedule_arguments(other)
         )
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(sorted(self.get_config().items()))))
+        return hash((type(self), tuple(sorted(schedule_arguments(self).items()))))
+
+
+def _unwrapped(config: dict[str, Any]) -> dict[str, Any]:
+    """The arguments in a schedule's config: TFMOT's format nests them under ``"config"``."""
+    if isinstance(config, dict) and "class_name" in config and isinstance(config.get("config"), dict):
+        return dict(config["config"])
+    return dict(config)
+
+
+def schedule_arguments(schedule: PruningSchedule) -> dict[str, Any]:
+    """The arguments of ``schedule``, from its ``get_config()`` in TFMOT's format or as a plain dict (a schedule
+    class of your own may return either)."""
+    return _unwrapped(schedule.get_config())
+
+
+def deserialize_schedule(config: dict[str, Any]) -> PruningSchedule:
+    """The schedule saved as ``config``: Keras's serialization of a schedule, or TFMOT's
+    ``{"class_name": "ConstantSparsity", "config": {...}}`` (no module: ste's two schedules are found by name)."""
+    name = str(config.get("class_name", "")).split(">")[-1]
+    known: dict[str, type[PruningSchedule]] = {"ConstantSparsity": ConstantSparsity, "PolynomialDecay": PolynomialDecay}
+    if "module" not in config and "registered_name" not in config and name in known:
+        return known[name].from_config(config)
+    schedule: PruningSchedule = keras.saving.deserialize_keras_object(config)
+    return schedule
 
 
 @keras.saving.register_keras_serializable(package="ste")
@@ -149,11 +177,16 @@ class ConstantSparsity(PruningSchedule):
         return should, tf.constant(self.target_sparsity, tf.float32)
 
     def get_config(self) -> dict[str, Any]:
+        """TFMOT's format: ``{"class_name": "ConstantSparsity", "config": {target_sparsity, begin_step, end_step,
+        frequency}}``."""
         return {
-            "target_sparsity": self.target_sparsity,
-            "begin_step": self.begin_step,
-            "end_step": self.end_step,
-            "frequency": self.frequency,
+            "class_name": type(self).__name__,
+            "config": {
+                "target_sparsity": self.target_sparsity,
+                "begin_step": self.begin_step,
+                "end_step": self.end_step,
+                "frequency": self.frequency,
+            },
         }
 
 
@@ -202,11 +235,16 @@ class PolynomialDecay(PruningSchedule):
         return self.should_prune_in_step(step, self.begin_step, self.end_step, self.frequency), sparsity
 
     def get_config(self) -> dict[str, Any]:
+        """TFMOT's format: ``{"class_name": "PolynomialDecay", "config": {initial_sparsity, final_sparsity, power,
+        begin_step, end_step, frequency}}``."""
         return {
-            "initial_sparsity": self.initial_sparsity,
-            "final_sparsity": self.final_sparsity,
-            "power": self.power,
-            "begin_step": self.begin_step,
-            "end_step": self.end_step,
-            "frequency": self.frequency,
+            "class_name": type(self).__name__,
+            "config": {
+                "initial_sparsity": self.initial_sparsity,
+                "final_sparsity": self.final_sparsity,
+                "power": self.power,
+                "begin_step": self.begin_step,
+                "end_step": self.end_step,
+                "frequency": self.frequency,
+            },
         }

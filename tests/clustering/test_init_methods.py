@@ -172,3 +172,21 @@ def test_centroids_equal_tfmot_0_8_s_own(key: str) -> None:
         w, expected = data[f"w_{name}"], data[key]
     got = initial_centroids(tf.constant(w), int(k), CentroidInitialization[method], preserve_sparsity == "True")
     np.testing.assert_array_equal(got.numpy(), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("preserve_sparsity", [False, True])
+def test_kmeans_plus_plus_centroids_are_weights_in_every_dtype(dtype: str, preserve_sparsity: bool) -> None:
+    """The docs' promise: each k-means++ centroid is one of the weights, exactly (a float64 kernel's centroids are
+    not the float32 roundings the kernel op draws among)."""
+    w = np.random.default_rng(9).normal(size=(16, 12))
+    if preserve_sparsity:
+        w[np.abs(w) < 0.5] = 0.0
+    values = tf.constant(w, dtype)
+    got = initial_centroids(values, 8, KMEANS, preserve_sparsity)
+    assert got.dtype == tf.as_dtype(dtype)
+    held = tf.cast(values, tf.float64).numpy().ravel()
+    for centroid in tf.cast(got, tf.float64).numpy():
+        assert np.any(held == centroid), (centroid, np.abs(held - centroid).min())
+    if preserve_sparsity:
+        assert np.count_nonzero(tf.cast(got, tf.float64).numpy() == 0) >= 1

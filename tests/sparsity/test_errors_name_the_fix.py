@@ -69,3 +69,38 @@ def test_block_size_fix_is_a_valid_block_size(value):
     with pytest.raises(ste.STEError) as info:
         S.prune_low_magnitude(dense(), block_size=value)
     assert_good_error(info, "block_size")
+
+
+@pytest.mark.parametrize(
+    "arguments,fragments",
+    [
+        ({"block_pooling_type": "MIN"}, ("ste.sparsity.PruneLowMagnitude", "block_pooling_type", "'MIN'")),
+        ({"block_pooling_type": "max"}, ("block_pooling_type='MAX'",)),
+        ({"block_size": (0, 2)}, ("block_size",)),
+        ({"sparsity_m_by_n": (4, 4)}, ("sparsity_m_by_n", "(4, 4)")),
+        ({"gradient": "straight"}, ("gradient",)),
+        ({"pruning_schedule": 0.5}, ("ConstantSparsity(0.5, begin_step=0)",)),
+        ({"gradient": "masked", "decay": 0.1}, ("decay=0.1",)),
+    ],
+)
+def test_the_wrapper_built_directly_checks_its_arguments(arguments, fragments):
+    """TFMOT's PruneLowMagnitude refuses a block_pooling_type other than 'AVG'/'MAX' (ValueError); ste's wrapper
+    checks every argument as prune_low_magnitude does, naming itself."""
+    with pytest.raises(ste.STEError) as info:
+        S.PruneLowMagnitude(keras.layers.Dense(3), **arguments)
+    assert_good_error(info, "PruneLowMagnitude", *fragments)
+
+
+def test_the_wrapper_built_directly_refuses_a_model_and_a_wrapper():
+    with pytest.raises(ste.errors.ParameterTypeError, match=r"not a model.*Fix:"):
+        S.PruneLowMagnitude(dense())
+    with pytest.raises(ste.errors.ParameterError, match=r"already pruned.*Fix:"):
+        S.PruneLowMagnitude(S.PruneLowMagnitude(keras.layers.Dense(3)))
+
+
+@pytest.mark.parametrize("log_dir", ["", None, 3])
+def test_pruning_summaries_needs_a_log_dir(log_dir):
+    """TFMOT: "`log_dir` must be a non-empty string" (ValueError)."""
+    with pytest.raises(ste.errors.ParameterError) as info:
+        S.PruningSummaries(log_dir=log_dir)
+    assert_good_error(info, "log_dir", repr(log_dir))

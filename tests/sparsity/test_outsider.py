@@ -178,10 +178,17 @@ def test_polynomial_int32_step_and_python_step():
 
 
 def test_schedule_config_round_trip_and_tfmot_format():
+    """get_config is TFMOT's {"class_name", "config"} (pruning_schedule.py); from_config reads it and the bare
+    arguments."""
     schedule = S.PolynomialDecay(0.1, 0.7, 2, 40, power=2, frequency=3)
-    assert S.PolynomialDecay.from_config(schedule.get_config()) == schedule
-    tfmot_format = {"class_name": "PolynomialDecay", "config": schedule.get_config()}
-    assert S.PolynomialDecay.from_config(tfmot_format) == schedule
+    config = schedule.get_config()
+    assert config == {
+        "class_name": "PolynomialDecay",
+        "config": {"initial_sparsity": 0.1, "final_sparsity": 0.7, "power": 2, "begin_step": 2, "end_step": 40,
+                   "frequency": 3},
+    }  # fmt: skip
+    assert S.PolynomialDecay.from_config(config) == schedule
+    assert S.PolynomialDecay.from_config(config["config"]) == schedule
 
 
 # -- masks --------------------------------------------------------------------------------------------------------
@@ -528,8 +535,8 @@ def test_shared_layer_stays_one_wrapper():
 
 
 def test_uncovered_layer_warns_once_and_strict_refuses():
-    model = keras.Sequential([keras.Input((4, 3)), L.SimpleRNN(5), L.Dense(2)])
-    with pytest.warns(UserWarning, match="simple_rnn"):
+    model = keras.Sequential([keras.Input((4, 3)), L.Bidirectional(L.SimpleRNN(5), name="both_ways"), L.Dense(2)])
+    with pytest.warns(UserWarning, match="both_ways"):
         S.prune_low_magnitude(model)
     with pytest.raises(ste.errors.UnsupportedLayerError):
         S.prune_low_magnitude(model, strict=True)
