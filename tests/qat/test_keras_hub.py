@@ -308,3 +308,17 @@ def test_int8_backbone_runs_in_litert_within_a_few_steps_of_keras(name):
     step = float(ste.qat.nudged_range(quantizer.min, quantizer.max, bits=8, narrow_range=False)[2])
     steps = np.abs(run_litert(flatbuffer, x) - np.asarray(q.predict(x, verbose=0))) / step
     assert steps.max() <= STEPS[name] + 1e-3, steps.max()
+
+
+def test_weights_of_a_backbone_changed_in_place_round_trip(tmp_path):
+    """``model.save`` writes the backbone's own config (the float backbone); its weights load into the same
+    rewrite of the same float backbone, exactly."""
+    keras.utils.set_random_seed(1)
+    float_model = gpt2(layers=1)
+    q, _, _ = quantize(float_model, "int8")
+    x = inputs("gpt2")
+    q(x, training=True)
+    q.save_weights(tmp_path / "qat.weights.h5")
+    again, _, _ = quantize(float_model, "int8")
+    again.load_weights(tmp_path / "qat.weights.h5")
+    np.testing.assert_array_equal(np.asarray(again(x)), np.asarray(q(x)))
