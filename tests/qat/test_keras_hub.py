@@ -8,6 +8,7 @@ keras-hub is a test dependency only: without it this module is skipped."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -322,3 +323,39 @@ def test_weights_of_a_backbone_changed_in_place_round_trip(tmp_path):
     again, _, _ = quantize(float_model, "int8")
     again.load_weights(tmp_path / "qat.weights.h5")
     np.testing.assert_array_equal(np.asarray(again(x)), np.asarray(q(x)))
+
+
+@pytest.mark.parametrize("policy", ["float16", "bfloat16", "float32", "float64"])
+def test_a_backbone_changed_in_place_computes_in_every_float_dtype(policy):
+    """Gemma (attention quantized inside, layers quantizing their own inputs and outputs) in each dtype: the same
+    dtype out, finite, and the same function as in float32 (within the dtype's steps); XLA in float32."""
+    reference = float32_gemma()
+    keras.config.set_dtype_policy(policy)
+    try:
+        keras.utils.set_random_seed(2)
+        q, _, _ = quantize(gemma(layers=1), "int8")
+    finally:
+        keras.config.set_dtype_policy("float32")
+    q.set_weights(reference.get_weights())
+    x = inputs("gemma", length=8)
+    eager = q(x)
+    assert keras.backend.standardize_dtype(eager.dtype) == policy
+    want = np.asarray(reference(x))
+    outputs = [eager, tf_function(q)(x)] if policy == "float32" else [eager]
+    for got in outputs:
+        got = np.asarray(keras.ops.cast(got, "float32"))
+        assert np.isfinite(got).all()
+        # a few activation steps apart at most in half precision (a level can flip where float32 sits on a tie)
+        assert np.mean(np.abs(got - want) < 0.05 * np.abs(want).max()) > 0.95
+
+
+@functools.cache
+def float32_gemma() -> keras.Model:
+    keras.utils.set_random_seed(2)
+    return quantize(gemma(layers=1), "int8")[0]
+
+
+def tf_function(model: keras.Model) -> Callable[[Any], Any]:
+    import tensorflow as tf
+
+    return tf.function(lambda x: model(x), jit_compile=True)
