@@ -323,18 +323,29 @@ def copy_layer(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
 # -- swapping a layer inside a model -------------------------------------------------------------------------------
 
 
+def _set_item(container: Any, key: Any, new: Any) -> None:
+    """``container[key] = new``. TensorFlow's tracking list (``ListWrapper``) then refuses to be saved (it marks a
+    replaced item as a mutation that a checkpoint could not restore when objects are created), so that a model
+    changed in place could not be exported (``model.export``, ``ste.to_tflite``); the new item takes the old one's
+    place for good, so the list is marked as unchanged again."""
+    container[key] = new
+    if getattr(container, "_non_append_mutation", False):
+        container._non_append_mutation = False
+        container._update_snapshot()
+
+
 def _replace_in(container: Any, old: Any, new: Any) -> bool:
     """Replace ``old`` by ``new`` in a list or dict (and in the lists a dict holds); whether anything changed."""
     changed = False
     if isinstance(container, list):
         for index, value in enumerate(container):
             if value is old:
-                container[index] = new  # Keras's and TensorFlow's tracking lists keep their own books
+                _set_item(container, index, new)  # Keras's and TensorFlow's tracking lists keep their own books
                 changed = True
     elif isinstance(container, dict):
         for key, value in list(container.items()):
             if value is old:
-                container[key] = new
+                _set_item(container, key, new)
                 changed = True
             elif isinstance(value, list):
                 changed = _replace_in(value, old, new) or changed

@@ -26,6 +26,7 @@ from ._api import (
     schemes,
     to_tflite,
 )
+from ._attention import QuantSoftmax
 from ._config import QuantizeConfig
 from ._fake_quant import fake_quant, fake_quant_op, nudged_range, symmetric_fake_quant, weight_fake_quant_op
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
@@ -43,7 +44,7 @@ from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import InputFeed, Role, Scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
-from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention, QuantReversibleEmbedding
 from ._wrapper import QuantizeAwareActivation, QuantizeWrapper
 
 __all__ = [
@@ -67,6 +68,8 @@ __all__ = [
     "QuantEinsumDense",
     "QuantEmbedding",
     "QuantMultiHeadAttention",
+    "QuantReversibleEmbedding",
+    "QuantSoftmax",
     "QuantizeAwareActivation",
     "QuantizeConfig",
     "QuantizeWrapper",

@@ -18,6 +18,7 @@ from .._common._arguments import check_bool
 from .._keras._rewrite import walk
 from .._keras._scopes import custom_object_scope
 from ..errors import ConversionError, ParameterError
+from ._attention import QuantSoftmax
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._int8 import Int8Scheme
@@ -29,7 +30,7 @@ from ._scheme_names import suggestion
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
 from ._transform import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
-from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention, QuantReversibleEmbedding
 from ._wrapper import QuantizeWrapper
 
 __all__ = [
@@ -65,11 +66,15 @@ def _scheme(scheme: Any, owner: str = "ste.quantize_model") -> Scheme:
     meant, note = suggestion(scheme, schemes()) if isinstance(scheme, str) else ("", "")
     if isinstance(scheme, type) and issubclass(scheme, Scheme):
         meant, note = f"ste.qat.{scheme.__name__}()", "an instance, not the class"
-    hint = f" Did you mean {meant}{f' ({note})' if note else ''}? Fix: scheme={meant}." if meant else ""
+    hint = f" Did you mean {meant}{f' ({note})' if note else ''}? Fix: scheme={meant}" if meant else ""
+    if meant == "ste.qat.NBitScheme(num_bits_weight=4)" and "a8" not in scheme.lower():  # W4A8 says its activations
+        hint += ", or ste.qat.NBitScheme(num_bits_weight=4, num_bits_activation=None) for int4 weight-only"
+    hint += "." if meant else ""
     hint = hint or (f" {note}." if note else "")
     raise ParameterError(
         f"{owner}: unknown scheme {scheme!r}; expected one of {schemes()} or a ste.qat.Scheme instance (e.g. "
-        f"ste.qat.NBitScheme(num_bits_weight=4) for 4-bit weights).{hint}"
+        f"ste.qat.NBitScheme(num_bits_weight=4) for 4-bit weights with 8-bit activations, "
+        f"ste.qat.NBitScheme(num_bits_weight=4, num_bits_activation=None) for int4 weight-only).{hint}"
     )
 
 
@@ -239,6 +244,8 @@ _CUSTOM_OBJECTS = {
         QuantEinsumDense,
         QuantEmbedding,
         QuantMultiHeadAttention,
+        QuantSoftmax,
+        *([QuantReversibleEmbedding] if QuantReversibleEmbedding is not None else []),
     )
 }
 
@@ -348,6 +355,20 @@ def _check_activation_bits(model: keras.Model) -> None:
             )
 
 
+def _per_channel_matmuls(model: keras.Model) -> bool:
+    """Whether a Dense, EinsumDense or reverse-embedding kernel of ``model`` is fake-quantized per output channel.
+    The converter's default path fails on such a kernel ("'tfl.transpose' op has mismatched quantized axes of input
+    and output": it transposes the kernel into FULLY_CONNECTED's (out, in) layout without moving the quantized axis);
+    its QDQ conversion mode ``"STATIC"`` (the one AI Edge Torch converts its quantized models with) makes the
+    per-channel int8 FULLY_CONNECTED kernel (quantized dimension 0)."""
+    for layer in model._flatten_layers():
+        if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Embedding)):
+            for slot in getattr(layer, "slots", ()):
+                if getattr(getattr(layer, slot.quantizer, None), "channel_axes", 0):
+                    return True
+    return False
+
+
 def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Sequence[Any] | None = None) -> bytes:
     """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` (without the training-only
     gradient functions) then the stock ``tf.lite.TFLiteConverter.from_saved_model`` with
@@ -380,6 +401,8 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
         with _quiet_inference_load():
             converter = tf.lite.TFLiteConverter.from_saved_model(path)
             converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)
+            if _per_channel_matmuls(model):
+                converter._experimental_qdq_conversion_mode = "STATIC"
             if int8_io:
                 converter.inference_input_type = tf.int8
                 converter.inference_output_type = tf.int8

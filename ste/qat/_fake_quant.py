@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from .._core._dsl import forward
 from .._core._xla import compiling_with_xla
+from ..errors import ParameterError
 
 __all__ = ["fake_quant", "fake_quant_op", "nudged_range", "symmetric_fake_quant", "weight_fake_quant_op"]
 
@@ -200,13 +201,21 @@ fake_quant_op = forward(fake_quant).backward(fake_quant_vjp, jvp=fake_quant_jvp)
 
 
 def symmetric_fake_quant(w: tf.Tensor, *, bits: int = 8, channel_axes: int = 0, narrow_range: bool = True) -> tf.Tensor:
-    """``w`` fake-quantized on ±max|w|: over the whole tensor (``channel_axes=0``), per index of the last axis
-    (``1``) or per pair of the last two axes (``2``, a depthwise kernel ``(h, w, in, multiplier)``)."""
+    """``w`` fake-quantized on ±max|w|: over the whole tensor (``channel_axes=0``), or per channel, a channel being
+    one index of the last ``channel_axes`` axes taken together: the last axis (``1``: a Dense or convolution kernel,
+    output channel last), the last two (``2``: a depthwise kernel ``(h, w, in, multiplier)``, or an EinsumDense
+    kernel ``(d, heads, head_dim)``), and so on."""
     if channel_axes == 0:
         m = tf.reduce_max(tf.abs(w))
         return fake_quant(w, -m, m, bits=bits, narrow_range=narrow_range)
+    rank = w.shape.rank
+    if rank is not None and channel_axes > rank:
+        raise ParameterError(
+            f"ste.qat.symmetric_fake_quant: channel_axes={channel_axes} takes more axes than the weight has (shape "
+            f"{w.shape}). Fix: channel_axes between 0 (per tensor) and {rank}."
+        )
     shape = tf.shape(w)
-    flat = w if channel_axes == 1 else tf.reshape(w, tf.concat([shape[:-2], [-1]], 0))
+    flat = w if channel_axes == 1 else tf.reshape(w, tf.concat([shape[: rank - channel_axes], [-1]], 0))
     m = tf.reduce_max(tf.abs(flat), axis=list(range(flat.shape.rank - 1)))
     quantized = fake_quant(flat, -m, m, bits=bits, narrow_range=narrow_range)
     return quantized if channel_axes == 1 else tf.reshape(quantized, shape)

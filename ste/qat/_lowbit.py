@@ -33,9 +33,12 @@ from .. import layers as ste_layers
 from .._common._arguments import check_bool
 from .._keras._versions import complete_config
 from ..constraints import WeightClip
+from ..errors import UnsupportedLayerError
 from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
+from ._attention import is_attention, quantize_attention
 from ._int8 import Int8Scheme
 from ._scheme import InputFeed, Role, Scheme
+from ._transformer import QuantEinsumDense, QuantEmbedding, QuantReversibleEmbedding
 
 __all__ = ["BinaryScheme", "LowBitScheme", "TernaryScheme"]
 
@@ -54,14 +57,15 @@ class LowBitScheme(Scheme):
 
     def __init__(self, keep_ends: bool = True) -> None:
         self.keep_ends = check_bool(f"ste.qat.{type(self).__name__}", "keep_ends", keep_ends)
-        self.int8 = Int8Scheme()
+        self.int8 = Int8Scheme(per_output_channel=False)  # its 8-bit Dense ends convert with LCE (per tensor)
         self._ends: set[int] = set()
         self._eight_bit_inputs: set[int] = set()
         self._collapses: bool | None = None
 
     @abc.abstractmethod
-    def low_bit_options(self) -> dict[str, Any]:
-        """The ``ste.layers`` arguments of a low-bit layer: new quantizers (and constraint) for one layer."""
+    def low_bit_options(self, kind: type = L.Dense) -> dict[str, Any]:
+        """The arguments of the low-bit layer for a Keras layer of class ``kind`` (a key of ``low_bit``): new
+        quantizers (and constraint) for one layer."""
 
     def prepare(self, compute_layers: list[keras.layers.Layer]) -> None:
         ends = [compute_layers[0], compute_layers[-1]] if compute_layers and self.keep_ends else []
@@ -97,6 +101,12 @@ class LowBitScheme(Scheme):
             return "passthrough"  # covered: a float copy
         return self.int8.role(layer)
 
+    def quantizes_in_place(self, layer: keras.layers.Layer) -> bool:
+        return is_attention(layer)  # its projections get the scheme's quantizers (see ste.qat._attention)
+
+    def computed_weights(self, layer: keras.layers.Layer) -> list[Any]:
+        return self.int8.computed_weights(layer)
+
     def float_layer(self, layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
         if type(layer) is L.BatchNormalization:  # the same layer on the fused kernel: a low-bit net trains faster
             return ste_layers.BatchNormalization.from_config(complete_config(layer, layer.get_config()))
@@ -110,20 +120,47 @@ class LowBitScheme(Scheme):
 
     def is_low_bit(self, layer: keras.layers.Layer) -> bool:
         """Whether ``layer`` (a covered compute layer) gets the scheme's low-bit quantizers (else int8)."""
-        return type(layer) in self.low_bit and id(layer) not in self._ends
+        return self.int8.compute_class(layer) in self.low_bit and id(layer) not in self._ends
 
     def quantize(
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
     ) -> keras.layers.Layer:
-        if not self.is_low_bit(layer):
+        if self.quantizes_in_place(layer):  # an end's projections stay 8-bit, as an end layer does
+            end = id(layer) in self._ends
+            return quantize_attention(
+                layer,
+                "ste.quantize_model",
+                lambda projection: self._projection(projection, end),
+                lambda child: self.int8.compute_class(child) in (L.Dense, L.EinsumDense),
+                self.activation_quantizer,
+            )
+        return self._quantized(layer, activation, eight_bit=not self.is_low_bit(layer))
+
+    def _quantized(self, layer: keras.layers.Layer, activation: Any, eight_bit: bool) -> keras.layers.Layer:
+        kind = self.int8.compute_class(layer)
+        if eight_bit or kind not in self.low_bit:
             new = self.int8.quantize(layer, None, activation)
-            new.input_quantizer = self.int8.activation_quantizer(f"{layer.name}_input_quant")
+            if not (kind is L.Embedding and type(new) is QuantEmbedding):  # a lookup has no input quantizer
+                new.input_quantizer = self.int8.activation_quantizer(f"{layer.name}_input_quant")
             return new
-        config = {**layer.get_config(), "activation": keras.activations.serialize(activation)}
-        options = self.low_bit_options()
+        config = complete_config(layer, layer.get_config())
+        if "activation" in config:
+            config["activation"] = keras.activations.serialize(activation)
+        options = self.low_bit_options(kind)
         if id(layer) in self._eight_bit_inputs:  # a non-negative input (adapt_input): 8 bits, the kernel low-bit
             options["input_quantizer"] = self.int8.activation_quantizer(f"{layer.name}_input_quant")
-        return self.low_bit[type(layer)](**{**config, **options})
+        return self.low_bit[kind](**{**config, **options})
+
+    def _projection(self, layer: keras.layers.Layer, eight_bit: bool) -> keras.layers.Layer:
+        """The quantized projection of an attention layer, built, with ``layer``'s weights."""
+        activation = getattr(layer, "activation", None) or keras.activations.linear
+        new = self._quantized(layer, activation, eight_bit)
+        new.name = layer.name
+        config = layer.get_build_config()
+        if config:
+            new.build_from_config(config)
+        self.int8.copy_weights(new, layer, None)
+        return new
 
     def copy_weights(
         self, new: keras.layers.Layer, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None
@@ -143,23 +180,49 @@ class BinaryScheme(LowBitScheme):
     name = "binary"
     low_bit: ClassVar[dict[type, type]] = {L.Conv2D: ste_layers.QuantConv2D, L.Dense: ste_layers.QuantDense}
 
-    def low_bit_options(self) -> dict[str, Any]:
+    def low_bit_options(self, kind: type = L.Dense) -> dict[str, Any]:
         return {"input_quantizer": SteSign(), "kernel_quantizer": SteSign(), "kernel_constraint": WeightClip(1.0)}
+
+    def check(self, layer: keras.layers.Layer, path: str, owner: str) -> None:
+        if isinstance(layer, L.Embedding):
+            raise UnsupportedLayerError(
+                f"{owner}(scheme='binary'): the layer '{path}' ({type(layer).__name__}) is an embedding table, which "
+                f"the binary scheme cannot take: a table of signs (±1, no scale) loses every magnitude, and the 8-bit "
+                f"table it would keep instead is not a binary model. Fix: scheme='ternary' (BitNet b1.58: ternary "
+                f"tables and Dense/EinsumDense kernels, 8-bit embedding and head) or scheme='int8'; or keep the "
+                f"table out: annotate it with ste.qat.quantize_annotate_layer(layer, "
+                f"config=ste.qat.QuantizeConfig(float=True)) and call ste.qat.quantize_apply."
+            )
 
 
 class TernaryScheme(LowBitScheme):
-    """BitNet b1.58 (Ma et al. 2024): Dense, Conv1D and Conv2D get ``kernel_quantizer=AbsmeanTernary()`` (weights
-    clip(round(W/(γ + ε)), −1, 1)·γ, γ = mean|W| per tensor) and ``input_quantizer=AbsmaxPerToken()`` (8-bit absmax
-    per token: per row of the last axis, the channels of one position), with straight-through gradients; the first
-    and the last compute layers stay 8-bit (``keep_ends=True``; BitNet keeps its embedding and head in high
-    precision). See the module docstring."""
+    """BitNet b1.58 (Ma et al. 2024) with Keras's ``TernaryDense`` rule: Dense, EinsumDense (attention projections
+    included), Conv1D and Conv2D get ``kernel_quantizer=AbsmeanTernary(epsilon=0)`` (W_t = sign(W)·[|W| > Δ]·γ,
+    Δ = 0.5·γ, γ = mean|W| per tensor) and ``input_quantizer=AbsmaxPerToken()`` (8-bit absmax per token: per row of
+    the last axis, the channels of one position); Embedding tables (a ``ReversibleEmbedding``'s ``embeddings`` and
+    ``reverse_embeddings`` too) get the same ternary quantizer, its reverse projection the per-token input
+    quantizer; all with straight-through gradients. The first and the last compute layers stay 8-bit
+    (``keep_ends=True``; BitNet keeps its embedding and head in high precision); the attention matmuls and
+    LayerNormalization stay float, as in BitNet. See the module docstring."""
 
     name = "ternary"
     low_bit: ClassVar[dict[type, type]] = {
         L.Conv1D: ste_layers.QuantConv1D,
         L.Conv2D: ste_layers.QuantConv2D,
         L.Dense: ste_layers.QuantDense,
+        L.EinsumDense: QuantEinsumDense,
+        L.Embedding: QuantEmbedding,
+        **({L.ReversibleEmbedding: QuantReversibleEmbedding} if QuantReversibleEmbedding is not None else {}),
     }
 
-    def low_bit_options(self) -> dict[str, Any]:
-        return {"input_quantizer": AbsmaxPerToken(), "kernel_quantizer": AbsmeanTernary()}
+    def low_bit_options(self, kind: type = L.Dense) -> dict[str, Any]:
+        tables = {
+            L.Embedding: ("embeddings_quantizer",),
+            getattr(L, "ReversibleEmbedding", None): ("embeddings_quantizer", "reverse_embeddings_quantizer"),
+        }
+        options: dict[str, Any] = {
+            name: AbsmeanTernary(epsilon=0.0) for name in tables.get(kind, ("kernel_quantizer",))
+        }
+        if kind is not L.Embedding:  # a lookup's inputs are indices
+            options["input_quantizer"] = AbsmaxPerToken()
+        return options

@@ -195,6 +195,7 @@ class _PreserveScheme(Int8Scheme):
     keeps_zeros: bool = False
     keeps_clusters: bool = False
     tfmot_name: str = ""
+    per_output_channel = False  # TFMOT's collaborative schemes quantize Dense per tensor
 
     def __init__(self) -> None:
         self._plans: dict[tuple[int, str], _Plan] = {}

@@ -65,15 +65,19 @@ def range_variables(layer: keras.layers.Layer, low: float, high: float) -> tuple
 class WeightFakeQuant(Quantizer):
     """Symmetric fake quantization of a weight on [−m, m], m = max|w| (int8: narrow range [−127, 127]).
 
-    ``channel_axes``: 0 for one range per tensor (Dense), 1 for one per index of the last axis (convolution
+    ``channel_axes``: 0 for one range per tensor, 1 for one per index of the last axis (Dense and convolution
     kernels, output channel last), 2 for one per pair of the last two axes (a depthwise kernel
-    ``(h, w, in, multiplier)``, whose output channel is in·multiplier, as TFLite quantizes it).
+    ``(h, w, in, multiplier)``, whose output channel is in·multiplier, as TFLite quantizes it; an EinsumDense kernel
+    ``(d, heads, head_dim)``), k for one per index of the last k axes taken together.
     """
 
     def __init__(self, bits: int = 8, channel_axes: int = 0, narrow_range: bool = True, **kwargs: Any) -> None:
         self.bits = check_bits("WeightFakeQuant", bits, low=2)
-        if channel_axes not in (0, 1, 2) or isinstance(channel_axes, bool):
-            raise ParameterError(f"WeightFakeQuant: channel_axes must be 0, 1 or 2; received {channel_axes!r}.")
+        if not isinstance(channel_axes, int) or isinstance(channel_axes, bool) or channel_axes < 0:
+            raise ParameterError(
+                f"WeightFakeQuant: channel_axes must be an integer >= 0 (0: per tensor; k: per index of the last k "
+                f"axes); received {channel_axes!r}."
+            )
         self.channel_axes = int(channel_axes)
         self.narrow_range = _check_flag("WeightFakeQuant", "narrow_range", narrow_range)
         self.precision = self.bits
@@ -127,6 +131,7 @@ class ActivationFakeQuant(Quantizer):
         self.narrow_range = _check_flag("ActivationFakeQuant", "narrow_range", narrow_range)
         self.precision = self.bits
         super().__init__(**kwargs)
+        self.supports_masking = True  # elementwise: a Keras mask (padding) passes through
 
     def build(self, input_shape: Any) -> None:
         self.min, self.max = range_variables(self, self.initial_min, self.initial_max)

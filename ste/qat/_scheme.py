@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import keras
 
+from .._keras._rewrite import is_weight
 from ..quantizers import Quantizer
 from ._copy import float_copy
 
@@ -62,7 +63,8 @@ class Scheme(abc.ABC):
         self, layer: keras.layers.Layer, batch_norm: keras.layers.Layer | None, activation: Any
     ) -> keras.layers.Layer:
         """A new quantized layer computing ``layer`` (then ``batch_norm``, if given, folded in) then ``activation``;
-        its weights are copied by :meth:`copy_weights` once it is built."""
+        its weights are copied by :meth:`copy_weights` once it is built. For a layer it
+        :meth:`quantizes_in_place`, ``layer`` is a private copy, which it changes and returns."""
 
     @abc.abstractmethod
     def copy_weights(
@@ -95,6 +97,23 @@ class Scheme(abc.ABC):
         The default: a layer of the same class and config. A scheme may pick an equivalent class (the low-bit
         schemes train Keras's batch norm as ``ste.layers.BatchNormalization``, on TensorFlow's fused kernel)."""
         return float_copy(layer, owner)
+
+    def check(self, layer: keras.layers.Layer, path: str, owner: str) -> None:
+        """Raise an ``ste.errors`` error naming the fix if the compute layer ``layer`` (at ``path``) is one this
+        scheme cannot quantize; called for every compute layer before anything is built. The default accepts
+        every layer."""
+        del layer, path, owner
+
+    def quantizes_in_place(self, layer: keras.layers.Layer) -> bool:
+        """Whether :meth:`quantize` changes the compute layer it is given (then it is given a private copy, built,
+        with its weights) instead of making a new layer from its config; the default: no."""
+        del layer
+        return False
+
+    def computed_weights(self, layer: keras.layers.Layer) -> list[Any]:
+        """The weights of the compute layer ``layer`` that its quantized layer computes with (quantized); the
+        default: every weight of rank >= 2 but biases."""
+        return [variable for variable in layer.weights if is_weight(variable)]
 
     def casts_integers(self, layer: keras.layers.Layer) -> bool:
         """Whether an integer input of the compute layer ``layer`` is cast to its float dtype (then quantized), as

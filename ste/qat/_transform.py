@@ -42,9 +42,19 @@ from typing import Any
 
 import keras
 
-from .._keras._rewrite import GraphRebuild, LayerRewrite, Rewriter, graph_nodes, graph_of, is_graph_model, is_weight
+from .._keras._rewrite import (
+    GraphRebuild,
+    LayerRewrite,
+    Rewriter,
+    copy_layer,
+    graph_nodes,
+    graph_of,
+    is_graph_model,
+    is_weight,
+)
 from ..errors import NotBuiltError, UnsupportedLayerError
 from ._config import QuantizeConfig
+from ._outside import quantize_outside
 from ._scheme import InputFeed, Role, Scheme
 from ._signs import non_negative_feeds
 
@@ -107,9 +117,15 @@ class Quantize(LayerRewrite):
         return self.role(layer) == "compute"
 
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
-        # a config that carries its own quantizers decides in the wrapper, which checks what it returns (and warns
-        # if it quantizes no weight): its layer counts as covered
-        return [variable for variable in layer.weights if is_weight(variable)]
+        config = self.config(layer)
+        if isinstance(config, QuantizeConfig) and config.carries_quantizers():
+            # a config that carries its own quantizers decides in the wrapper, which checks what it returns (and
+            # warns if it quantizes no weight): its layer counts as covered
+            return [variable for variable in layer.weights if is_weight(variable)]
+        return self.scheme_for(layer).computed_weights(layer)
+
+    def check(self, layer: keras.layers.Layer, path: str) -> None:
+        self.scheme_for(layer).check(layer, path, self.owner)
 
     def covers(self, layer: keras.layers.Layer, in_graph: bool) -> bool:
         config = self.config(layer)
@@ -126,16 +142,14 @@ class Quantize(LayerRewrite):
         inside = activation if scheme.fuses_into(original, activation) else keras.activations.linear
         if inside is not activation:  # no graph edge for a separate activation: it runs inside, after the kernel
             inside = activation
-        new = scheme.quantize(original, None, inside)
+        new = scheme.quantize(layer if scheme.quantizes_in_place(original) else original, None, inside)
         new.name = f"{self.prefix}{original.name}"
-        quantizer = scheme.activation_quantizer(f"{original.name}_input_quant")
-        if quantizer is not None and getattr(new, "input_quantizer", False) is None:
-            new.input_quantizer = quantizer
         if original.built:
             config = original.get_build_config()
-            if config:
+            if config and not new.built:
                 new.build_from_config(config)
             scheme.copy_weights(new, original, None)
+            quantize_outside(new, scheme)  # no graph edge holds a quantizer: it quantizes its inputs and output
         return new
 
     def study(self, rewriter: Rewriter, model: keras.Model) -> None:
@@ -381,7 +395,8 @@ class QuantizedGraph(GraphRebuild):
         replacement = self.q.replacements.get(id(layer))
         first = replacement is None
         if replacement is None:
-            new = scheme.quantize(layer, batch_norm, inside)
+            source = copy_layer(layer, self.q.owner) if scheme.quantizes_in_place(layer) else layer
+            new = scheme.quantize(source, batch_norm, inside)
             new.name = f"{self.q.prefix}{layer.name}"
             separate = None
             if inside is not activation:  # e.g. softmax: quantized linear output, the activation, quantized again

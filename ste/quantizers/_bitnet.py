@@ -24,11 +24,13 @@ __all__ = ["AbsmaxPerToken", "AbsmeanTernary"]
 
 
 def absmean_ternary(x: tf.Tensor, *, epsilon: float) -> tf.Tensor:
-    """clip(round(x/(γ + ε)), −1, 1)·γ with γ = mean|x| over the whole tensor."""
+    """sign(x)·[|x| > (γ + ε)/2]·γ with γ = mean|x| over the whole tensor: BitNet's clip(round(x/(γ + ε)), −1, 1)·γ
+    written as its threshold (round half to even sends |x|/(γ + ε) = 1/2 to 0, as the strict comparison does), so
+    that ε = 0 needs no division; with ε = 0 it is Keras's ``TernaryDense`` rule (Δ = 0.5·mean|W|)."""
     w = tf.cast(x, wide(x.dtype))
     gamma = tf.reduce_mean(tf.abs(w))
-    one = tf.ones([], w.dtype)
-    codes = tf.clip_by_value(tf.round(w / (gamma + tf.constant(epsilon, w.dtype))), -one, one)
+    threshold = (gamma + tf.constant(epsilon, w.dtype)) / 2
+    codes = tf.sign(w) * tf.cast(tf.abs(w) > threshold, w.dtype)
     return tf.cast(codes * gamma, x.dtype)
 
 
@@ -47,10 +49,13 @@ absmean_ternary_op = forward(absmean_ternary).backward("identity")
 absmax_per_token_op = forward(absmax_per_token).backward("identity")
 
 
-def _check_epsilon(owner: str, epsilon: Any) -> float:
+def _check_epsilon(owner: str, epsilon: Any, zero: bool = False) -> float:
     value = check_number(owner, "epsilon", epsilon)
-    if not value > 0:
-        raise ParameterError(f"{owner}: epsilon must be > 0; received {epsilon!r}. Fix: e.g. {owner}(epsilon=1e-5).")
+    if not (value >= 0 if zero else value > 0):
+        bound = ">= 0" if zero else "> 0"
+        raise ParameterError(
+            f"{owner}: epsilon must be {bound}; received {epsilon!r}. Fix: e.g. {owner}(epsilon=1e-5)."
+        )
     return value
 
 
@@ -62,12 +67,14 @@ def _identity(t: tf.Tensor) -> tf.Tensor:
 @register("absmean_ternary")
 class AbsmeanTernary(Quantizer):
     """BitNet b1.58's weight quantizer: γ = mean|W| over the tensor, W_q = clip(round(W/(γ + ε)), −1, 1)·γ (values
-    −γ, 0, γ); gradient ``dy`` (straight-through). Spec name ``"absmean_ternary"``."""
+    −γ, 0, γ), computed as its threshold: W_q = sign(W)·[|W| > (γ + ε)/2]·γ; gradient ``dy`` (straight-through).
+    ``epsilon=0`` (allowed: the threshold needs no division) is Keras's ``TernaryDense`` rule, Δ = 0.5·mean|W|,
+    which ``ste.quantize_model(model, scheme="ternary")`` uses. Spec name ``"absmean_ternary"``."""
 
     precision = 2
 
     def __init__(self, epsilon: float = 1e-5, **kwargs: Any) -> None:
-        self.epsilon = _check_epsilon("AbsmeanTernary", epsilon)
+        self.epsilon = _check_epsilon("AbsmeanTernary", epsilon, zero=True)
         super().__init__(**kwargs)
         self.op = absmean_ternary_op
         self.built = True

@@ -254,9 +254,21 @@ def test_annotation_and_quantize_apply():
 @pytest.mark.parametrize(
     ("scheme", "meant"),
     [
-        ("int4", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
-        ("4bit", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
-        ("4-bit", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
+        (
+            "int4",
+            "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4), or ste.qat.NBitScheme(num_bits_weight=4, "
+            "num_bits_activation=None) for int4 weight-only.",
+        ),
+        (
+            "4bit",
+            "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4), or ste.qat.NBitScheme(num_bits_weight=4, "
+            "num_bits_activation=None) for int4 weight-only.",
+        ),
+        (
+            "4-bit",
+            "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4), or ste.qat.NBitScheme(num_bits_weight=4, "
+            "num_bits_activation=None) for int4 weight-only.",
+        ),
         ("W4A8", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4)."),
         ("w4a4", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=4, num_bits_activation=4)."),
         ("w2", "Fix: scheme=ste.qat.NBitScheme(num_bits_weight=2)."),

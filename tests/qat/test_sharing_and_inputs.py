@@ -17,8 +17,8 @@ STEP = 12 / 255  # one step of an activation quantizer still on its initial rang
 
 
 def weight_levels(w: np.ndarray) -> np.ndarray:
-    """The int8 scheme's Dense kernel: symmetric narrow range on ±max|w|, per tensor (numpy)."""
-    m = np.abs(w).max()
+    """The int8 scheme's Dense kernel: symmetric narrow range on ±max|w|, per output channel (numpy)."""
+    m = np.abs(w).max(axis=0)
     return numpy_fake_quant(w, -m, m, narrow_range=True)[0]
 
 

@@ -74,8 +74,8 @@ def test_bits_and_epsilon():
     np.testing.assert_allclose(AbsmaxPerToken(bits=4)(x.astype(np.float32)), token_reference(x, bits=4), rtol=1e-6)
     w = np.full((4,), 1e-7)
     np.testing.assert_allclose(AbsmeanTernary(epsilon=1e-6)(w), ternary_reference(w, 1e-6), rtol=1e-6)
-    with pytest.raises(ste.errors.ParameterError, match="epsilon must be > 0"):
-        AbsmeanTernary(epsilon=0.0)
+    with pytest.raises(ste.errors.ParameterError, match="epsilon must be >= 0"):
+        AbsmeanTernary(epsilon=-1e-5)
     with pytest.raises(ste.errors.ParameterError, match="bits"):
         AbsmaxPerToken(bits=1)
     # float16 cannot keep 65535 levels of one token apart: refused, naming the bits that fit
