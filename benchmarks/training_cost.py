@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NETWORKS = ("vit", "cnn")
 VARIANTS = ("float", "qat", "prune")
 TARGETS = {"qat": 1.5, "prune": 1.15}
-FULL: dict[str, Any] = {"batch": 128, "steps": 8, "rounds": 9, "vit": None}
+FULL: dict[str, Any] = {"batch": 128, "steps": 10, "rounds": 21, "vit": None}
 SMOKE: dict[str, Any] = {
     "batch": 4,
     "steps": 3,
