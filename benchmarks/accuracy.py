@@ -397,7 +397,7 @@ def _plot(result: dict[str, Any], path: Path) -> None:
             [100 * p["test_accuracy"] for p in curve],
             "k:",
             marker=".",
-            label="float (before QAT)",
+            label="float start (before fine-tuning)" if result["row"] == "vit" else "float (before QAT)",
         )
         offset = len(curve)
     else:
@@ -601,6 +601,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "quick": args.quick,
         "epochs": epochs,
         "batch": 128,
+        "learning_rate": spec["learning_rate"],
+        "float_learning_rate": spec.get("float_learning_rate"),
         "seed": SEED,
         "data": data.source if not data.source.startswith("/") else "Fashion-MNIST IDX files",
         "train_samples": len(data.y_train),
