@@ -267,20 +267,16 @@ def _tfmot_sparsity() -> Any:
     return tfmot.sparsity.keras
 
 
-def main(config: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
+def train(
+    config: dict[str, Any], keras: Any, model: Any, data: tuple[Any, Any, Any, Any], callbacks: list[Any]
+) -> dict[str, Any]:
+    """``config["epochs"]`` epochs of ``fit`` under the parent's lockstep, the test accuracy after each; the figures
+    every side reports (curve, step times, CPU time per step, allocator peak). ``data``: x_train, y_train, x_test,
+    y_test."""
     import tensorflow as tf
 
-    data = np.load(config["data"])
-    x_train = (data["x_train"].astype("float32") / 255.0)[..., None]
-    x_test = (data["x_test"].astype("float32") / 255.0)[..., None]
-    y_train, y_test = data["y_train"].astype("int32"), data["y_test"].astype("int32")
-    keras, model, version, ste = _model(config, data)
-    compile_model(keras, model, config["learning_rate"])
+    x_train, y_train, x_test, y_test = data
     lockstep = config.get("lockstep", False)
-    callbacks = []
-    if config["row"] == "pruning":
-        callbacks.append((ste.sparsity if ste is not None else _tfmot_sparsity()).UpdatePruningStep())
     curve, steps, peaks, cpu = [], [], [], []
     for epoch in range(config["epochs"]):
         _barrier(lockstep)
@@ -299,10 +295,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
             print(DONE, flush=True)
     _barrier(lockstep)  # conversion and the final evaluation run with every side idle
     flat = [t for epoch_times in steps for t in epoch_times]
-    result: dict[str, Any] = {
-        "row": config["row"],
-        "side": config["side"],
-        "versions": f"{version}, TensorFlow {tf.__version__}",
+    return {
         "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""),
         "parameters": int(model.count_params()),
         "curve": curve,
@@ -312,6 +305,28 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
         "step_samples": len(flat),
         "cpu_per_step_s": statistics.median(cpu),
         "peak_bytes": max(peaks),
+    }
+
+
+def main(config: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import tensorflow as tf
+
+    data = np.load(config["data"])
+    x_train = (data["x_train"].astype("float32") / 255.0)[..., None]
+    x_test = (data["x_test"].astype("float32") / 255.0)[..., None]
+    y_train, y_test = data["y_train"].astype("int32"), data["y_test"].astype("int32")
+    keras, model, version, ste = _model(config, data)
+    compile_model(keras, model, config["learning_rate"])
+    callbacks = []
+    if config["row"] == "pruning":
+        callbacks.append((ste.sparsity if ste is not None else _tfmot_sparsity()).UpdatePruningStep())
+    trained = train(config, keras, model, (x_train, y_train, x_test, y_test), callbacks)
+    result: dict[str, Any] = {
+        "row": config["row"],
+        "side": config["side"],
+        "versions": f"{version}, TensorFlow {tf.__version__}",
+        **trained,
     }
     if config["row"] == "int8_qat":
         if ste is not None:

@@ -7,12 +7,15 @@
     python -m benchmarks.accuracy spiking_cnn --snntorch-venv VENV # ste.spiking vs snnTorch (tutorial 6's network)
     python -m benchmarks.accuracy pruning --tfmot-venv VENV        # ste.sparsity vs TFMOT: 50 %, 80 %, 2:4
     python -m benchmarks.accuracy clustering --tfmot-venv VENV     # ste.clustering vs TFMOT: 16 and 32 clusters
+    python -m benchmarks.accuracy vit                              # KerasHub ViT: Keras's PTQ vs ste's QAT, 2:4
     python -m benchmarks.accuracy binary_cnn --quick               # a smoke run (under a minute, no peers)
 
 Options: ``--epochs N``, ``--data DIR`` (Fashion-MNIST's IDX files; otherwise ``benchmarks._fashion`` looks in the
 Debian package's folder, then Keras's cache, then downloads with Keras), ``--out DIR``, ``--train N`` (the first
 ``N`` training images only: shorter epochs, for a side-by-side of step time and memory in a few minutes, e.g.
-``pruning --train 12800 --epochs 5 --float-epochs 1``) and ``--sides A,B`` (a subset of the row's sides).
+``pruning --train 12800 --epochs 5 --float-epochs 1``), ``--sides A,B`` (a subset of the row's sides) and
+``--seeds N`` (fine-tune every side with seeds 0 … N−1 from the same float start, one lockstep run per seed: the
+spread of the accuracies).
 
 Every side of a row runs in a fresh process (the peers with their own venv's Python, ``TF_USE_LEGACY_KERAS=1``),
 all at once, in lockstep: one side trains an epoch and evaluates while the others wait, in an order that reverses
@@ -22,8 +25,11 @@ the float network is trained once, here, and every side fine-tunes those same we
 ``clustering``, whose sides (``ste_50``, ``tfmot_50``, …, ``ste_16``, …) each prune or cluster a copy with
 ``benchmarks.sparsity.prune`` (every layer but the first convolution) or ``cluster_weights`` (k-means++), fine-tune it,
 strip it and report its TFLite sizes raw and gzipped (``benchmarks.sparsity.sizes``: float, int8 weights, and
-``EXPERIMENTAL_SPARSITY`` where the converter accepts it). Every side also reports its process's CPU time per
-training step, which a loaded machine disturbs less than wall time.
+``EXPERIMENTAL_SPARSITY`` where the converter accepts it). ``vit`` (keras-hub needed) fine-tunes a small KerasHub ViT
+as float, with ste's int8, int4 weight-only and ternary QAT, and with ste's 2:4 pruning; the float side's process
+also quantizes its fine-tuned model with Keras's own post-training ``model.quantize("int8" | "int4")``
+(``benchmarks/_vit_accuracy.py``). Every side also reports its process's CPU time per training step, which a loaded
+machine disturbs less than wall time.
 
 Writes ``NAME.json`` (date, CPU, TensorFlow version, command, load average, every side's per-epoch test accuracy,
 step time and allocator peak) and ``NAME.png`` (the accuracy curves) to ``benchmarks/results/accuracy/`` (``quick/``
@@ -99,6 +105,24 @@ ROWS: dict[str, dict[str, Any]] = {
         "float_learning_rate": 2e-3,
     },
 }
+# The KerasHub ViT: its own worker (benchmarks/_vit_accuracy.py); keras_int8 and keras_int4 come from the float side's
+# process (post-training quantization of its fine-tuned model)
+ROWS["vit"] = {
+    "sides": {
+        side: None for side in ("float", "keras_int8", "ste_int8", "keras_int4", "ste_int4", "ste_ternary", "ste_2_4")
+    },
+    "derived": {"keras_int8": "float", "keras_int4": "float"},
+    "quick_sides": ["float", "keras_int8", "ste_int8", "keras_int4", "ste_int4", "ste_ternary", "ste_2_4"],
+    "peer": None,
+    "epochs": 2,
+    "float_epochs": 4,
+    "seeds": 2,
+    "learning_rate": 2e-4,
+    "float_learning_rate": 1e-3,
+    "worker": "_vit_accuracy.py",
+    "quick_network": {"patch_size": 7, "num_layers": 1, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32},
+    "requires": ("keras_hub", "keras-hub (pip install keras-hub; 0.32 tested)"),
+}
 # The spiking rows: their own worker (benchmarks/_spiking_accuracy.py, which both ste's and snnTorch's venv run) and
 # networks (its NETS); the learning rates are those of snnTorch's tutorials 5 and 6
 ROWS.update(
@@ -135,6 +159,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run: a subset, one epoch, under a minute")
     parser.add_argument("--train", type=int, default=None, help="train on the first N images only (shorter epochs)")
     parser.add_argument("--sides", default=None, help="some of the row's sides, e.g. ste_2_4,tfmot_2_4")
+    parser.add_argument("--seeds", type=int, default=None, help="fine-tune every side with N seeds (their spread)")
     parser.add_argument("--data", default=None, help="a folder with Fashion-MNIST's four IDX files")
     parser.add_argument("--larq-venv", default=None, help="a venv with larq 0.14 and tf-keras (binary_cnn's peer)")
     parser.add_argument("--tfmot-venv", default=None, help="a venv with TFMOT 0.8 and tf-keras (int8_qat's peer)")
@@ -153,10 +178,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                 f"--sides names {', '.join(unknown)}, not sides of {args.name}; expected some of "
                 f"{', '.join(ROWS[args.name]['sides'])}, comma-separated."
             )
-    for option in ("epochs", "float_epochs", "train"):
+    for option in ("epochs", "float_epochs", "train", "seeds"):
         value = getattr(args, option)
         if value is not None and value < 1:
             _fail(f"--{option.replace('_', '-')} must be at least 1, got {value}.")
+    if "requires" in ROWS[args.name]:
+        import importlib.util
+
+        module, what = ROWS[args.name]["requires"]
+        if importlib.util.find_spec(module) is None:
+            _fail(f"the {args.name} row needs {what}, which this Python cannot import; install it, or run another row.")
     for option in ("larq_venv", "tfmot_venv", "snntorch_venv"):
         venv = getattr(args, option)
         if venv is not None and not (Path(venv) / "bin" / "python").is_file():
@@ -178,14 +209,18 @@ def _cpu() -> str:
 
 
 def _float_stage(data: Any, spec: dict[str, Any], epochs: int, path: str) -> dict[str, Any]:
-    """Train the small CNN in float here (Keras 3) and write its weights and the data to ``path`` for every side."""
+    """Train the row's network (the CNN, or the ViT of the row's worker) in float here (Keras 3) and write its weights
+    and the data to ``path`` for every side."""
+    import importlib
+
     import _accuracy_worker as worker  # the caller put benchmarks/ on sys.path
     import keras
     import numpy as np
 
     x_train, x_test = ((a.astype("float32") / 255.0)[..., None] for a in (data.x_train, data.x_test))
     keras.utils.set_random_seed(SEED)
-    model = worker.network(keras, spec["row"])
+    network = importlib.import_module(spec.get("worker", "_accuracy_worker.py")[: -len(".py")]).network
+    model = network(keras, spec["row"], spec["size"]) if spec.get("size") else network(keras, spec["row"])
     worker.compile_model(keras, model, spec["float_learning_rate"])
     curve = []
     for epoch in range(epochs):
@@ -223,6 +258,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts.append(f"--train {args.train}")
     if args.sides is not None:
         parts.append(f"--sides {args.sides}")
+    if args.seeds is not None:
+        parts.append(f"--seeds {args.seeds}")
     if args.quick:
         parts.append("--quick")
     for option in ("larq_venv", "tfmot_venv", "snntorch_venv", "data"):
@@ -261,6 +298,59 @@ def _compression_summary(sides: dict[str, Any], float_stage: Any) -> dict[str, A
     if met:
         out["goal"] = "ste's accuracy at least TFMOT's minus 0.3 points in every setting"
         out["goal_met"] = all(met)
+    return out
+
+
+def _gather(results: dict[str, Any], sides: dict[str, Any], derived: dict[str, str]) -> dict[str, Any]:
+    """The chosen sides of one lockstep run, in the row's order: the processes' own, and those a process made for
+    another side (``derived``: e.g. Keras's post-training quantization of the float side's model)."""
+    made = {}
+    for owner in set(derived.values()) & set(results):
+        made.update(results[owner].pop("derived", {}))
+    gathered = {}
+    for side in sides:
+        if side in results:
+            gathered[side] = results[side]
+        elif side in made:
+            gathered[side] = made[side]
+        else:
+            reason = results.get(derived.get(side, ""), {}).get("pending", "its process did not make it")
+            gathered[side] = {"side": side, "pending": f"{derived.get(side)} side: {reason}"}
+    return gathered
+
+
+def deployed_accuracy(figures: dict[str, Any]) -> float:
+    """The test accuracy of the model a side deploys, in Keras: the stripped model's for a pruned side."""
+    return float(figures.get("stripped_accuracy", figures["test_accuracy"]))
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def _vit_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over the seeds: each side's deployed accuracy, ste's QAT minus Keras's PTQ at equal bits (points), the sides
+    still pending, and whether QAT matched or beat PTQ."""
+    done = [{side: f for side, f in run.items() if "pending" not in f} for run in runs]
+    out: dict[str, Any] = {
+        "accuracy": {
+            side: _spread([deployed_accuracy(run[side]) for run in done if side in run])
+            for side in runs[0]
+            if any(side in run for run in done)
+        },
+        "pending": {side: f["pending"] for side, f in runs[0].items() if "pending" in f},
+    }
+    met = []
+    for bits in ("int8", "int4"):
+        qat, ptq = f"ste_{bits}", f"keras_{bits}"
+        gaps = [
+            100 * (deployed_accuracy(run[qat]) - deployed_accuracy(run[ptq])) for run in done if {qat, ptq} <= set(run)
+        ]
+        if gaps:
+            out[f"{bits}_qat_minus_ptq_points"] = _spread(gaps)
+            met.append(statistics.median(gaps) >= 0.0)
+    out["goal"] = "at equal bits, ste's QAT accuracy at least Keras's post-training quantization's (median over seeds)"
+    out["goal_met"] = all(met) if met else None
     return out
 
 
@@ -307,12 +397,14 @@ def _plot(result: dict[str, Any], path: Path) -> None:
             [100 * p["test_accuracy"] for p in curve],
             "k:",
             marker=".",
-            label="float (before QAT)",
+            label="float start (before fine-tuning)" if result["row"] == "vit" else "float (before QAT)",
         )
         offset = len(curve)
     else:
         offset = 0
     for side, figures in result["sides"].items():
+        if "curve" not in figures:  # a side made from another's model (post-training), or pending
+            continue
         curve = figures["curve"]
         axis.plot(
             [offset + p["epoch"] for p in curve],
@@ -363,6 +455,43 @@ def _print_row(result: dict[str, Any]) -> None:
         print(f"  {key}: {round(value, 4) if isinstance(value, float) else value}")
 
 
+def _flatbuffer_line(t: dict[str, Any]) -> str:
+    if "refused" in t:
+        return f"refused ({t['refused']})"
+    accuracy = (
+        f"TFLite {100 * t['tflite_accuracy']:.2f} %" if "tflite_accuracy" in t else f"not run ({t['interpreter']})"
+    )
+    return f"{t['bytes']:,} B, gzip {t['gzip_bytes']:,} B, {accuracy}"
+
+
+def _print_vit(result: dict[str, Any]) -> None:
+    """The vit row: each side's deployed accuracy (over the seeds), flatbuffers and step time; the summary."""
+    print(
+        f"vit ({'quick, ' if result['quick'] else ''}{result['epochs']} epochs from the float start, "
+        f"{len(result.get('seeds', [0]))} seed(s), {result['train_samples']} training images, "
+        f"load {result['load_average']}):"
+    )
+    if result.get("float_stage"):
+        print(f"  float start: test accuracy {100 * result['float_stage']['test_accuracy']:.2f} %")
+    accuracy = result["summary"].get("accuracy", {})
+    for side, f in result["sides"].items():
+        if "pending" in f:
+            print(f"  {side:11s} PENDING: {f['pending']}")
+            continue
+        spread = accuracy.get(side)
+        text = f"  {side:11s} test accuracy {100 * deployed_accuracy(f):.2f} %"
+        if spread and len(spread["values"]) > 1:
+            text += f" (seeds: {', '.join(f'{100 * v:.2f}' for v in spread['values'])})"
+        if "median_step_s" in f:
+            text += f", step {1000 * f['median_step_s']:.1f} ms"
+        print(text + f"  [{f.get('recipe', '')}]")
+        for t in f.get("flatbuffers", []):
+            print(f"      {t['converter']}: {_flatbuffer_line(t)}")
+    for key, value in result["summary"].items():
+        if key != "accuracy":
+            print(f"  {key}: {value}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = _parse(argv)
     spec = ROWS[args.name]
@@ -383,14 +512,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.train is not None:
         data = type(data)(data.x_train[: args.train], data.y_train[: args.train], data.x_test, data.y_test, data.source)
     epochs = args.epochs or (QUICK["epochs"] if args.quick else spec["epochs"])
+    seeds = args.seeds or (1 if args.quick else spec.get("seeds", 1))
     chosen = spec["sides"] if args.sides is None else args.sides.split(",")
+    quick_sides = spec.get("quick_sides", [side for side in spec["sides"] if side != "float"])
     sides = {
         side: option
         for side, option in spec["sides"].items()
-        if (option is None or getattr(args, option))
-        and side in chosen
-        and not (args.quick and (side == "float" or side not in spec.get("quick_sides", [side])))
+        if (option is None or getattr(args, option)) and side in chosen and not (args.quick and side not in quick_sides)
     }
+    derived = spec.get("derived", {})  # side -> the side whose process makes it
+    owners = {derived[side] for side in sides if side in derived}
+    processes = {side: option for side, option in spec["sides"].items() if side in owners or side in sides}
+    processes = {side: option for side, option in processes.items() if side not in derived}
     skipped = {
         side: "--sides"
         if side not in chosen
@@ -415,35 +548,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             float_epochs = args.float_epochs or (QUICK["float_epochs"] if args.quick else spec["float_epochs"])
             sys.path.insert(0, str(WORKER.parent))
             try:
-                float_stage = _float_stage(data, {**spec, "row": args.name}, float_epochs, path)
+                size = spec.get("quick_network") if args.quick else None  # the ViT's size in --quick
+                float_stage = _float_stage(data, {**spec, "row": args.name, "size": size}, float_epochs, path)
             finally:
                 sys.path.remove(str(WORKER.parent))
         else:
             import numpy as np
 
             np.savez(path, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test)
-        commands = {}
-        for side, option in sides.items():
-            config = {
-                "row": args.name,
-                "side": side,
-                "data": path,
-                "epochs": epochs,
-                "seed": SEED,
-                "learning_rate": spec["learning_rate"],
-                "lockstep": True,
-                "steps_per_epoch": -(-len(data.y_train) // 128),
-            }
-            env = environment({**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-            if option is None:
-                python = sys.executable
-                env["PYTHONPATH"] = str(ROOT)
-            else:
-                python = str(Path(getattr(args, option)) / "bin" / "python")
-                env["PYTHONPATH"], env["TF_USE_LEGACY_KERAS"] = "", "1"
-            worker = WORKER.parent / spec["worker"] if "worker" in spec else WORKER
-            commands[side] = ([python, str(worker), json.dumps(config)], env)
-        results = _lockstep(commands, epochs, timeout=3600.0)
+        runs = []
+        for seed in range(SEED, SEED + seeds):  # one lockstep run per seed, every side from the same float start
+            commands = {}
+            for side, option in processes.items():
+                config = {
+                    "row": args.name,
+                    "side": side,
+                    "data": path,
+                    "epochs": epochs,
+                    "seed": seed,
+                    "learning_rate": spec["learning_rate"],
+                    "lockstep": True,
+                    "steps_per_epoch": -(-len(data.y_train) // 128),
+                    "derived": [name for name in sides if derived.get(name) == side],
+                }
+                if args.quick and "quick_network" in spec:
+                    config["size"] = spec["quick_network"]
+                env = environment({**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                if option is None:
+                    python = sys.executable
+                    env["PYTHONPATH"] = str(ROOT)
+                else:
+                    python = str(Path(getattr(args, option)) / "bin" / "python")
+                    env["PYTHONPATH"], env["TF_USE_LEGACY_KERAS"] = "", "1"
+                worker = WORKER.parent / spec["worker"] if "worker" in spec else WORKER
+                commands[side] = ([python, str(worker), json.dumps(config)], env)
+            runs.append(_gather(_lockstep(commands, epochs, timeout=3600.0), sides, derived))
+        results = runs[0]
     import keras
 
     import ste
@@ -461,6 +601,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "quick": args.quick,
         "epochs": epochs,
         "batch": 128,
+        "learning_rate": spec["learning_rate"],
+        "float_learning_rate": spec.get("float_learning_rate"),
         "seed": SEED,
         "data": data.source if not data.source.startswith("/") else "Fashion-MNIST IDX files",
         "train_samples": len(data.y_train),
@@ -470,12 +612,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sides": results,
         "skipped_sides": skipped,
     }
+    if seeds > 1:
+        result["seeds"] = list(range(SEED, SEED + seeds))
+        result["more_seeds"] = runs[1:]  # "sides" holds the first seed's run
     result["summary"] = _summary(args.name, spec, results, float_stage)
+    if args.name == "vit":
+        result["summary"].update(_vit_summary(runs))
     out = Path(args.out) if args.out else OUT / ("quick" if args.quick else "")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     _plot(result, out / f"{args.name}.png")
-    _print_row(result)
+    (_print_vit if args.name == "vit" else _print_row)(result)
     return result
 
 

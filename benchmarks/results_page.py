@@ -33,7 +33,8 @@ TITLES = {
     "clustering": "Weight clustering (16 and 32 clusters): ste.clustering against TFMOT 0.8",
 }
 SPIKING = ("spiking_mlp", "spiking_cnn")
-ORDER += SPIKING
+ORDER += (*SPIKING, "vit")
+TITLES["vit"] = "A KerasHub ViT: Keras's post-training quantization against ste's QAT, and 2:4 pruning"
 TITLES.update(
     {
         "spiking_mlp": "Spiking MLP (snnTorch's tutorial 5): ste against snnTorch",
@@ -96,8 +97,10 @@ def _provenance(r: dict[str, Any]) -> str:
     )
     epochs = _epochs(r["epochs"])
     if r.get("float_stage"):
-        tuned = "fine-tuning " if r["row"] in COMPRESSION else "QAT "
+        tuned = "fine-tuning " if r["row"] in COMPRESSION or r["row"] == "vit" else "QAT "
         epochs = f"{_epochs(len(r['float_stage']['curve']), 'float ')}, then {_epochs(r['epochs'], tuned)}"
+    if len(r.get("seeds", [])) > 1:
+        epochs += f" (each of the seeds {', '.join(map(str, r['seeds']))})"
     return (
         f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
         f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
@@ -138,6 +141,137 @@ def _compression_table(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _accuracy_cell(r: dict[str, Any], side: str, f: dict[str, Any]) -> str:
+    """A side's deployed accuracy in Keras: the median over the seeds and their range where there are several."""
+    spread = r["summary"].get("accuracy", {}).get(side)
+    if spread and len(spread["values"]) > 1:
+        return f"{_pct(spread['median'])} ({_pct(spread['min'])}–{_pct(spread['max'])})"
+    return _pct(f.get("stripped_accuracy", f.get("test_accuracy", 0.0)))
+
+
+def _vit_table(r: dict[str, Any]) -> list[str]:
+    """One line per flatbuffer of each side (the side's first line carries its accuracy); pending sides say why."""
+    seeds = len(r.get("seeds", [0]))
+    what = f"median of {seeds} seeds (range)" if seeds > 1 else "seed 0"
+    lines = [
+        f"| side | how | test accuracy in Keras, {what} | TFLite converter | .tflite bytes | gzip bytes | "
+        "TFLite test accuracy (seed 0) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    stage = r.get("float_stage")
+    if stage:
+        lines.append(
+            f"| float start | trained first, the start of every side | {_pct(stage['test_accuracy'])} | | | | |"
+        )
+    for side, f in r["sides"].items():
+        if "pending" in f and "curve" not in f:
+            lines.append(f"| {side} | {f.get('recipe', '')} | **pending**: {f['pending']} | | | | |")
+            continue
+        first = f"| {side} | {f.get('recipe', '')} | {_accuracy_cell(r, side, f)} |"
+        if "pending" in f:
+            lines.append(f"{first} **pending**: {f['pending']} | | | |")
+            continue
+        for index, t in enumerate(f.get("flatbuffers", [])):
+            head = first if index == 0 else "| | | |"
+            if "refused" in t:
+                lines.append(f"{head} {t['converter']} | refused: {t['refused']} | | |")
+                continue
+            why = str(t.get("interpreter", "")).split(". ")[0]  # the interpreter's first sentence
+            accuracy = _pct(t["tflite_accuracy"]) if "tflite_accuracy" in t else f"not run: {why}"
+            lines.append(f"{head} {t['converter']} | {t['bytes']:,} | {t['gzip_bytes']:,} | {accuracy} |")
+    for side, why in r.get("skipped_sides", {}).items():
+        lines.append(f"| {side} | not run ({why}) |" + " |" * 5)
+    return lines
+
+
+def _int8_ops(t: dict[str, Any]) -> str:
+    ops = t.get("kernel_ops", {})
+    return ", ".join(f"{name} {ops[name][0]} of {ops[name][1]}" for name in sorted(ops))
+
+
+def _vit_verdict(r: dict[str, Any]) -> list[str]:
+    from .accuracy import ROWS  # the row's settings, for results written before the JSON recorded them
+
+    s, sides = r["summary"], r["sides"]
+    rates = {key: r.get(key, ROWS["vit"][key]) for key in ("learning_rate", "float_learning_rate")}
+    stage = r.get("float_stage") or {}
+    lines = [
+        f"Network: {next(iter(sides.values())).get('network', '')}. Budget: the float start trained "
+        f"{_epochs(len(stage.get('curve', [])))} with Adam ({rates['float_learning_rate']:g}); then every side, from "
+        f"those weights, {_epochs(r['epochs'])} with Adam ({rates['learning_rate']:g}), batch {r['batch']}, the same "
+        "seed per run; Keras's post-training sides quantize the float side's fine-tuned model, so they had the same "
+        "training. Accuracy is the deployed model's in Keras (the stripped model for 2:4); the flatbuffers' own is in "
+        "the last column."
+    ]
+    for bits in ("int8", "int4"):
+        gap = s.get(f"{bits}_qat_minus_ptq_points")
+        if gap is None:
+            why = sides.get(f"ste_{bits}", {}).get("pending") or sides.get(f"keras_{bits}", {}).get("pending")
+            lines.append(
+                f"{bits}: ste's QAT against Keras's post-training quantization not measured: {str(why).rstrip('.')}."
+            )
+            continue
+        values = ", ".join(f"{v:+.2f}" for v in gap["values"])
+        if gap["median"] >= 0:
+            verdict = "matches or beats it"
+        elif gap["max"] >= 0:
+            verdict = f"**is below it** by {-gap['median']:.2f} points, less than the seeds' spread"
+        else:
+            verdict = "**is below it** in every seed"
+        lines.append(
+            f"{bits}: ste's QAT minus Keras's post-training quantization: {gap['median']:+.2f} points (median; per "
+            f"seed {values}): at equal bits ste's QAT {verdict}."
+        )
+    float_file = next((t for t in sides.get("float", {}).get("flatbuffers", []) if "bytes" in t), None)
+    for side in ("ste_int8", "ste_ternary"):
+        f = sides.get(side, {})
+        t = next((t for t in f.get("flatbuffers", []) if "kernel_ops" in t), None)
+        if t:
+            text = f"{side}'s flatbuffer: ops with int8 inputs and weights: {_int8_ops(t)}"
+            if side == "ste_ternary":
+                done, total = t.get("int8_constants_ternary", [0, 0])
+                text += f"; int8 constants with at most 3 distinct values (ternary kernels): {done} of {total}"
+            text += f"; constants by type (bytes): {t.get('constant_bytes', {})}"
+            int8, total = t.get("kernel_ops", {}).get("FULLY_CONNECTED", [0, 0])
+            if float_file and int8 < total:
+                text += (
+                    f". {total - int8} of its {total} FULLY_CONNECTED ops do not run in int8 (their kernels are "
+                    "among the float32 constants), so the file is "
+                    f"{t['bytes'] / float_file['bytes']:.2f}× the float side's"
+                )
+            if side == "ste_ternary" and "ternary_kernels" in f:
+                ternary, listed = f["ternary_kernels"]
+                text += (
+                    f". `ste.export_quantized_weights` lists {listed} kernel(s) of the Keras model, {ternary} of them "
+                    "ternary"
+                )
+            lines.append(text + ".")
+    for side in ("keras_int8", "keras_int4"):
+        for t in sides.get(side, {}).get("flatbuffers", []):
+            if "refused" in t:
+                lines.append(f"{side}: `{t['converter']}` refused the model: {t['refused']}.")
+            elif "constant_bytes" in t:
+                text = f"{side}: `{t['converter']}`: constants by type (bytes): {t['constant_bytes']}"
+                if float_file and "constant_bytes" in float_file:
+                    text += f" (the float side's: {float_file['constant_bytes']})"
+                lines.append(text + ".")
+    if "ste_2_4" in sides and "kernel_zeros" in sides["ste_2_4"]:
+        f = sides["ste_2_4"]
+        zeros = f["kernel_zeros"]
+        attention = [z for path, z in zeros.items() if "/mha/" in path]
+        text = (
+            f"ste_2_4: fraction of zeros after stripping, in all {len(zeros)} Dense and EinsumDense kernels "
+            f"{f['zeros']:.3f}; in the {len(zeros) - len(attention)} MLP and head kernels "
+            f"{min(z for p, z in zeros.items() if '/mha/' not in p):.3f} at least"
+        )
+        if attention:
+            text += f", in the {len(attention)} attention projections {max(attention):.3f} at most"
+        if f.get("attention_left_dense"):
+            text += f". The attention projections stay dense: {f['attention_left_dense'].rstrip('.')}"
+        lines.append(text + ".")
+    return lines
+
+
 def _setting_label(row: str, setting: str) -> str:
     if row == "clustering":
         return f"{setting} clusters"
@@ -172,6 +306,8 @@ def _compression_verdict(r: dict[str, Any]) -> list[str]:
 def _side_table(r: dict[str, Any]) -> list[str]:
     if r["row"] in COMPRESSION:
         return _compression_table(r)
+    if r["row"] == "vit":
+        return _vit_table(r)
     sides = r["sides"]
     int8 = r["row"] == "int8_qat"
     low = r["row"] == "low_bit"
@@ -286,6 +422,8 @@ def _binary_step(sides: dict[str, Any], ratio: float) -> str:
 
 def _verdict(r: dict[str, Any]) -> list[str]:
     s, sides = r["summary"], r["sides"]
+    if r["row"] == "vit":
+        return _vit_verdict(r)
     lines = _compression_verdict(r) if r["row"] in COMPRESSION else []
     if r["row"] == "binary_cnn" and "larq" in sides:
         lines.append(
@@ -478,6 +616,7 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         "python -m benchmarks.accuracy spiking_cnn --snntorch-venv SNNTORCH_VENV",
         "python -m benchmarks.accuracy pruning --tfmot-venv TFMOT_VENV",
         "python -m benchmarks.accuracy clustering --tfmot-venv TFMOT_VENV",
+        "pip install keras-hub && python -m benchmarks.accuracy vit",
         "```",
         "",
         ANCHORS,
@@ -548,6 +687,16 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
             ]
             lines.append(f"- {name.capitalize()} ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
     lines += _spiking_readme(found)
+    if "vit" in found:
+        r = found["vit"]
+        accuracy = r["summary"].get("accuracy", {})
+        parts = [f"{side} {_pct(spread['median'])}" for side, spread in accuracy.items()]
+        seeds = len(r.get("seeds", [0]))
+        lines.append(
+            f"- KerasHub ViT ({_epochs(r['epochs'])} from a float start, median of {seeds} seed(s)): "
+            + ", ".join(parts)
+            + "."
+        )
     return lines
 
 
