@@ -25,6 +25,7 @@ __all__ = [
     "MissingBackwardError",
     "MissingCallbackError",
     "MissingDependencyError",
+    "MissingMethodError",
     "NotBuiltError",
     "ParameterError",
     "ParameterTypeError",
@@ -167,6 +168,14 @@ class RegistrationError(STEError, ValueError):
 class ConversionError(STEError, ValueError):
     """A model or a NIR graph cannot be converted exactly (:func:`ste.spiking.to_nir`, :func:`ste.spiking.from_nir`):
     the message names the layer or node, why it has no exact counterpart, and the fix."""
+
+    if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
+        __init__ = Exception.__init__
+
+
+class MissingMethodError(STEError, TypeError):
+    """A subclass of an ste extension point (``Surrogate``, ``Scheme``, ``SpikingCell``, ``PruningSchedule``, ...)
+    is instantiated without one of its base's abstract methods; the message names each method and the fix."""
 
     if not TYPE_CHECKING:  # mypy would otherwise type every constructor call as Any
         __init__ = Exception.__init__

@@ -171,7 +171,7 @@ def test_value_surrogates_are_not_mask_only_and_a_user_surrogate_can_declare_it(
     assert not ste.registry.get("approx_sign").mask_only
     assert not ste.registry.get("sigmoid_surrogate").mask_only
 
-    class Window(ste.registry.Surrogate):
+    class Window(ste.registry.Surrogate, ste.registry.MaskOnly):
         """d(x) = 3 where -1 < x <= 2, else 0 (a user's mask-only surrogate)."""
 
         def mask(self, x: tf.Tensor) -> tf.Tensor:

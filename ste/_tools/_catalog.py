@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..registry import Surrogate, get, lookup
+from ..registry import HasPrimitive, Surrogate, get, lookup
 
 __all__ = ["REQUIRED", "EntryInfo", "Peak", "describe", "find_peak", "format_value", "plateau_edge"]
 
@@ -130,6 +130,6 @@ def describe(entry: str | Surrogate) -> EntryInfo:
         formula=cls.formula,
         reference=cls.reference,
         doc=inspect.cleandoc(cls.__dict__.get("__doc__") or ""),  # its own, not Surrogate's
-        has_primitive=cls.primitive is not Surrogate.primitive,
+        has_primitive=issubclass(cls, HasPrimitive),
         peak=find_peak(instance) if instance is not None else None,
     )

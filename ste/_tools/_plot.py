@@ -19,7 +19,7 @@ from .._core._describe import callable_name
 from .._core._dsl import Forward, STEFunction
 from ..errors import CallError
 from ..quantizers import Quantizer
-from ..registry import Surrogate, get
+from ..registry import HasPrimitive, Surrogate, get
 from ._catalog import plateau_edge
 from ._targets import as_quantizer
 
@@ -128,7 +128,7 @@ def _surrogate_curves(surrogate: Surrogate, xs: tf.Tensor) -> _Curves:
         return np.asarray(surrogate.derivative(tf.constant(points, xs.dtype)).numpy(), dtype=np.float64)
 
     derivative = surrogate.derivative(xs).numpy()
-    if not surrogate.has_primitive:
+    if not isinstance(surrogate, HasPrimitive):
         return _Curves(repr(surrogate), None, None, "derivative d(x)", derivative, gradient)
     primitive = surrogate.primitive(xs).numpy()
     return _Curves(repr(surrogate), "primitive P(x)", primitive, "derivative d(x) = P'(x)", derivative, gradient)

@@ -42,6 +42,7 @@ from ._preserve import (
 )
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import InputFeed, Role, Scheme
+from ._scheme_names import register_scheme, unregister_scheme
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention, QuantReversibleEmbedding
@@ -88,9 +89,11 @@ __all__ = [
     "quantize_apply",
     "quantize_model",
     "quantize_scope",
+    "register_scheme",
     "remove_input_range",
     "schemes",
     "symmetric_fake_quant",
     "to_tflite",
+    "unregister_scheme",
     "weight_fake_quant_op",
 ]

@@ -8,7 +8,7 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -21,12 +21,10 @@ from ..errors import ConversionError, ParameterError
 from ._attention import QuantSoftmax
 from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
-from ._int8 import Int8Scheme
-from ._lowbit import BinaryScheme, TernaryScheme
-from ._preserve import ClusterPreserveScheme, PreservingWeightFakeQuant, PrunePreserveScheme
+from ._preserve import PreservingWeightFakeQuant
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
 from ._scheme import Scheme
-from ._scheme_names import suggestion
+from ._scheme_names import SCHEMES, schemes, suggestion
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
 from ._transform import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
@@ -43,26 +41,19 @@ __all__ = [
     "to_tflite",
 ]
 
-_SCHEMES: dict[str, Callable[[], Scheme]] = {
-    "int8": Int8Scheme,
-    "binary": BinaryScheme,
-    "ternary": TernaryScheme,
-    "prune_preserve": PrunePreserveScheme,
-    "cluster_preserve": ClusterPreserveScheme,
-    "prune_cluster_preserve": lambda: ClusterPreserveScheme(preserve_sparsity=True),
-}
-
-
-def schemes() -> list[str]:
-    """The scheme names :func:`quantize_model` accepts."""
-    return sorted(_SCHEMES)
-
 
 def _scheme(scheme: Any, owner: str = "ste.quantize_model") -> Scheme:
     if isinstance(scheme, Scheme):
         return scheme
-    if isinstance(scheme, str) and scheme in _SCHEMES:
-        return _SCHEMES[scheme]()
+    factory = SCHEMES.get(scheme) if isinstance(scheme, str) else None
+    if factory is not None:
+        built = factory()
+        if not isinstance(built, Scheme):
+            raise ParameterError(
+                f"{owner}: the scheme registered as {scheme!r} returned {type(built).__name__}, not a "
+                f"ste.qat.Scheme. Fix: register a Scheme subclass or a function returning a Scheme instance."
+            )
+        return built
     meant, note = suggestion(scheme, schemes()) if isinstance(scheme, str) else ("", "")
     if isinstance(scheme, type) and issubclass(scheme, Scheme):
         meant, note = f"ste.qat.{scheme.__name__}()", "an instance, not the class"

@@ -1,4 +1,8 @@
-"""The scheme that an unknown ``scheme=`` name of :func:`ste.quantize_model` probably meant.
+"""Scheme names: the table ``scheme="int8"`` reads, :func:`register_scheme`, and what an unknown name probably meant.
+
+:data:`SCHEMES` is a :class:`ste._common._names.NameTable` of zero-argument factories (a :class:`Scheme` subclass,
+or a function returning a scheme), as the surrogate registry's: ``ste.qat.register_scheme("my4bit")(MyScheme)``
+makes ``ste.quantize_model(model, scheme="my4bit")`` build ``MyScheme()``.
 
 :func:`suggestion` reads the usual spellings of a bit width: ``"int4"``, ``"4bit"``, ``"4-bit"``, ``"w4a8"``,
 ``"w4"`` (activations 8 bits) map to ``ste.qat.NBitScheme(num_bits_weight=4)`` (and ``"w4a4"`` to
@@ -11,10 +15,106 @@ without ``-``, ``_``, ``.`` or spaces.
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
-__all__ = ["suggestion"]
+from .._common._abstract import missing_methods
+from .._common._names import NameTable
+from ..errors import MissingMethodError, ParameterError, RegistrationError
+from ._int8 import Int8Scheme
+from ._lowbit import BinaryScheme, TernaryScheme
+from ._preserve import ClusterPreserveScheme, PrunePreserveScheme
+from ._scheme import Scheme
+
+__all__ = ["SCHEMES", "register_scheme", "schemes", "suggestion", "unregister_scheme"]
+
+F = TypeVar("F", bound=Callable[[], Scheme])
+
+#: Scheme name -> a zero-argument factory of the scheme.
+SCHEMES: NameTable[Callable[[], Scheme]] = NameTable("scheme", ParameterError)
+
+
+def _check_factory(name: str, factory: object) -> None:
+    if isinstance(factory, type):
+        if not issubclass(factory, Scheme):
+            raise RegistrationError(
+                f"cannot register the scheme {name!r}: {factory.__qualname__} is not a ste.qat.Scheme subclass. "
+                f"Fix: derive it from ste.qat.Scheme (or ste.qat.Int8Scheme), or register a function returning one."
+            )
+        if factory.__abstractmethods__:
+            raise MissingMethodError(
+                f"cannot register the scheme {name!r}: {factory.__qualname__} does not implement "
+                f"{', '.join(sorted(factory.__abstractmethods__))}:\n{missing_methods(factory)}\n"
+                f"Fix: define {' and '.join(sorted(factory.__abstractmethods__))} in {factory.__qualname__}."
+            )
+        return
+    if isinstance(factory, Scheme) or not callable(factory):
+        raise RegistrationError(
+            f"cannot register the scheme {name!r}: expected a ste.qat.Scheme subclass or a function returning a "
+            f"scheme; received {type(factory).__name__} {factory!r}. Fix: register the class (or "
+            f"lambda: scheme), so that each model gets a fresh scheme."
+        )
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise RegistrationError(
+            f"cannot register the scheme {name!r}: {factory!r} must be callable without arguments (it builds the "
+            f"scheme for scheme={name!r}). Fix: bind its arguments, e.g. lambda: MyScheme(bits=4)."
+        ) from None
+    except ValueError:  # a builtin without a readable signature
+        pass
+
+
+def register_scheme(name: str, *, replace: bool = False) -> Callable[[F], F]:
+    """A decorator registering a scheme factory under ``name``, for ``quantize_model(model, scheme=name)``.
+
+    Usable on a :class:`Scheme` subclass (``@ste.qat.register_scheme("my4bit")``) or called on a function
+    returning a scheme (``ste.qat.register_scheme("w4")(lambda: ste.qat.NBitScheme(num_bits_weight=4))``).
+
+    Args:
+        name: a Python identifier that is not a keyword.
+        replace: overwrite an existing name (a built-in included); otherwise
+            :class:`ste.errors.RegistrationError`.
+    """
+    SCHEMES.check_name(name)
+
+    def decorate(factory: F) -> F:
+        _check_factory(name, factory)
+        SCHEMES.register(name, factory, replace=replace)
+        return factory
+
+    return decorate
+
+
+def unregister_scheme(name: str) -> Callable[[], Scheme]:
+    """Remove the scheme ``name`` and return its factory.
+
+    Args:
+        name: a registered scheme name.
+    """
+    return SCHEMES.unregister(name)
+
+
+def schemes() -> list[str]:
+    """The scheme names :func:`ste.quantize_model` accepts, sorted."""
+    return SCHEMES.names()
+
+
+def _prune_cluster_preserve() -> Scheme:
+    return ClusterPreserveScheme(preserve_sparsity=True)
+
+
+for _name, _factory in (
+    ("int8", Int8Scheme),
+    ("binary", BinaryScheme),
+    ("ternary", TernaryScheme),
+    ("prune_preserve", PrunePreserveScheme),
+    ("cluster_preserve", ClusterPreserveScheme),
+    ("prune_cluster_preserve", _prune_cluster_preserve),
+):
+    SCHEMES.register(_name, _factory)
 
 _LOW, _HIGH = 2, 8  # the bit widths NBitScheme takes
 

@@ -18,7 +18,7 @@ larq's function forms: :func:`ste_sign`, :func:`approx_sign`, :func:`swish_sign`
 """
 
 from ._base import Quantizer, QuantizerLike, get, lookup, names, register, serialize, unregister
-from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
+from ._binary import Heaviside, MagnitudeAwareSign, Sign, SurrogateQuantizer, Ternary
 from ._bitnet import AbsmaxPerToken, AbsmeanTernary
 from ._functions import (
     approx_sign,
@@ -51,6 +51,7 @@ __all__ = [
     "SteHeaviside",
     "SteSign",
     "SteTern",
+    "SurrogateQuantizer",
     "SwishSign",
     "Ternary",
     "Uniform",

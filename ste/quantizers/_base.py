@@ -13,6 +13,7 @@ are parsed with :func:`ste.registry.parse_spec` (``ast``, literals only, never `
 
 from __future__ import annotations
 
+import abc
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union
@@ -20,6 +21,7 @@ from typing import Any, TypeVar, Union
 import keras
 import tensorflow as tf
 
+from .._common._abstract import ExtensionMeta
 from .._common._names import NameTable, build
 from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
@@ -39,7 +41,7 @@ Q = TypeVar("Q", bound="type[Quantizer]")
 QuantizerLike = Union["Quantizer", str, Mapping[str, Any], "type[Quantizer]", Callable[..., Any], None]
 
 
-class Quantizer(keras.layers.Layer):  # type: ignore[misc]
+class Quantizer(keras.layers.Layer, metaclass=ExtensionMeta):  # type: ignore[misc]
     """Base class of ``ste`` quantizers: a Keras layer applying one ``ste`` op elementwise (or per tensor).
 
     Attributes:
@@ -57,6 +59,14 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
         # larq's per-quantizer training metrics (["flip_ratio"]): the layer quantizing a kernel with this quantizer
         # tracks that kernel's flip ratio. Not part of the config, as in larq.
         self._custom_metrics = check_metric_names(type(self).__name__, metrics)
+
+    @abc.abstractmethod
+    def call(self, inputs: Any) -> tf.Tensor:
+        """The quantized ``inputs``, in their dtype.
+
+        Args:
+            inputs: a tensor (or anything ``tf.convert_to_tensor`` takes).
+        """
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape

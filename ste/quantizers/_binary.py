@@ -6,8 +6,9 @@ Each is one ``ste`` op: the forward is the exact quantizer, the backward is a su
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import keras
 import tensorflow as tf
@@ -17,11 +18,11 @@ from .._core._dsl import STEFunction, forward
 from .._core._maskrule import mask_rule
 from .._keras._signatures import NOT_GIVEN
 from ..errors import ParameterError
-from ..registry import Surrogate, SurrogateLike
+from ..registry import HasPrimitive, MaskOnly, Surrogate, SurrogateLike
 from ..registry import get as get_surrogate
 from ._base import Quantizer, as_tensor, register, resolve_surrogate
 
-__all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "Ternary"]
+__all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "SurrogateQuantizer", "Ternary"]
 
 
 def binary_sign(x: tf.Tensor) -> tf.Tensor:
@@ -75,19 +76,42 @@ def magnitude_aware_sign(x: tf.Tensor) -> tf.Tensor:
         return scale * binary_sign(x)
 
 
-def _unless_overridden(
-    quantizer: Quantizer, owner: type[Quantizer], values: tuple[float, float]
-) -> tuple[float, float] | None:
-    """``values`` when ``quantizer`` computes ``owner``'s forward (its class overrides neither forward_fn nor call)."""
-    cls = type(quantizer)
-    same = getattr(cls, "forward_fn", None) is getattr(owner, "forward_fn", None) and cls.call is owner.call
-    return values if same else None
+class SurrogateQuantizer(Quantizer):
+    """A quantizer computing ``forward_fn(x)`` in the forward pass and ``dy·d(x)`` in the backward pass, ``d`` a
+    registry surrogate.
 
+    A subclass implements the static method :meth:`forward_fn`; ``call`` applies it through one ste op (override
+    ``call`` to pass it keyword hyperparameters, as :class:`Ternary` does). See "Write your own quantizer" in
+    docs/quantizers.md.
 
-class _SurrogateQuantizer(Quantizer):
-    """A quantizer whose backward pass is one registry surrogate (``surrogate=``)."""
+    Class attributes:
 
-    forward_fn: Any = None
+    * ``binary_values``: the two values every output takes (``(-1.0, 1.0)`` for :class:`Sign`), so that a binarized
+      layer keeps its input as bits; ``None`` otherwise. A subclass does not inherit it: each class that computes
+      two values declares them.
+    * ``precision``: the number of bits of the output (see :class:`Quantizer`).
+
+    Args:
+        surrogate: the backward rule, a registry name, spec string or :class:`ste.registry.Surrogate`
+            (default ``"straight_through"``: 1 where abs(x) <= 1).
+        **kwargs: keyword arguments of :class:`Quantizer` (``name``, ``metrics``, ...).
+    """
+
+    binary_values: ClassVar[tuple[float, float] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "binary_values" not in vars(cls):
+            cls.binary_values = None  # two output values belong to one forward: a subclass declares its own
+
+    @staticmethod
+    @abc.abstractmethod
+    def forward_fn(x: tf.Tensor) -> tf.Tensor:
+        """The forward pass: the quantized ``x``, in ``x``'s dtype.
+
+        Args:
+            x: the input tensor.
+        """
 
     def __init__(self, surrogate: SurrogateLike = "straight_through", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -103,7 +127,7 @@ class _SurrogateQuantizer(Quantizer):
 
     def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
         """The surrogate's primitive (the gradient is dy·d(x)), if it has one."""
-        return self.surrogate.primitive if self.surrogate.has_primitive else None
+        return self.surrogate.primitive if isinstance(self.surrogate, HasPrimitive) else None
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "surrogate": self.surrogate.get_config()}
@@ -111,7 +135,7 @@ class _SurrogateQuantizer(Quantizer):
 
 @keras.saving.register_keras_serializable(package="ste")
 @register("sign")
-class Sign(_SurrogateQuantizer):
+class Sign(SurrogateQuantizer):
     """Binarization to −1/+1: forward +1 where x >= 0 else −1 (sign(0) = +1); backward ``dy·d(x)``.
 
     ``surrogate`` (default ``"straight_through"``, i.e. 1 where abs(x) <= 1) is any registry entry, e.g.
@@ -119,35 +143,26 @@ class Sign(_SurrogateQuantizer):
     """
 
     precision = 1
+    binary_values = (-1.0, 1.0)  # every output is one of them, so a layer may keep it as bits
     forward_fn = staticmethod(binary_sign)
-
-    @property
-    def binary_values(self) -> tuple[float, float] | None:
-        """(−1, +1): every output is one of them, so a layer may keep it as bits (None in a subclass that changes
-        the forward)."""
-        return _unless_overridden(self, Sign, (-1.0, 1.0))
 
 
 @keras.saving.register_keras_serializable(package="ste")
 @register("heaviside")
-class Heaviside(_SurrogateQuantizer):
+class Heaviside(SurrogateQuantizer):
     """Binarization to 0/1: forward 1 where x > 0 else 0 (Heaviside(0) = 0); backward ``dy·d(x)``.
 
     ``surrogate`` defaults to ``"straight_through"`` (1 where abs(x) <= 1). Spec name ``"heaviside"``.
     """
 
     precision = 1
+    binary_values = (0.0, 1.0)  # every output is one of them
     forward_fn = staticmethod(heaviside)
-
-    @property
-    def binary_values(self) -> tuple[float, float] | None:
-        """(0, 1): every output is one of them (None in a subclass that changes the forward)."""
-        return _unless_overridden(self, Heaviside, (0.0, 1.0))
 
 
 @keras.saving.register_keras_serializable(package="ste")
 @register("ternary")
-class Ternary(_SurrogateQuantizer):
+class Ternary(SurrogateQuantizer):
     """Ternarization to −1/0/+1 (Li et al. 2016, Ternary Weight Networks; larq's ``ste_tern``).
 
     Forward sign(sign(x + Δ) + sign(x − Δ)): +1 where x >= Δ, −1 where x <= −Δ, 0 where abs(x) < Δ (for Δ = 0 this
@@ -158,7 +173,7 @@ class Ternary(_SurrogateQuantizer):
     """
 
     precision = 2
-    forward_fn = staticmethod(ternarize)
+    forward_fn = staticmethod(ternarize)  # type: ignore[assignment]  # takes its hyperparameters by keyword
 
     def __init__(
         self,
@@ -190,7 +205,7 @@ class Ternary(_SurrogateQuantizer):
 
 @keras.saving.register_keras_serializable(package="ste")
 @register("magnitude_aware_sign")
-class MagnitudeAwareSign(_SurrogateQuantizer):
+class MagnitudeAwareSign(SurrogateQuantizer):
     """Magnitude-aware sign (Liu et al. 2018, Bi-Real Net): α·sign(x), sign(0) = +1.
 
     α = mean(abs(x)) over every axis but the last (one scale per output channel of a kernel). The backward pass
@@ -200,6 +215,7 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
     """
 
     precision = 1
+    forward_fn = staticmethod(magnitude_aware_sign)
 
     def __init__(
         self, surrogate: SurrogateLike = "straight_through", clip_value: float | None = NOT_GIVEN, **kwargs: Any
@@ -215,7 +231,7 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
 
     def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
         """α·P(t), P the surrogate's primitive and α = mean(abs(x)) of ``x`` held fixed (the gradient is dy·α·d(x))."""
-        if not self.surrogate.has_primitive:
+        if not isinstance(self.surrogate, HasPrimitive):
             return None
         scale = magnitude_scale(tf.convert_to_tensor(x))
         primitive = self.surrogate.primitive
@@ -231,18 +247,23 @@ class MagnitudeAwareSign(_SurrogateQuantizer):
         def from_input(dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
             return surrogate.vjp(dy * magnitude_scale(x), x)
 
-        def mask_and_scale(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            surrogate.check_dtype(x.dtype)
-            scale = magnitude_scale(x)
-            with tf.control_dependencies([scale]):  # one input-sized abs(x) at a time, as in the forward
-                return surrogate.mask(x), scale
+        rule: Callable[..., tf.Tensor] = from_input
+        if isinstance(surrogate, MaskOnly):
+            # dy·α·d(x) with a mask-only surrogate needs only the mask and α: the op keeps those (bits, one α per
+            # channel)
+            masked: MaskOnly = surrogate
 
-        @mask_rule(mask_and_scale)
-        def from_mask(dy: tf.Tensor, mask: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
-            return surrogate.vjp_from_mask(dy * scale, mask, scale.dtype)
+            def mask_and_scale(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                surrogate.check_dtype(x.dtype)
+                scale = magnitude_scale(x)
+                with tf.control_dependencies([scale]):  # one input-sized abs(x) at a time, as in the forward
+                    return masked.mask(x), scale
 
-        # dy·α·d(x) with a mask-only surrogate needs only the mask and α: the op keeps those (bits, one α per channel)
-        rule = from_mask if surrogate.mask_only else from_input
+            @mask_rule(mask_and_scale)
+            def from_mask(dy: tf.Tensor, mask: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+                return masked.vjp_from_mask(dy * scale, mask, scale.dtype)
+
+            rule = from_mask
         rule.__name__ = f"scaled_{surrogate!r}"
         # dy·α·d(x) is elementwise in x (α held constant): the same formula of the input is the JVP of a tangent.
-        return forward(magnitude_aware_sign).backward(rule, jvp=from_input)
+        return forward(type(self).forward_fn).backward(rule, jvp=from_input)

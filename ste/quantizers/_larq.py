@@ -48,6 +48,8 @@ def _clip(owner: str, clip_value: float | None) -> float | None:
 class SteSign(Sign):
     """larq's ``SteSign`` / ``"ste_sign"``: sign (sign(0) = +1) with gradient dy·1[abs(x) <= clip_value]."""
 
+    binary_values = (-1.0, 1.0)
+
     def __init__(self, clip_value: float | None = 1.0, **kwargs: Any) -> None:
         self.clip_value = _clip("SteSign", clip_value)
         super().__init__(surrogate=get_surrogate("straight_through", clip=self.clip_value), **kwargs)
@@ -61,6 +63,8 @@ class SteSign(Sign):
 class ApproxSign(Sign):
     """larq's ``ApproxSign`` / ``"approx_sign"`` (Bi-Real Net): gradient dy·(2 − 2·abs(x))·1[abs(x) <= 1]."""
 
+    binary_values = (-1.0, 1.0)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(surrogate="approx_sign", **kwargs)
 
@@ -72,6 +76,8 @@ class ApproxSign(Sign):
 @register("swish_sign")
 class SwishSign(Sign):
     """larq's ``SwishSign`` / ``"swish_sign"`` (BNN+): gradient dy·β(2 − βx·tanh(βx/2))/(1 + cosh(βx))."""
+
+    binary_values = (-1.0, 1.0)
 
     def __init__(self, beta: float = 5.0, **kwargs: Any) -> None:
         self.beta = check_number("SwishSign", "beta", beta, positive=True)
@@ -85,6 +91,8 @@ class SwishSign(Sign):
 @register("ste_heaviside")
 class SteHeaviside(Heaviside):
     """larq's ``SteHeaviside`` / ``"ste_heaviside"``: 1 where x > 0 else 0; gradient dy·1[abs(x) <= clip_value]."""
+
+    binary_values = (0.0, 1.0)
 
     def __init__(self, clip_value: float | None = 1.0, **kwargs: Any) -> None:
         self.clip_value = _clip("SteHeaviside", clip_value)

@@ -25,7 +25,7 @@ from ._smooth import (
 )
 from ._spec import parse_spec
 from ._straight_through import Identity, StraightThrough, Zero
-from ._surrogate import Surrogate
+from ._surrogate import HasPrimitive, MaskOnly, Surrogate
 
 __all__ = [
     "ApproxSign",
@@ -34,7 +34,9 @@ __all__ = [
     "ErfSurrogate",
     "FastSigmoid",
     "Gaussian",
+    "HasPrimitive",
     "Identity",
+    "MaskOnly",
     "PiecewiseExp",
     "PiecewiseQuadratic",
     "SigmoidSurrogate",

@@ -12,13 +12,13 @@ import tensorflow as tf
 
 from ._numerics import elementwise
 from ._registry import register
-from ._surrogate import Surrogate
+from ._surrogate import HasPrimitive, MaskOnly, Surrogate
 
 __all__ = ["ApproxSign", "Boxcar", "PiecewiseExp", "PiecewiseQuadratic", "Triangle"]
 
 
 @register("approx_sign")
-class ApproxSign(Surrogate):
+class ApproxSign(Surrogate, HasPrimitive):
     """d(x) = (2 − 2·abs(x))·1[abs(x) <= 1].
 
     Primitive: the ApproxSign of Bi-Real Net, 2·c − c·abs(c) with c = clip(x, −1, 1) (2x + x² on [−1, 0),
@@ -40,7 +40,7 @@ class ApproxSign(Surrogate):
 
 
 @register("triangle")
-class Triangle(Surrogate):
+class Triangle(Surrogate, HasPrimitive):
     """d(x) = max(0, 1 − abs(x)/width).
 
     Primitive: c − c·abs(c)/(2·width) + width/2 with c = clip(x, −width, width) (from 0 to width; a unit step for
@@ -67,7 +67,7 @@ class Triangle(Surrogate):
 
 
 @register("piecewise_quadratic")
-class PiecewiseQuadratic(Surrogate):
+class PiecewiseQuadratic(Surrogate, HasPrimitive):
     """d(x) = max(0, alpha − alpha²·abs(x)), computed as alpha·max(0, 1 − alpha·abs(x)).
 
     Primitive: alpha·c − (alpha²/2)·c·abs(c) + 1/2 with c = clip(x, −1/alpha, 1/alpha) (from 0 to 1).
@@ -96,7 +96,7 @@ class PiecewiseQuadratic(Surrogate):
 
 
 @register("boxcar")
-class Boxcar(Surrogate):
+class Boxcar(Surrogate, MaskOnly, HasPrimitive):
     """d(x) = 1[abs(x) < width/2] / width (0 at exactly ±width/2).
 
     Primitive: clip(x/width, −1/2, 1/2) + 1/2 (from 0 to 1), written with a ``tf.where`` on the same strict
@@ -133,7 +133,7 @@ class Boxcar(Surrogate):
 
 
 @register("piecewise_exp")
-class PiecewiseExp(Surrogate):
+class PiecewiseExp(Surrogate, HasPrimitive):
     """d(x) = (alpha/2)·exp(−alpha·abs(x)).
 
     Primitive: sign(x)·(1 − exp(−alpha·abs(x)))/2 + 1/2 (from 0 to 1), computed as exp(alpha·x)/2 for x < 0 and

@@ -11,11 +11,12 @@ from typing import Any, TypeVar, Union, overload
 
 import tensorflow as tf
 
+from .._common._abstract import missing_methods
 from .._common._arguments import check_bool
 from .._common._names import build
-from ..errors import ParameterError, RegistrationError, SpecError
+from ..errors import MissingMethodError, ParameterError, RegistrationError, SpecError
 from ._spec import parse_spec
-from ._surrogate import Surrogate
+from ._surrogate import HasPrimitive, Surrogate
 from ._table import TABLE as _TABLE
 
 __all__ = ["SurrogateLike", "get", "lookup", "names", "register", "registered_class", "unregister"]
@@ -92,7 +93,8 @@ def _class_from_function(
 
         namespace["primitive"] = _primitive
     class_name = "".join(part.capitalize() for part in name.split("_")) or "UserSurrogate"
-    return type(class_name, (Surrogate,), namespace)
+    bases: tuple[type, ...] = (Surrogate,) if primitive is None else (Surrogate, HasPrimitive)
+    return type(class_name, bases, namespace)
 
 
 @overload
@@ -113,7 +115,14 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
         if isinstance(target, type) and issubclass(target, Surrogate):
             if primitive is not None:
                 raise RegistrationError(
-                    f"cannot register {normal!r}: give a Surrogate subclass its primitive as a method."
+                    f"cannot register {normal!r}: give a Surrogate subclass its primitive as a method. Fix: derive "
+                    f"{target.__qualname__} from ste.registry.HasPrimitive too and define primitive(self, x)."
+                )
+            if target.__abstractmethods__:
+                raise MissingMethodError(
+                    f"cannot register {normal!r}: {target.__qualname__} does not implement "
+                    f"{', '.join(sorted(target.__abstractmethods__))}:\n{missing_methods(target)}\n"
+                    f"Fix: define {' and '.join(sorted(target.__abstractmethods__))} in {target.__qualname__}."
                 )
             cls: type[Surrogate] = target
         elif callable(target) and not isinstance(target, type):

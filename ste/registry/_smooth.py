@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from ._numerics import SAFE_LOGIT, elementwise, saturating_ratio
 from ._registry import register
-from ._surrogate import Surrogate
+from ._surrogate import HasPrimitive, Surrogate
 
 __all__ = [
     "Atan",
@@ -34,7 +34,7 @@ _SQRT_HALF = math.sqrt(0.5)
 
 
 @register("sigmoid_surrogate")
-class SigmoidSurrogate(Surrogate):
+class SigmoidSurrogate(Surrogate, HasPrimitive):
     """d(x) = beta·s·(1 − s) with s = sigmoid(beta·x).
 
     Primitive: sigmoid(beta·x). Default beta = 1.0; peak beta/4 (0.25 by default) at x = 0.
@@ -62,7 +62,7 @@ class SigmoidSurrogate(Surrogate):
 
 
 @register("tanh_surrogate")
-class TanhSurrogate(Surrogate):
+class TanhSurrogate(Surrogate, HasPrimitive):
     """d(x) = beta·(1 − tanh²(beta·x)).
 
     Primitive: tanh(beta·x). Default beta = 1.0; peak beta (1.0 by default) at x = 0.
@@ -90,7 +90,7 @@ class TanhSurrogate(Surrogate):
 
 
 @register("atan")
-class Atan(Surrogate):
+class Atan(Surrogate, HasPrimitive):
     """d(x) = (alpha/2) / (1 + (π·alpha·x/2)²).
 
     Primitive: arctan(π·alpha·x/2)/π + 1/2 (from 0 to 1). Default alpha = 2.0; peak alpha/2 (1.0 by default) at 0.
@@ -119,7 +119,7 @@ class Atan(Surrogate):
 
 
 @register("fast_sigmoid")
-class FastSigmoid(Surrogate):
+class FastSigmoid(Surrogate, HasPrimitive):
     """d(x) = 1 / (1 + slope·abs(x))².
 
     Primitive: x / (1 + slope·abs(x)) (from −1/slope to 1/slope). Default slope = 25.0; peak 1 at x = 0 for every
@@ -146,7 +146,7 @@ class FastSigmoid(Surrogate):
 
 
 @register("soft_sign")
-class SoftSign(Surrogate):
+class SoftSign(Surrogate, HasPrimitive):
     """d(x) = alpha / (2·(1 + alpha·abs(x))²).
 
     Primitive: (alpha·x/(1 + alpha·abs(x)) + 1)/2 (from 0 to 1). Default alpha = 2.0; peak alpha/2 (1.0 by default)
@@ -173,7 +173,7 @@ class SoftSign(Surrogate):
 
 
 @register("erf_surrogate")
-class ErfSurrogate(Surrogate):
+class ErfSurrogate(Surrogate, HasPrimitive):
     """d(x) = (alpha/√π)·exp(−alpha²·x²).
 
     Primitive: erfc(−alpha·x)/2 (from 0 to 1; erfc keeps the left tail accurate where 1 + erf would round to 0).
@@ -200,7 +200,7 @@ class ErfSurrogate(Surrogate):
 
 
 @register("gaussian")
-class Gaussian(Surrogate):
+class Gaussian(Surrogate, HasPrimitive):
     """d(x) = exp(−x²/(2·sigma²)) / (sigma·√(2π)), the normal density.
 
     Primitive: Φ(x/sigma), the normal CDF, computed as erfc(−x/(sigma·√2))/2 (from 0 to 1).
@@ -228,7 +228,7 @@ class Gaussian(Surrogate):
 
 
 @register("swish_sign")
-class SwishSign(Surrogate):
+class SwishSign(Surrogate, HasPrimitive):
     """d(x) = beta·(2 − beta·x·tanh(beta·x/2)) / (1 + cosh(beta·x)).
 
     Primitive: 2·sigmoid(beta·x)·(1 + beta·x·(1 − sigmoid(beta·x))) − 1, the SignSwish of BNN+ (from −1 to 1).

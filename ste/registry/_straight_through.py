@@ -5,13 +5,13 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ._registry import register
-from ._surrogate import Surrogate
+from ._surrogate import HasPrimitive, MaskOnly, Surrogate
 
 __all__ = ["Identity", "StraightThrough", "Zero"]
 
 
 @register("identity")
-class Identity(Surrogate):
+class Identity(Surrogate, HasPrimitive):
     """d(x) = 1: the upstream gradient passes through unchanged (the plain straight-through estimator).
 
     Primitive: x. Peak: 1 everywhere.
@@ -32,7 +32,7 @@ class Identity(Surrogate):
 
 
 @register("straight_through")
-class StraightThrough(Surrogate):
+class StraightThrough(Surrogate, MaskOnly, HasPrimitive):
     """d(x) = 1 where abs(x) <= clip, else 0; ``clip=None`` gives 1 everywhere (the same as ``identity``).
 
     Primitive: clip(x, -clip, clip). Default clip = 1.0, peak 1. The gradient at exactly ±clip is 1.
@@ -40,6 +40,7 @@ class StraightThrough(Surrogate):
     """
 
     clip: float | None = 1.0
+    indicator = True  # derivative_from_mask is the mask's 0/1
     formula = "1[abs(x) <= clip]"
     reference = "Hubara et al. 2016, Binarized Neural Networks (BinaryNet)"
 
@@ -68,7 +69,7 @@ class StraightThrough(Surrogate):
 
 
 @register("zero")
-class Zero(Surrogate):
+class Zero(Surrogate, HasPrimitive):
     """d(x) = 0: the gradient is a tensor of zeros of the input's shape (a stop-gradient with a defined value).
 
     Primitive: 0. Peak: 0.

@@ -17,6 +17,7 @@ way a dataclass does::
 
 from __future__ import annotations
 
+import abc
 import copy
 import importlib
 import inspect
@@ -29,11 +30,12 @@ from typing import Any, ClassVar, dataclass_transform
 import numpy as np
 import tensorflow as tf
 
+from .._common._abstract import Extension
 from ..errors import ParameterError, RegistrationError, SpecError
 from ._numerics import smallest_normal
 from ._table import TABLE
 
-__all__ = ["Surrogate"]
+__all__ = ["HasPrimitive", "MaskOnly", "Surrogate"]
 
 _NO_DEFAULT = inspect.Parameter.empty
 
@@ -104,7 +106,7 @@ def _scalar_value(value: Any) -> float | None:
 
 
 @dataclass_transform(frozen_default=True)
-class Surrogate:
+class Surrogate(Extension):
     """A local derivative ``d(x)`` used as the backward pass of an elementwise op: the VJP is ``dy * d(x)``.
 
     Hyperparameters are declared on subclasses as annotated class attributes with defaults and are passed to the
@@ -115,6 +117,11 @@ class Surrogate:
     (a scalar tensor by its value, a ``tf.Variable`` by identity, since its value may change). They copy, deep-copy
     and pickle (a class defined at module level by reference, one made by :func:`ste.registry.register` from a
     function by its registry name).
+
+    A subclass implements :meth:`derivative`. Two optional capabilities are declared by also deriving from a small
+    abstract base: :class:`HasPrimitive` (a function :meth:`~HasPrimitive.primitive` whose derivative is d, the
+    reference ``ste.testing.check_gradient`` compares with) and :class:`MaskOnly` (the derivative is a function of
+    one boolean predicate of ``x``, so an op keeps one bit per element for the backward pass).
 
     Class attributes a subclass may set:
 
@@ -265,18 +272,14 @@ class Surrogate:
         """The derivative's value when it does not depend on ``x`` (then the forward's input need not be kept)."""
         return None
 
+    @abc.abstractmethod
     def derivative(self, x: tf.Tensor) -> tf.Tensor:
         """The local derivative d(x), elementwise, in ``x``'s dtype."""
-        raise NotImplementedError(f"surrogate '{self.name or type(self).__name__}' does not define derivative()")
-
-    def primitive(self, x: tf.Tensor) -> tf.Tensor:
-        """A smooth (or piecewise smooth) function P with P' = d; raises NotImplementedError where there is none."""
-        raise NotImplementedError(f"surrogate '{self.name or type(self).__name__}' has no primitive")
 
     @property
     def has_primitive(self) -> bool:
-        """Whether :meth:`primitive` is defined."""
-        return type(self).primitive is not Surrogate.primitive
+        """Whether the surrogate declares a primitive (derives from :class:`HasPrimitive`)."""
+        return isinstance(self, HasPrimitive)
 
     def vjp(self, dy: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         """The vector-Jacobian product ``dy * d(x)`` in ``x``'s dtype (:class:`ste.errors.ParameterError` if the
@@ -288,30 +291,11 @@ class Surrogate:
             dy = tf.cast(dy, x.dtype)
         return tf.math.multiply(dy, self.derivative(x))  # the `*` operator adds µs of dispatch per eager call
 
-    # -- mask-only derivatives (the op keeps one bit per element for the backward pass) ----------------------
-
-    def mask(self, x: tf.Tensor) -> tf.Tensor:
-        """The boolean predicate of ``x`` the derivative depends on, for entries whose derivative is a function of
-        one predicate only (``straight_through``: ``abs(x) <= clip``).
-
-        A surrogate that defines it (a user's too) declares itself mask-only: an op then keeps a bit-packed mask
-        (1 bit per element) for the backward pass instead of ``x``, and computes the gradient with
-        :meth:`vjp_from_mask`. ``derivative(x)`` must equal ``derivative_from_mask(mask(x), x.dtype)`` exactly.
-        """
-        raise NotImplementedError(f"surrogate '{self.name or type(self).__name__}' is not mask-only")
-
     @property
     def mask_only(self) -> bool:
-        """Whether the surrogate defines :meth:`mask` (its derivative is a function of one predicate of ``x``)."""
-        return type(self).mask is not Surrogate.mask
-
-    def derivative_from_mask(self, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-        """The derivative in ``dtype`` from the predicate :meth:`mask` computed (default: 1 where true, else 0)."""
-        return tf.cast(mask, dtype)
-
-    def vjp_from_mask(self, dy: tf.Tensor, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-        """``dy * derivative_from_mask(mask, dtype)``: the same value as :meth:`vjp` for a mask-only entry."""
-        return tf.cast(dy, dtype) * self.derivative_from_mask(mask, dtype)
+        """Whether the derivative is a function of one predicate of ``x`` (the surrogate derives from
+        :class:`MaskOnly`)."""
+        return isinstance(self, MaskOnly)
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         """Evaluate the derivative: ``surrogate(x) == surrogate.derivative(x)``."""
@@ -482,3 +466,49 @@ class Surrogate:
         else:
             target = cls
         return target(**dict(config["params"]))
+
+
+class HasPrimitive(Extension):
+    """Capability of a :class:`Surrogate`: a smooth (or piecewise smooth) function P with P' = d.
+
+    Derive from it beside :class:`Surrogate` (``class Box(Surrogate, HasPrimitive)``) and implement
+    :meth:`primitive`; ``surrogate.has_primitive`` is then true, and ``ste.testing.check_gradient`` compares an op
+    using the surrogate with the autodiff gradient of P.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def primitive(self, x: tf.Tensor) -> tf.Tensor:
+        """P(x), elementwise, in ``x``'s dtype, with P' = d."""
+
+
+class MaskOnly(Extension):
+    """Capability of a :class:`Surrogate` whose derivative is a function of one boolean predicate of ``x``.
+
+    An op using it keeps a bit-packed :meth:`mask` (1 bit per element) for the backward pass instead of ``x``, and
+    computes the gradient with :meth:`vjp_from_mask`. ``derivative(x)`` must equal
+    ``derivative_from_mask(mask(x), x.dtype)`` exactly.
+
+    Class attributes:
+
+    * ``indicator``: True declares that :meth:`derivative_from_mask` is the indicator of the mask (1 where true,
+      0 elsewhere, the default below), so that an op multiplies ``dy`` by the kept bits directly. Leave it False
+      when :meth:`derivative_from_mask` is overridden.
+    """
+
+    __slots__ = ()
+
+    indicator: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def mask(self, x: tf.Tensor) -> tf.Tensor:
+        """The boolean predicate of ``x`` the derivative depends on (``straight_through``: ``abs(x) <= clip``)."""
+
+    def derivative_from_mask(self, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """The derivative in ``dtype`` from the predicate :meth:`mask` computed (default: 1 where true, else 0)."""
+        return tf.cast(mask, dtype)
+
+    def vjp_from_mask(self, dy: tf.Tensor, mask: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """``dy * derivative_from_mask(mask, dtype)``: the same value as ``vjp`` for a mask-only entry."""
+        return tf.cast(dy, dtype) * self.derivative_from_mask(mask, dtype)

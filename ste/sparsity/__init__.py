@@ -17,6 +17,7 @@ from ._callbacks import PruningSummaries, UpdatePruningStep
 from ._layers import PrunableLayer
 from ._mask import apply_mask, magnitude_mask, n_by_m_mask, sr_ste
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
+from ._schedule_names import register_schedule, schedules, unregister_schedule
 from ._wrapper import PruneLowMagnitude
 
 __all__ = [
@@ -34,6 +35,9 @@ __all__ = [
     "n_by_m_mask",
     "prune_low_magnitude",
     "prune_scope",
+    "register_schedule",
+    "schedules",
     "sr_ste",
     "strip_pruning",
+    "unregister_schedule",
 ]

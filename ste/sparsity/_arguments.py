@@ -71,16 +71,6 @@ def check_schedule(owner: str, schedule: Any) -> None:
             f"{owner}: pruning_schedule must be a ste.sparsity.PruningSchedule (ConstantSparsity, PolynomialDecay or "
             f"a subclass); received {schedule!r} ({type(schedule).__name__}). Fix: {_schedule_fix(schedule)}."
         )
-    missing = [
-        name for name in ("__call__", "get_config") if getattr(type(schedule), name) is getattr(PruningSchedule, name)
-    ]
-    if missing:
-        raise ParameterError(
-            f"{owner}: the pruning schedule {type(schedule).__name__} does not define {' and '.join(missing)}, "
-            f"which every PruningSchedule subclass must (__call__(step) -> (should_prune, sparsity), get_config() -> "
-            f"its arguments); received an instance of {type(schedule).__name__}. Fix: define them in "
-            f"{type(schedule).__name__}, or derive it from ConstantSparsity or PolynomialDecay."
-        )
 
 
 def check_arguments(

@@ -7,15 +7,17 @@ scalar, and the float32 fraction of zeros the mask must hold at that step. Pruni
 
 from __future__ import annotations
 
+import abc
 import numbers
 from typing import Any
 
 import keras
 import tensorflow as tf
 
+from .._common._abstract import Extension
 from ..errors import ParameterError, ParameterTypeError
 
-__all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule", "deserialize_schedule", "schedule_arguments"]
+__all__ = ["ConstantSparsity", "PolynomialDecay", "PruningSchedule", "schedule_arguments"]
 
 
 def number_error(value: Any) -> type[ParameterError]:
@@ -85,10 +87,12 @@ def _steps(owner: str, begin_step: Any, end_step: Any, frequency: Any, forever: 
     return begin, end, every
 
 
-class PruningSchedule:
+class PruningSchedule(Extension):
     """Base class of pruning schedules: ``schedule(step) -> (should_prune, sparsity)``.
 
-    Subclasses implement ``__call__`` and ``get_config`` (and register with Keras to be saved with a model);
+    Subclasses implement the abstract ``__call__`` and ``get_config`` (and register with Keras to be saved with a
+    model; :func:`ste.sparsity.register_schedule` names them); see "Write your own pruning schedule" in
+    docs/sparsity.md.
     :meth:`should_prune_in_step` is TFMOT's rule for when to prune. ``get_config`` may return TFMOT's
     ``{"class_name": ..., "config": {arguments}}`` (as ste's schedules do) or the arguments alone; ``from_config``
     reads both.
@@ -104,18 +108,17 @@ class PruningSchedule:
         )
         return tf.logical_and(in_range, tf.equal(tf.math.floormod(step - begin_step, frequency), 0))
 
+    @abc.abstractmethod
     def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
-        raise NotImplementedError(
-            f"ste.sparsity.PruningSchedule: {type(self).__name__} does not define __call__(step) -> (should_prune, "
-            f"sparsity). Fix: define it in {type(self).__name__} (ConstantSparsity's is an example), or derive from "
-            f"ConstantSparsity or PolynomialDecay."
-        )
+        """``(should_prune, sparsity)`` at ``step``: a boolean scalar and the target fraction of zeros (float32).
 
+        Args:
+            step: the training step, an integer scalar (a tensor inside ``tf.function``).
+        """
+
+    @abc.abstractmethod
     def get_config(self) -> dict[str, Any]:
-        raise NotImplementedError(
-            f"ste.sparsity.PruningSchedule: {type(self).__name__} does not define get_config(), which saving a pruned "
-            f"model needs. Fix: define get_config() returning the arguments of {type(self).__name__}'s __init__."
-        )
+        """The arguments of ``__init__`` (saving a pruned model stores them)."""
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> PruningSchedule:
@@ -149,17 +152,6 @@ def schedule_arguments(schedule: PruningSchedule) -> dict[str, Any]:
     """The arguments of ``schedule``, from its ``get_config()`` in TFMOT's format or as a plain dict (a schedule
     class of your own may return either)."""
     return _unwrapped(schedule.get_config())
-
-
-def deserialize_schedule(config: dict[str, Any]) -> PruningSchedule:
-    """The schedule saved as ``config``: Keras's serialization of a schedule, or TFMOT's
-    ``{"class_name": "ConstantSparsity", "config": {...}}`` (no module: ste's two schedules are found by name)."""
-    name = str(config.get("class_name", "")).split(">")[-1]
-    known: dict[str, type[PruningSchedule]] = {"ConstantSparsity": ConstantSparsity, "PolynomialDecay": PolynomialDecay}
-    if "module" not in config and "registered_name" not in config and name in known:
-        return known[name].from_config(config)
-    schedule: PruningSchedule = keras.saving.deserialize_keras_object(config)
-    return schedule
 
 
 @keras.saving.register_keras_serializable(package="ste")

@@ -42,7 +42,8 @@ from ..errors import MissingCallbackError, NotBuiltError, ParameterError, Parame
 from ._arguments import check_arguments
 from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights, unsupported_reason
 from ._mask import GRADIENTS, magnitude_keep, n_by_m_keep
-from ._schedule import ConstantSparsity, deserialize_schedule
+from ._schedule import ConstantSparsity
+from ._schedule_names import deserialize_schedule
 
 __all__ = ["PruneLowMagnitude"]
 

@@ -14,9 +14,11 @@ from ._encoders import delta_encode, latency_encode, rate_encode
 from ._fuse import fuse
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
+from ._leaky import LeakyCell
 from ._li import LI, LICell
 from ._lif import LIF, LIFCell
 from ._loss import RateCrossEntropy, rate_cross_entropy
+from ._names import neurons, register_neuron, unregister_neuron
 from ._nir import from_nir, to_nir
 from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
@@ -38,6 +40,7 @@ __all__ = [
     "Interval",
     "LICell",
     "LIFCell",
+    "LeakyCell",
     "RLIFCell",
     "RSynaptic",
     "RSynapticCell",
@@ -57,11 +60,14 @@ __all__ = [
     "last_membrane",
     "latency_encode",
     "max_membrane",
+    "neurons",
     "plot_membrane",
     "plot_raster",
     "rate_cross_entropy",
     "rate_encode",
+    "register_neuron",
     "spike_count",
     "spike_rate",
     "to_nir",
+    "unregister_neuron",
 ]

@@ -14,13 +14,13 @@ import tensorflow as tf
 
 from ._cell import checked_number
 from ._layer import SpikingRNN
-from ._lif import LIFCell
+from ._leaky import LeakyCell
 
 __all__ = ["ALIF", "ALIFCell"]
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
-class ALIFCell(LIFCell):
+class ALIFCell(LeakyCell):
     """One time step of adaptive LIF neurons: each spike raises the threshold, which decays back with ρ.
 
     Args:
@@ -34,6 +34,7 @@ class ALIFCell(LIFCell):
     """
 
     state_names = ("membrane", "spikes", "adaptation")
+    nir_form = None  # NIR has no adaptive-threshold neuron
 
     def __init__(
         self, beta: float = 0.9, threshold: float = 1.0, *, rho: float = 0.95, adaptation: float = 1.8, **kwargs: Any
@@ -54,8 +55,11 @@ class ALIFCell(LIFCell):
         rho = self.value("rho", dtype)
         new_adapt = rho * adapt + (1 - rho) * spikes
         crossed = base + scale * adapt  # A[t−1], the threshold S[t−1] crossed
-        decayed = self.value("beta", dtype) * membrane
-        return self.integrate(decayed, inputs, spikes, crossed), base + scale * new_adapt, [new_adapt]
+        return (
+            self.integrate(self.decayed(membrane, dtype), inputs, spikes, crossed),
+            base + scale * new_adapt,
+            [new_adapt],
+        )
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -3,7 +3,7 @@
 A cell computes one time step for ``keras.layers.RNN``: ``cell(I[t], states) -> (output, new_states)``. Concrete
 cells (``LIFCell``, ``IFCell``, ``ALIFCell``, ``SynapticCell``, ``RLIFCell``, ...) write only their membrane update
 in :meth:`SpikingCell.step`; this class turns the membrane into spikes with the surrogate op, applies the reset,
-creates the learned parameters and serializes the configuration. ``LICell`` (no spike) replaces ``call``.
+creates the learned parameters and serializes the configuration. ``LICell`` (no spike) returns no threshold.
 
 Reset of the membrane by the previous step's spike ``S[t−1]`` (snnTorch's ``reset_delay=True``):
 
@@ -16,6 +16,7 @@ Reset of the membrane by the previous step's spike ``S[t−1]`` (snnTorch's ``re
 
 from __future__ import annotations
 
+import abc
 import functools
 import inspect
 import math
@@ -26,6 +27,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
+from .._common._abstract import ExtensionMeta
 from .._common._arguments import check_bool
 from .._keras._signatures import forwarding_signature, init_signature
 from ..errors import ParameterError
@@ -87,8 +89,13 @@ def _constant(value: float, shape: Any, dtype: Any = None) -> tf.Tensor:
     return tf.fill(shape, tf.constant(value, dtype or "float32"))
 
 
-class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
+class SpikingCell(keras.layers.Layer, metaclass=ExtensionMeta):  # type: ignore[misc]
     """Base class of the spiking cells: one time step of a neuron population, for ``keras.layers.RNN``.
+
+    A subclass implements :meth:`step` (the membrane update) and lists its states in ``state_names``; see "Write
+    your own neuron" in docs/spiking.md. ``nir_form`` names the NIR node the cell exports as (``"lif"``, ``"if"``,
+    ``"li"``, ``"cuba_lif"``, ``"recurrent_lif"``, ``"recurrent_cuba_lif"``; ``None``: no NIR form); a subclass does
+    not inherit it, since a changed ``step`` is a different neuron.
 
     Args:
         threshold: firing threshold ϑ (> 0).
@@ -109,10 +116,14 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
     state_names: ClassVar[tuple[str, ...]] = ("membrane", "spikes")
     #: Arguments of a base cell that this cell sets itself and refuses (IFCell: ``beta``); kept out of its signature.
     refused_arguments: ClassVar[tuple[str, ...]] = ()
+    #: The NIR node this exact class exports as (see the class docstring); not inherited.
+    nir_form: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # inspect.signature(cls) shows the arguments this cell forwards to its base cell in **kwargs too.
         super().__init_subclass__(**kwargs)
+        if "nir_form" not in vars(cls):
+            cls.nir_form = None  # a NIR form belongs to one neuron: a subclass declares its own
         if "__init__" in cls.__dict__:
             base = next(klass for klass in cls.__mro__[1:] if issubclass(klass, SpikingCell))
             signature = forwarding_signature(init_signature(cls), [inspect.signature(base)], cls.refused_arguments)
@@ -256,12 +267,26 @@ class SpikingCell(keras.layers.Layer):  # type: ignore[misc]
             return decayed * (1 - spikes) + inputs
         return decayed + inputs
 
-    def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-        """(membrane U[t], firing threshold at t, the states after the step other than U and S)."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def step(
+        self, inputs: tf.Tensor, states: Sequence[tf.Tensor]
+    ) -> tuple[tf.Tensor, tf.Tensor | None, list[tf.Tensor]]:
+        """One time step of the membrane: ``(U[t], the firing threshold at t, the other new states)``.
+
+        The cell spikes where ``U[t]`` crosses the threshold (:meth:`call` applies the surrogate op and keeps the
+        spikes as the state ``S``); a neuron that never spikes (``LICell``) returns ``None`` as its threshold and
+        has no ``S`` state.
+
+        Args:
+            inputs: the input current ``I[t]``, ``[batch, units]``.
+            states: the states at ``t − 1``, in the order of ``state_names`` (``U`` first, then ``S`` for a spiking
+                neuron).
+        """
 
     def call(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
         membrane, threshold, others = self.step(inputs, list(states))
+        if threshold is None:  # a neuron that never spikes: its output is the membrane
+            return membrane, [membrane, *others]
         spikes = self.spike(membrane - threshold)
         return (spikes if self.emit == "spikes" else membrane), [membrane, spikes, *others]
 

@@ -28,8 +28,9 @@ class SpikingDense(SynapseLayer):
     Args:
         units: number of neurons.
         neuron: the neuron's cell (``ste.spiking.LIFCell(beta=0.9)``, ``SynapticCell``, ``ALIFCell``, ``RLIFCell``,
-            ``LICell``, ...) or a neuron layer (``ste.spiking.LIF(...)``, whose cell is taken); default
-            ``LIFCell()``. Its dynamics, reset, surrogate and learned parameters are used as they are.
+            ``LICell``, ...), a neuron layer (``ste.spiking.LIF(...)``, whose cell is taken) or a registered neuron
+            name (``"lif"``, see ``ste.spiking.neurons()``), built with its defaults; default ``LIFCell()``. Its
+            dynamics, reset, surrogate and learned parameters are used as they are.
         use_bias: add a bias to the currents (as ``keras.layers.Dense``).
         kernel_initializer: Keras initializer of the ``[features, units]`` kernel.
         bias_initializer: Keras initializer of the bias.

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from ..errors import ParameterError
 from ._layer import SpikingRNN
-from ._lif import LIFCell
+from ._leaky import LeakyCell
 
 __all__ = ["IF", "IFCell"]
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
-class IFCell(LIFCell):
+class IFCell(LeakyCell):
     """One time step of integrate-and-fire neurons: ``U[t] = U[t−1] + I[t] − R[t]`` (a LIF with β = 1).
 
     Args:
@@ -24,6 +26,7 @@ class IFCell(LIFCell):
     """
 
     refused_arguments = ("beta", "learn_beta")
+    nir_form = "if"
 
     def __init__(self, threshold: float = 1.0, **kwargs: Any) -> None:
         for key in self.refused_arguments:
@@ -33,6 +36,11 @@ class IFCell(LIFCell):
                     f"Fix: use ste.spiking.LIF / LIFCell for a leaky neuron."
                 )
         super().__init__(1.0, threshold, **kwargs)
+
+    def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        membrane, spikes = states[0], states[1]
+        threshold = self.value("threshold", inputs.dtype)
+        return self.integrate(self.decayed(membrane, inputs.dtype), inputs, spikes, threshold), threshold, []
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

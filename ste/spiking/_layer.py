@@ -100,7 +100,7 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         unroll: unroll the time loop (as ``keras.layers.RNN``; needs a fixed number of steps).
     """
 
-    cell_class: ClassVar[type[SpikingCell]] = SpikingCell
+    cell_class: ClassVar[type[SpikingCell]] = SpikingCell  # type: ignore[type-abstract]  # set by each layer
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

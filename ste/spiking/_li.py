@@ -40,6 +40,7 @@ class LICell(SpikingCell):
 
     state_names = ("membrane",)
     refused_arguments = _SPIKING_ONLY
+    nir_form = "li"
     beta = LearnedValue()
 
     def __init__(self, beta: float = 0.9, *, learn_beta: bool = False, units: int | None = None, **kwargs: Any) -> None:
@@ -60,9 +61,8 @@ class LICell(SpikingCell):
             out["beta"] = (self.initial("beta"), Interval(0.0, 1.0))
         return out
 
-    def call(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        membrane = self.value("beta", inputs.dtype) * states[0] + inputs
-        return membrane, [membrane]
+    def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, None, list[tf.Tensor]]:
+        return self.value("beta", inputs.dtype) * states[0] + inputs, None, []
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

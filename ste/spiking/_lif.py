@@ -7,21 +7,18 @@ reset mode (``ϑ·S[t−1]`` for ``"subtract"``). snnTorch's ``Leaky(beta, thres
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import keras
 import tensorflow as tf
 
-from .._common._arguments import check_bool
-from ._cell import LearnedValue, SpikingCell, checked_number
-from ._constraint import Interval
 from ._layer import SpikingRNN
+from ._leaky import LeakyCell
 
 __all__ = ["LIF", "LIFCell"]
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
-class LIFCell(SpikingCell):
+class LIFCell(LeakyCell):
     """One time step of leaky integrate-and-fire neurons (snnTorch's ``Leaky``), for ``keras.layers.RNN``.
 
     Args:
@@ -34,29 +31,12 @@ class LIFCell(SpikingCell):
     States: ``[U, S]`` (membrane and last spikes), each ``[batch, units]``.
     """
 
-    beta = LearnedValue()
-
-    def __init__(self, beta: float = 0.9, threshold: float = 1.0, *, learn_beta: bool = False, **kwargs: Any) -> None:
-        super().__init__(threshold, **kwargs)
-        self.beta = checked_number(type(self).__name__, "beta", beta, 0.0, 1.0)
-        self.learn_beta = check_bool(type(self).__name__, "learn_beta", learn_beta)
-
-    def learned_parameters(self) -> dict[str, tuple[float, Interval]]:
-        out = super().learned_parameters()
-        if self.learn_beta:
-            out["beta"] = (self.beta, Interval(0.0, 1.0))
-        return out
+    nir_form = "lif"
 
     def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         membrane, spikes = states[0], states[1]
         threshold = self.value("threshold", inputs.dtype)
-        decayed = self.value("beta", inputs.dtype) * membrane
-        return self.integrate(decayed, inputs, spikes, threshold), threshold, []
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(beta=self.initial("beta"), learn_beta=self.learn_beta)
-        return config
+        return self.integrate(self.decayed(membrane, inputs.dtype), inputs, spikes, threshold), threshold, []
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")

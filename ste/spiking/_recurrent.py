@@ -125,6 +125,8 @@ class RLIFCell(_Recurrent, LIFCell):
     States: ``[U, S]``.
     """
 
+    nir_form = "recurrent_lif"
+
     def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         return super().step(inputs + self.recurrent_input(states[1]), states)
 
@@ -137,6 +139,8 @@ class RSynapticCell(_Recurrent, SynapticCell):
     those of [`SynapticCell`][ste.spiking.SynapticCell] and the recurrent ones of
     [`RLIFCell`][ste.spiking.RLIFCell]. States: ``[U, S, I_syn]``.
     """
+
+    nir_form = "recurrent_cuba_lif"
 
     def synaptic_input(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tf.Tensor:
         return inputs + self.recurrent_input(states[1])

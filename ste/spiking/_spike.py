@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from .._common._arguments import check_bool
 from ..errors import ParameterError
-from ..registry import Surrogate, SurrogateLike, get
+from ..registry import HasPrimitive, Surrogate, SurrogateLike, get
 
 __all__ = ["heaviside", "resolve_surrogate", "spike_op"]
 
@@ -74,8 +74,7 @@ def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..
     a bare ``tf.custom_gradient`` there has a gradient function that captures x, a tensor of the ``while`` body;
     SavedModel re-binds such a capture by name at load, and the re-loaded loop's gradient then fails with
     "tensor ... is out of scope". Inside a function of its own, x is a tensor of that function, which TensorFlow's
-    function gradient hands to the ``while`` gradient as an ordinary output. The wrapper costs nothing measurable:
-    BPTT through ``LIF`` runs at 0.92–1.00× a hand-written loop with a bare ``tf.custom_gradient`` spike
+    function gradient hands to the ``while`` gradient as an ordinary output. Its cost is measured in docs/performance.md
     (``benchmarks/spiking.py``). Forward mode (``tf.autodiff.ForwardAccumulator``) transposes the function's
     backward pass, so the JVP is d(x)·t.
     """
@@ -94,7 +93,9 @@ def spike_op(surrogate: Surrogate, learned: tuple[str, ...] = ()) -> Callable[..
                 return dx
             with tf.GradientTape() as tape:  # Σ dy·∂P(x; θ)/∂θ: autodiff of the primitive
                 tape.watch(values)
-                relaxed = current(values).primitive(x)
+                smooth = current(values)
+                assert isinstance(smooth, HasPrimitive)  # checked when the layer was built
+                relaxed = smooth.primitive(x)
             return (dx, *tape.gradient(relaxed, values, output_gradients=dy))
 
         return heaviside(x), grad

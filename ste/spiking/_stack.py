@@ -24,6 +24,7 @@ from ._cell import SpikingCell
 from ._fused import Stage, fused_stack
 from ._layer import SpikingRNN, time_mask
 from ._lif import LIFCell
+from ._names import NEURONS
 from ._synapse import Synapse
 
 __all__ = ["Fused", "SynapseLayer"]
@@ -80,10 +81,13 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
             neuron = neuron.cell
         if neuron is None:
             neuron = LIFCell()
+        if isinstance(neuron, str):
+            neuron = NEURONS.lookup(neuron, label)()
         if not isinstance(neuron, SpikingCell):
             raise ParameterError(
-                f"{label}: neuron must be a spiking cell (ste.spiking.LIFCell(...), SynapticCell, ...) or a neuron "
-                f"layer (ste.spiking.LIF(...)); received {type(neuron).__name__}."
+                f"{label}: neuron must be a spiking cell (ste.spiking.LIFCell(...), SynapticCell, ...), a neuron "
+                f"layer (ste.spiking.LIF(...)) or a registered neuron name ({', '.join(NEURONS.names())}); received "
+                f"{type(neuron).__name__}."
             )
         self.neuron = neuron
         self.use_bias = check_bool(label, "use_bias", use_bias)

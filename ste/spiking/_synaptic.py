@@ -17,13 +17,13 @@ from .._common._arguments import check_bool
 from ._cell import LearnedValue, checked_number
 from ._constraint import Interval
 from ._layer import SpikingRNN
-from ._lif import LIFCell
+from ._leaky import LeakyCell
 
 __all__ = ["Synaptic", "SynapticCell"]
 
 
 @keras.saving.register_keras_serializable(package="ste.spiking")
-class SynapticCell(LIFCell):
+class SynapticCell(LeakyCell):
     """One time step of current-based synaptic LIF neurons (snnTorch's ``Synaptic``, NIR's ``CubaLIF``).
 
     Args:
@@ -38,10 +38,11 @@ class SynapticCell(LIFCell):
     """
 
     state_names = ("membrane", "spikes", "current")
+    nir_form = "cuba_lif"
     alpha = LearnedValue()
 
     def __init__(self, alpha: float = 0.9, *args: Any, learn_alpha: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # LIFCell's arguments: beta, threshold, reset, surrogate, ...
+        super().__init__(*args, **kwargs)  # LeakyCell's arguments: beta, threshold, reset, surrogate, ...
         self.alpha = checked_number(type(self).__name__, "alpha", alpha, 0.0, 1.0)
         self.learn_alpha = check_bool(type(self).__name__, "learn_alpha", learn_alpha)
 
@@ -57,8 +58,9 @@ class SynapticCell(LIFCell):
 
     def step(self, inputs: tf.Tensor, states: Sequence[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
         current = self.value("alpha", inputs.dtype) * states[2] + self.synaptic_input(inputs, states)
-        membrane, threshold, _ = super().step(current, states)
-        return membrane, threshold, [current]
+        membrane, spikes = states[0], states[1]
+        threshold = self.value("threshold", inputs.dtype)
+        return self.integrate(self.decayed(membrane, inputs.dtype), current, spikes, threshold), threshold, [current]
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

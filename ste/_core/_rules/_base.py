@@ -3,12 +3,14 @@ rebuilding an op from ordinary ops needs (the zero-valued tangent and its checks
 
 from __future__ import annotations
 
+import abc
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from ..._common._abstract import Extension
 from ...errors import GradientShapeError
 from .._gradients import InputSpec
 
@@ -38,47 +40,48 @@ class RuleParts(NamedTuple):
     jvp: Any = None  # the JVP declared by .backward(fn, jvp=...) (a function rule only)
 
 
-class Rule(Protocol):
+class Rule(Extension):
     """Everything the package needs of a backward rule."""
 
     @property
+    @abc.abstractmethod
     def needs_inputs(self) -> bool:
         """Whether :meth:`gradients` reads the forward's inputs (else only their shapes are kept)."""
-        ...
 
     @property
+    @abc.abstractmethod
     def public(self) -> Any:
         """What ``STEFunction.rule`` shows: the Surrogate, the rule function, or ``g``."""
-        ...
 
     @property
+    @abc.abstractmethod
     def elementwise(self) -> bool:
         """Whether the op must be elementwise (one input, one output of the input's shape)."""
-        ...
 
+    @abc.abstractmethod
     def describe(self) -> str:
         """How the rule was attached: ``backward(sigmoid_surrogate(beta=1.0))``, ``backward_like(tanh)``."""
-        ...
 
+    @abc.abstractmethod
     def saved_for_backward(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Any:
         """What the op keeps for :meth:`gradients` (called only when :attr:`needs_inputs`): the inputs, or less
         (a mask-only surrogate or a :func:`ste.mask_rule` rule: a :class:`PackedMask`)."""
-        ...
 
+    @abc.abstractmethod
     def check_call(self, n_inputs: int, kwargs: Mapping[str, Any], op: str) -> None:
         """Before tracing: can the rule serve ``n_inputs`` positional inputs and these keyword hyperparameters?"""
-        ...
 
+    @abc.abstractmethod
     def check_outputs(self, xs: Sequence[tf.Tensor], result: Any, op: str) -> None:
         """While tracing, once the forward has run: can the rule serve these outputs?"""
-        ...
 
+    @abc.abstractmethod
     def gradients(
         self, dy: Any, inputs: Sequence[tf.Tensor] | None, specs: Sequence[InputSpec], kwargs: Mapping[str, Any]
     ) -> Any:
         """One gradient per positional input (``inputs`` is None unless :attr:`needs_inputs`)."""
-        ...
 
+    @abc.abstractmethod
     def rebuild(
         self,
         forward_fn: Callable[..., Any],
@@ -88,15 +91,14 @@ class Rule(Protocol):
         situation: Situation,
     ) -> Any:
         """The op made of ordinary differentiable ops (no custom gradient), or :class:`ste.errors.RuleError`."""
-        ...
 
+    @abc.abstractmethod
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
         """The differentiable function the rule's gradient should equal; None for a hand-written VJP."""
-        ...
 
+    @abc.abstractmethod
     def parts(self) -> RuleParts:
         """What saving the op records: the kind, the public object and the hyperparameters bound to it."""
-        ...
 
 
 def accepted_keywords(fn: Callable[..., Any]) -> frozenset[str] | None:

@@ -23,6 +23,7 @@ from .._gradients import InputSpec, check_gradients, input_spec
 from .._maskrule import declared_mask
 from ._base import (
     Reference,
+    Rule,
     RuleParts,
     Situation,
     accepted_keywords,
@@ -81,7 +82,7 @@ def _refuse_value_function(fn: Callable[..., Any], params: Mapping[str, Any]) ->
         ) from None
 
 
-class CallableRule:
+class CallableRule(Rule):
     """A user-written VJP ``rule(dy, *inputs, **hyperparams)``."""
 
     def __init__(

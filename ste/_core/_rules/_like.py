@@ -10,11 +10,20 @@ import tensorflow as tf
 from ...errors import GradientShapeError, RuleError
 from .._describe import callable_name
 from .._gradients import InputSpec
-from ._base import Reference, RuleParts, Situation, accepted_keywords, check_same_shape, exact_zero, select_accepted
+from ._base import (
+    Reference,
+    Rule,
+    RuleParts,
+    Situation,
+    accepted_keywords,
+    check_same_shape,
+    exact_zero,
+    select_accepted,
+)
 from ._saved import keep_inputs
 
 
-class LikeRule:
+class LikeRule(Rule):
     """``backward_like(g)``: the gradient is the VJP of ``g`` at the forward's inputs."""
 
     def __init__(self, g: Callable[..., Any]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from ...errors import RuleError
-from ...registry import Surrogate
+from ...registry import HasPrimitive, MaskOnly, Surrogate
 from .._bitmask import (
     CallerHeld,
     held_by_caller,
@@ -18,24 +18,24 @@ from .._bitmask import (
     times_mask,
 )
 from .._gradients import InputSpec, check_gradients, input_spec
-from ._base import Reference, RuleParts, Situation, exact_zero, zero_tangent
+from ._base import Reference, Rule, RuleParts, Situation, exact_zero, zero_tangent
 from ._saved import PackedMask, pack_mask, read_after_mask, unpack_mask
 
 
-def _casts_the_mask(surrogate: Surrogate) -> bool:
-    """Whether ``surrogate``'s VJP from a mask is ``dy · tf.cast(mask, dtype)`` (the base class's), so that the
-    mask can be unpacked straight into ``dtype``: the same 0s and 1s, multiplied the same way."""
-    cls = type(surrogate)
-    return cls.vjp_from_mask is Surrogate.vjp_from_mask and cls.derivative_from_mask is Surrogate.derivative_from_mask
+def _casts_the_mask(surrogate: MaskOnly) -> bool:
+    """Whether ``surrogate`` declares its derivative from a mask the mask's 0s and 1s (``MaskOnly.indicator``), so
+    that the mask can be unpacked straight into ``dtype``: the same 0s and 1s, multiplied the same way."""
+    return surrogate.indicator
 
 
-class SurrogateRule:
+class SurrogateRule(Rule):
     """A registry surrogate used as the rule of an elementwise one-input, one-output op."""
 
     def __init__(self, surrogate: Surrogate) -> None:
         self.surrogate = surrogate
         # Properties of an immutable surrogate: read once, not on every call.
-        self._mask_only = surrogate.mask_only
+        self._masked: MaskOnly | None = surrogate if isinstance(surrogate, MaskOnly) else None
+        self._mask_only = self._masked is not None
         self._constant = surrogate.constant_derivative
 
     @property
@@ -53,8 +53,8 @@ class SurrogateRule:
 
     def saved_for_backward(self, xs: Sequence[tf.Tensor], kwargs: Mapping[str, Any]) -> Any:
         x = xs[0]
-        if self._mask_only and keep_bits(x):
-            return pack_mask(self.surrogate.mask(tf.stop_gradient(x)))  # see CallableRule.saved_for_backward
+        if self._masked is not None and keep_bits(x):
+            return pack_mask(self._masked.mask(tf.stop_gradient(x)))  # see CallableRule.saved_for_backward
         if self._mask_only and held_by_caller(x):
             return CallerHeld(xs)
         return xs
@@ -99,10 +99,12 @@ class SurrogateRule:
         if isinstance(inputs, CallerHeld):
             inputs = read_after(dy, inputs)
         if isinstance(inputs, PackedMask):
+            masked = self._masked
+            assert masked is not None  # only a mask-only surrogate keeps a mask
             dtype = specs[0].dtype
-            if _casts_the_mask(self.surrogate):
+            if _casts_the_mask(masked):
                 return times_mask(tf.cast(dy, dtype), read_after_mask(dy, inputs), inputs.shape)
-            return opaque(self.surrogate.vjp_from_mask(dy, unpack_mask(dy, inputs), dtype))
+            return opaque(masked.vjp_from_mask(dy, unpack_mask(dy, inputs), dtype))
         constant = self._constant
         if constant is None:
             assert inputs is not None
@@ -156,6 +158,6 @@ class SurrogateRule:
         return RuleParts("surrogate", self.surrogate, {})
 
     def reference(self, kwargs: Mapping[str, Any]) -> Reference | None:
-        if not self.surrogate.has_primitive:
+        if not isinstance(self.surrogate, HasPrimitive):
             return None
         return Reference(self.surrogate.primitive, f"the autodiff gradient of {self.surrogate!r}'s primitive", True)

@@ -1,5 +1,6 @@
-"""Export of ste's neurons: ``LIF``, ``IF``, ``LI``, ``Synaptic`` (``CubaLIF``, or its two stages for α = 1 or
-β = 1) and the recurrent ``RLIF`` / ``RSynaptic`` (a subgraph of the neuron and its weight), each reset checked."""
+"""Export of ste's neurons by the NIR form each cell class declares (``SpikingCell.nir_form``): ``"lif"``, ``"if"``,
+``"li"``, ``"cuba_lif"`` (``CubaLIF``, or its two stages for α = 1 or β = 1) and ``"recurrent_lif"`` /
+``"recurrent_cuba_lif"`` (a subgraph of the neuron and its weight), each reset checked."""
 
 from __future__ import annotations
 
@@ -10,12 +11,9 @@ import keras
 import numpy as np
 
 from .._cell import SpikingCell
-from .._if import IFCell
 from .._layer import SpikingRNN
-from .._li import LICell
-from .._lif import LIFCell
-from .._recurrent import RLIFCell, RSynapticCell
-from .._synaptic import SynapticCell
+from .._leaky import LeakyCell
+from .._names import NEURONS
 from ._discretization import _tau_of, _unit_if_r, _unit_r
 from ._export_context import _Export, _refuse
 from ._graph import ALPHA_KEY, BETA_KEY, LAYER_KEY, SURROGATE_KEY, _nir
@@ -23,7 +21,7 @@ from ._layout import _nir_shape
 
 
 def _neuron_metadata(layer: keras.layers.Layer, cell: SpikingCell) -> dict[str, Any]:
-    if isinstance(cell, LICell):
+    if type(cell).nir_form == "li":
         return {LAYER_KEY: type(layer).__name__}
     return {LAYER_KEY: type(layer).__name__, SURROGATE_KEY: repr(cell.surrogate)}
 
@@ -36,19 +34,21 @@ def _export_neuron(layer: SpikingRNN, ctx: _Export) -> Any:
             "return_sequences=True, go_backwards=False, return_state=False",
         )
     cell = layer.cell
-    if type(cell) not in _CELLS:
+    form = type(cell).nir_form
+    if form not in _FORMS:
         raise _refuse(
             layer,
-            f"is a neuron ({type(cell).__name__}) NIR has no node for",
-            f"use one of {sorted(c.__name__ for c in _CELLS)}",
+            f"is a neuron ({type(cell).__name__}, nir_form={form!r}) NIR has no node for",
+            f"use a neuron with a NIR form ({', '.join(_with_forms())}), or declare nir_form = one of "
+            f"{sorted(_FORMS)} in {type(cell).__name__} if its step computes that node",
         )
     shape = _nir_shape(ctx.shape)
-    node = _CELLS[type(cell)](layer, cell, ctx.dt, shape)
+    node = _FORMS[form](layer, cell, ctx.dt, shape)
     neuron = node.nodes["neuron"] if isinstance(node, _nir().NIRGraph) else node
     neuron.metadata = _neuron_metadata(layer, cell)
     if hasattr(neuron, "tau") or hasattr(neuron, "tau_mem"):
         neuron.metadata[BETA_KEY] = _current(cell, "beta")
-    if isinstance(cell, SynapticCell):
+    if form in ("cuba_lif", "recurrent_cuba_lif"):
         neuron.metadata[ALPHA_KEY] = _current(cell, "alpha")
     return node
 
@@ -83,7 +83,7 @@ def _check_reset(layer: SpikingRNN, cell: SpikingCell) -> None:
         )
 
 
-def _export_lif(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, ...]) -> Any:
+def _export_lif(layer: SpikingRNN, cell: LeakyCell, dt: float, shape: tuple[int, ...]) -> Any:
     nir = _nir()
     _check_reset(layer, cell)
     beta = _current(cell, "beta")
@@ -102,7 +102,7 @@ def _export_lif(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, .
     )
 
 
-def _export_if(layer: SpikingRNN, cell: LIFCell, dt: float, shape: tuple[int, ...]) -> Any:
+def _export_if(layer: SpikingRNN, cell: LeakyCell, dt: float, shape: tuple[int, ...]) -> Any:
     nir = _nir()
     _check_reset(layer, cell)
     full = np.full(shape, 1.0)
@@ -121,11 +121,11 @@ def _leaky_integrator(decay: float, dt: float, shape: tuple[int, ...]) -> Any:
     return nir.LI(tau=full * tau, r=full * _unit_r(dt, tau), v_leak=full * 0.0)
 
 
-def _export_li(layer: SpikingRNN, cell: LICell, dt: float, shape: tuple[int, ...]) -> Any:
+def _export_li(layer: SpikingRNN, cell: SpikingCell, dt: float, shape: tuple[int, ...]) -> Any:
     return _leaky_integrator(_current(cell, "beta"), dt, shape)
 
 
-def _export_synaptic(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tuple[int, ...]) -> Any:
+def _export_synaptic(layer: SpikingRNN, cell: LeakyCell, dt: float, shape: tuple[int, ...]) -> Any:
     nir = _nir()
     _check_reset(layer, cell)
     if cell.emit == "membrane":
@@ -146,12 +146,12 @@ def _export_synaptic(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tu
     )
 
 
-def _export_synaptic_stages(layer: SpikingRNN, cell: SynapticCell, dt: float, shape: tuple[int, ...]) -> Any:
+def _export_synaptic_stages(layer: SpikingRNN, cell: LeakyCell, dt: float, shape: tuple[int, ...]) -> Any:
     """A synaptic neuron with α = 1 or β = 1 as the subgraph input -> synapse -> neuron -> output: its current
     I_syn[t] = α·I_syn[t−1] + X[t] (NIR's LI, or I for α = 1) feeds its membrane (LIF, or IF for β = 1). CubaLIF
     has no such form: with τ = ∞ it takes no input (its ``dt/τ`` is 0)."""
     nir = _nir()
-    if isinstance(cell, RSynapticCell):
+    if type(cell).nir_form == "recurrent_cuba_lif":
         raise _refuse(
             layer,
             f"is a recurrent synaptic neuron with a decay of 1 (alpha={_current(cell, 'alpha')}, "
@@ -176,7 +176,7 @@ def _export_recurrent(layer: SpikingRNN, cell: Any, dt: float, shape: tuple[int,
     """A recurrent neuron as snnTorch writes RLeaky/RSynaptic: a subgraph input -> neuron -> output, with the
     neuron feeding itself through a Linear/Affine node (NIR's y = W·x, so W = Vᵀ)."""
     nir = _nir()
-    base = _export_synaptic if isinstance(cell, SynapticCell) else _export_lif
+    base = _export_synaptic if type(cell).nir_form == "recurrent_cuba_lif" else _export_lif
     neuron = base(layer, cell, dt, shape)
     kernel = np.asarray(cell._learned["recurrent_kernel"].numpy())
     weight = kernel.T if cell.all_to_all else np.diag(kernel)
@@ -195,11 +195,17 @@ def _export_recurrent(layer: SpikingRNN, cell: Any, dt: float, shape: tuple[int,
     return nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
 
 
-_CELLS: dict[type[SpikingCell], Callable[..., Any]] = {
-    LIFCell: _export_lif,
-    IFCell: _export_if,
-    LICell: _export_li,
-    SynapticCell: _export_synaptic,
-    RLIFCell: _export_recurrent,
-    RSynapticCell: _export_recurrent,
+#: NIR form (``SpikingCell.nir_form``) -> exporter(layer, cell, dt, shape).
+_FORMS: dict[str, Callable[..., Any]] = {
+    "lif": _export_lif,
+    "if": _export_if,
+    "li": _export_li,
+    "cuba_lif": _export_synaptic,
+    "recurrent_lif": _export_recurrent,
+    "recurrent_cuba_lif": _export_recurrent,
 }
+
+
+def _with_forms() -> list[str]:
+    """The registered neurons (``ste.spiking.neurons()``) whose cell declares a NIR form."""
+    return [name for name, cls in NEURONS.items() if cls.nir_form in _FORMS]

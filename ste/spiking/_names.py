@@ -1,0 +1,89 @@
+"""Neuron names: ``ste.spiking.register_neuron(name)(Cell)`` and the built-in neurons under their names.
+
+``SpikingDense(units, neuron="lif")`` (and the other synapse layers) build the named cell with its defaults. The
+table is a :class:`ste._common._names.NameTable`, as the surrogate
+registry's: a name is a Python identifier that is not a keyword (integrate-and-fire is ``"if_"``), replacing one
+needs ``replace=True``, and an unknown name gets did-you-mean suggestions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .._common._abstract import missing_methods
+from .._common._names import NameTable
+from ..errors import MissingMethodError, ParameterError, RegistrationError
+from ._alif import ALIFCell
+from ._cell import SpikingCell
+from ._if import IFCell
+from ._li import LICell
+from ._lif import LIFCell
+from ._recurrent import RLIFCell, RSynapticCell
+from ._synaptic import SynapticCell
+
+__all__ = ["NEURONS", "neurons", "register_neuron", "unregister_neuron"]
+
+C = TypeVar("C", bound=type[SpikingCell])
+
+NEURONS: NameTable[type[SpikingCell]] = NameTable(
+    "neuron", ParameterError, " Fix: pass a registered name, a ste.spiking cell instance, or register the cell."
+)
+
+
+def _check_cell(name: str, cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, SpikingCell)):
+        raise RegistrationError(
+            f"cannot register the neuron {name!r}: expected a ste.spiking.SpikingCell subclass; received "
+            f"{type(cls).__name__} {cls!r}. Fix: register the cell class (class MyCell(ste.spiking.LeakyCell))."
+        )
+    if cls.__abstractmethods__:
+        raise MissingMethodError(
+            f"cannot register the neuron {name!r}: {cls.__qualname__} does not implement "
+            f"{', '.join(sorted(cls.__abstractmethods__))}:\n{missing_methods(cls)}\n"
+            f"Fix: define {' and '.join(sorted(cls.__abstractmethods__))} in {cls.__qualname__}."
+        )
+
+
+def register_neuron(name: str, *, replace: bool = False) -> Callable[[C], C]:
+    """A class decorator registering a spiking cell under ``name`` (``SpikingDense(units, neuron=name)``).
+
+    Args:
+        name: a Python identifier that is not a keyword.
+        replace: overwrite an existing name (a built-in included); otherwise
+            :class:`ste.errors.RegistrationError`.
+    """
+    NEURONS.check_name(name)
+
+    def decorate(cls: C) -> C:
+        _check_cell(name, cls)
+        NEURONS.register(name, cls, replace=replace)
+        return cls
+
+    return decorate
+
+
+def unregister_neuron(name: str) -> type[SpikingCell]:
+    """Remove the neuron ``name`` and return its cell class.
+
+    Args:
+        name: a registered neuron name.
+    """
+    return NEURONS.unregister(name)
+
+
+def neurons() -> list[str]:
+    """The registered neuron names, sorted."""
+    return NEURONS.names()
+
+
+for _name, _cls in (
+    ("lif", LIFCell),
+    ("if_", IFCell),
+    ("alif", ALIFCell),
+    ("li", LICell),
+    ("synaptic", SynapticCell),
+    ("rlif", RLIFCell),
+    ("rsynaptic", RSynapticCell),
+):
+    NEURONS.register(_name, _cls)

@@ -1,0 +1,101 @@
+"""Every extension point is an abstract base class: a subclass missing an abstract method is refused when it is
+instantiated (or registered) with ste.errors.MissingMethodError, which names the method, its base and the fix;
+optional capabilities are declared by deriving from a small abstract base."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ste
+
+
+class _NoDerivative(ste.registry.Surrogate):
+    pass
+
+
+class _NoForward(ste.quantizers.SurrogateQuantizer):
+    pass
+
+
+class _NoStep(ste.spiking.LeakyCell):
+    pass
+
+
+class _NoCall(ste.quantizers.Quantizer):
+    pass
+
+
+class _NoMask(ste.registry.Surrogate, ste.registry.MaskOnly):
+    def derivative(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.ones_like(x)
+
+
+@pytest.mark.parametrize(
+    "cls,missing,base",
+    [
+        (_NoDerivative, "derivative", "Surrogate"),
+        (_NoForward, "forward_fn", "SurrogateQuantizer"),
+        (_NoStep, "step", "SpikingCell"),
+        (_NoCall, "call", "Quantizer"),
+        (_NoMask, "mask", "MaskOnly"),
+    ],
+)
+def test_an_incomplete_subclass_is_refused_at_instantiation(cls: type, missing: str, base: str) -> None:
+    with pytest.raises(ste.errors.MissingMethodError) as info:
+        cls()
+    message = str(info.value)
+    assert isinstance(info.value, TypeError)
+    for fragment in (cls.__qualname__, missing, base, "Fix: define"):
+        assert fragment in message, (fragment, message)
+
+
+@pytest.mark.parametrize(
+    "register,cls",
+    [
+        (lambda cls: ste.registry.register("incomplete_entry", cls), _NoDerivative),
+        (lambda cls: ste.spiking.register_neuron("incomplete_entry")(cls), _NoStep),
+    ],
+    ids=["surrogate", "neuron"],
+)
+def test_an_incomplete_class_is_refused_at_registration(register: Any, cls: type) -> None:
+    with pytest.raises(ste.errors.MissingMethodError, match="Fix: define"):
+        register(cls)
+    assert "incomplete_entry" not in ste.registry.names() + ste.spiking.neurons()
+
+
+def test_capabilities_are_declared_by_base_class() -> None:
+    class Plain(ste.registry.Surrogate):
+        def derivative(self, x: tf.Tensor) -> tf.Tensor:
+            return tf.ones_like(x)
+
+        def primitive(self, x: tf.Tensor) -> tf.Tensor:  # not declared: not used as the reference
+            return x
+
+    class Declared(Plain, ste.registry.HasPrimitive):
+        pass
+
+    assert not Plain().has_primitive and Declared().has_primitive
+    assert not Plain().mask_only
+    assert ste.registry.get("straight_through").mask_only and ste.registry.get("boxcar").mask_only
+
+
+def test_a_subclass_that_changes_the_step_does_not_inherit_the_nir_form() -> None:
+    class Faster(ste.spiking.LIFCell):
+        def step(self, inputs: tf.Tensor, states: Any) -> Any:
+            return super().step(2 * inputs, states)
+
+    assert ste.spiking.LIFCell.nir_form == "lif" and Faster.nir_form is None
+
+
+def test_li_steps_like_the_other_neurons() -> None:
+    x = np.random.default_rng(1).normal(size=(2, 6, 3)).astype("float32")
+    got = ste.spiking.LI(beta=0.7)(x).numpy()
+    u, expected = np.zeros((2, 3), np.float32), []
+    for t in range(6):
+        u = np.float32(0.7) * u + x[:, t]
+        expected.append(u)
+    np.testing.assert_allclose(got, np.stack(expected, axis=1), rtol=1e-6)
