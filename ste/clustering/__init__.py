@@ -14,6 +14,7 @@ from ._api import cluster_scope, cluster_weights, strip_clustering
 from ._clusterable import ClusterableLayer
 from ._config import CentroidInitialization, GradientAggregation
 from ._init_methods import initial_centroids
+from ._init_names import inits, register_init, unregister_init
 from ._op import cluster_assign, cluster_indices
 from ._wrapper import ClusterWeights
 
@@ -27,5 +28,8 @@ __all__ = [
     "cluster_scope",
     "cluster_weights",
     "initial_centroids",
+    "inits",
+    "register_init",
     "strip_clustering",
+    "unregister_init",
 ]

@@ -20,6 +20,7 @@ from .._keras._scopes import custom_object_scope
 from ..errors import ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, has_kernel
 from ._config import CentroidInitialization, GradientAggregation, member
+from ._init_names import init_name
 from ._rewrites import Cluster, Strip
 from ._wrapper import ClusterWeights, check_clusters
 
@@ -81,7 +82,8 @@ def cluster_weights(
     :class:`ClusterWeights` around a copy of it: the model or layer given is never changed, and the clustered model
     is not compiled (compile it, as TFMOT's result). Its kernel then has at most ``number_of_clusters`` distinct
     values: ``centroids[argmin |w - c|]``, with centroids initialized by ``cluster_centroids_init``
-    (:class:`CentroidInitialization`) and trained with the latent weights (the gradient of each centroid is the sum
+    (a :class:`CentroidInitialization` member, or a name registered with :func:`ste.clustering.register_init`) and
+    trained with the latent weights (the gradient of each centroid is the sum
     of its members' gradients, the latent weights get the straight-through gradient).
 
     ``preserve_sparsity=True`` keeps the zeros of a pruned kernel exactly zero (TFMOT's sparsity-preserving
@@ -94,7 +96,7 @@ def cluster_weights(
     preserve_sparsity = check_bool(_OWNER, "preserve_sparsity", preserve_sparsity)
     strict = check_bool(_OWNER, "strict", strict)
     k = check_clusters(number_of_clusters, preserve_sparsity, _OWNER)
-    init = member(CentroidInitialization, cluster_centroids_init, _OWNER, "cluster_centroids_init")
+    init = init_name(cluster_centroids_init, _OWNER)
     aggregation = member(GradientAggregation, cluster_gradient_aggregation, _OWNER, "cluster_gradient_aggregation")
 
     def wrapper(layer: keras.layers.Layer) -> ClusterWeights:

@@ -20,6 +20,9 @@ class CentroidInitialization(str, enum.Enum):
       30-point grid).
     * ``KMEANS_PLUS_PLUS``: k-means++ seeding (TensorFlow's ``KmeansPlusPlusInitialization`` kernel with TFMOT's
       seed 9), so each centroid is one of the weights.
+
+    Each is registered under its name in lower case (``"linear"``); ``cluster_centroids_init`` also takes a name
+    registered with :func:`ste.clustering.register_init`.
     """
 
     LINEAR = "LINEAR"

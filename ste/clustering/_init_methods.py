@@ -1,7 +1,9 @@
 """The initial centroids of a weight tensor, by TFMOT's four methods (``clustering_centroids.py``), computed eagerly.
 
-Every method works on the flattened weights, in float32 (float64 for a float64 weight) and returns ``k`` centroids
-in the weight's dtype:
+The four are registered in :data:`ste.clustering._init_names.INITS` under ``"linear"``, ``"random"``,
+``"density_based"`` and ``"kmeans_plus_plus"``; a function registered with :func:`ste.clustering.register_init`
+runs the same way. Every method works on the flattened weights, in float32 (float64 for a float64 weight) and returns
+``k`` centroids in the weight's dtype:
 
 * ``LINEAR``: ``linspace(min(w), max(w), k)``.
 * ``RANDOM``: ``uniform(min(w), max(w))``, ``k`` draws from Keras's seed generator.
@@ -21,13 +23,14 @@ becomes ``min(0.01, min(|min|, |max|) / 2)`` of the side.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from ._config import CentroidInitialization
+from ..errors import ParameterError
+from ._init_names import INITS, CentroidInit, init_name
 
 __all__ = ["initial_centroids"]
 
@@ -83,21 +86,29 @@ def _kmeans_plus_plus(w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tenso
     return centroids
 
 
-_METHODS: dict[CentroidInitialization, Callable[[tf.Tensor, int, bool], tf.Tensor]] = {
-    CentroidInitialization.LINEAR: _linear,
-    CentroidInitialization.RANDOM: _random,
-    CentroidInitialization.DENSITY_BASED: _density_based,
-    CentroidInitialization.KMEANS_PLUS_PLUS: _kmeans_plus_plus,
-}
+for _name, _init in (
+    ("linear", _linear),
+    ("random", _random),
+    ("density_based", _density_based),
+    ("kmeans_plus_plus", _kmeans_plus_plus),
+):
+    INITS.register(_name, _init)
 
 
-def _interval(method: CentroidInitialization, w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
+def _interval(name: str, init: CentroidInit, w: tf.Tensor, k: int, preserve_sparsity: bool) -> tf.Tensor:
     if k <= 0:
         return tf.zeros([0], w.dtype)
-    return _METHODS[method](w, k, preserve_sparsity)
+    centroids = tf.cast(tf.convert_to_tensor(init(w, k, preserve_sparsity)), w.dtype)
+    if centroids.shape.rank != 1 or centroids.shape[0] != k:
+        raise ParameterError(
+            f"ste.clustering.initial_centroids: the initialization {name!r} ({getattr(init, '__qualname__', init)}) "
+            f"returned centroids of shape {tuple(centroids.shape)} for number_of_clusters={k}; expected shape "
+            f"({k},). Fix: return number_of_clusters centroids as a 1-D tensor."
+        )
+    return centroids
 
 
-def _zero_centroid(method: CentroidInitialization, w: tf.Tensor, k: int) -> tf.Tensor:
+def _zero_centroid(name: str, init: CentroidInit, w: tf.Tensor, k: int) -> tf.Tensor:
     negative = tf.boolean_mask(w, w < 0)
     positive = tf.boolean_mask(w, w > 0)
     nonzero = int(tf.size(negative)) + int(tf.size(positive))
@@ -107,23 +118,32 @@ def _zero_centroid(method: CentroidInitialization, w: tf.Tensor, k: int) -> tf.T
     n_negative = int(np.round((k - 1) * (int(tf.size(negative)) / nonzero)))  # numpy and TF both round half to even
     n_positive = k - 1 - n_negative
     return tf.concat(
-        [_interval(method, negative, n_negative, True), zero, _interval(method, positive, n_positive, True)], axis=0
+        [_interval(name, init, negative, n_negative, True), zero, _interval(name, init, positive, n_positive, True)],
+        axis=0,
     )
 
 
-def initial_centroids(
-    weights: tf.Tensor, k: int, method: CentroidInitialization, preserve_sparsity: bool = False
-) -> tf.Tensor:
+def initial_centroids(weights: tf.Tensor, k: int, method: Any, preserve_sparsity: bool = False) -> tf.Tensor:
     """``k`` initial centroids of ``weights`` (any shape) by ``method``, in the weights' dtype (see the module
-    docstring). Runs eagerly (inside ``tf.init_scope``)."""
+    docstring). Runs eagerly (inside ``tf.init_scope``).
+
+    Args:
+        weights: the weight tensor.
+        k: the number of centroids.
+        method: a :class:`CentroidInitialization` member, its name or string value, or a name registered with
+            :func:`ste.clustering.register_init`.
+        preserve_sparsity: one centroid exactly 0, the others split between the negative and the positive weights.
+    """
+    name = init_name(method, "ste.clustering.initial_centroids", "method")
+    init = INITS.lookup(name)
     with tf.init_scope():
         dtype = tf.as_dtype(weights.dtype)
         compute = tf.float64 if dtype == tf.float64 else tf.float32
         w = tf.reshape(tf.cast(tf.convert_to_tensor(weights), compute), [-1])
         if preserve_sparsity:
-            centroids = _zero_centroid(method, w, k)
+            centroids = _zero_centroid(name, init, w, k)
         else:
-            centroids = _interval(method, w, k, False)
+            centroids = _interval(name, init, w, k, False)
         missing = k - int(centroids.shape[0])
         if missing > 0:  # every weight is zero: the zero centroid only
             centroids = tf.concat([centroids, tf.zeros([missing], compute)], axis=0)

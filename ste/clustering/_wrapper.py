@@ -31,6 +31,7 @@ from ..errors import NotBuiltError, ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered
 from ._config import CentroidInitialization, GradientAggregation, member
 from ._init_methods import initial_centroids
+from ._init_names import init_member, init_name
 from ._op import cluster_assign, cluster_indices
 
 __all__ = ["ClusterWeights", "check_clusters"]
@@ -90,9 +91,9 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
             )
         preserve_sparsity = check_bool(owner, "preserve_sparsity", preserve_sparsity)
         self.number_of_clusters = check_clusters(number_of_clusters, preserve_sparsity, owner)
-        self.cluster_centroids_init = member(
-            CentroidInitialization, cluster_centroids_init, owner, "cluster_centroids_init"
-        )
+        self._init_name = init_name(cluster_centroids_init, owner)
+        #: TFMOT's attribute: a CentroidInitialization member for a built-in initialization, else its name.
+        self.cluster_centroids_init = init_member(self._init_name)
         self.cluster_gradient_aggregation = member(
             GradientAggregation, cluster_gradient_aggregation, owner, "cluster_gradient_aggregation"
         )
@@ -165,9 +166,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
                 )
             with tf.init_scope():
                 value = tf.convert_to_tensor(variable.value)
-                start = initial_centroids(
-                    value, self.number_of_clusters, self.cluster_centroids_init, self.preserve_sparsity
-                )
+                start = initial_centroids(value, self.number_of_clusters, self._init_name, self.preserve_sparsity)
             centroids = self.add_weight(
                 name=f"cluster_centroids_{name}",
                 shape=(self.number_of_clusters,),
@@ -234,7 +233,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
             **super().get_config(),
             "layer": keras.saving.serialize_keras_object(self.layer),
             "number_of_clusters": self.number_of_clusters,
-            "cluster_centroids_init": self.cluster_centroids_init.value,
+            "cluster_centroids_init": self._init_name,
             "preserve_sparsity": self.preserve_sparsity,
             "cluster_gradient_aggregation": self.cluster_gradient_aggregation.value,
         }

@@ -1,5 +1,5 @@
-"""One registry design for surrogates, quantizers, constraints, QAT schemes, pruning schedules and spiking neurons,
-tested the same way on each.
+"""One registry design for surrogates, quantizers, constraints, QAT schemes, pruning schedules, spiking neurons and
+centroid initializations, tested the same way on each.
 
 For every table: replacing a name (a built-in included) needs ``replace=True``; a name a spec string cannot reach is
 refused at registration; names are NFKC-normalised as Python normalises identifiers (checked against ``ast``,
@@ -58,11 +58,25 @@ class _Doubler(ste.spiking.LICell):
         return states[0] + 2 * inputs, None, []
 
 
+def _sevens() -> Callable[[tf.Tensor, int, bool], tf.Tensor]:
+    """A user's centroid initialization (a fresh function each time): every centroid 7."""
+
+    def sevens(weights: tf.Tensor, number_of_clusters: int, preserve_sparsity: bool) -> tf.Tensor:
+        return tf.fill([number_of_clusters], tf.constant(7.0, weights.dtype))
+
+    return sevens
+
+
+def _centroids(name: str) -> np.ndarray:
+    """The centroids ``initial_centroids`` computes with the initialization ``name``."""
+    return np.asarray(ste.clustering.initial_centroids(tf.constant([1.0, 2.0, 3.0, 4.0]), 2, name))
+
+
 @dataclass
 class Table:
     kind: str
     register: Callable[..., Any]  # register(name, replace=False) -> registers a fresh entry
-    unregister: Callable[[str], None]
+    unregister: Callable[[str], Any]
     names: Callable[[], list[str]]
     build: Callable[[str], Any]  # name or spec -> instance
     is_ours: Callable[[Any], bool]  # whether an instance comes from the test entry
@@ -161,6 +175,19 @@ TABLES = [
         "lif",
         lambda name: ste.spiking._names.NEURONS.lookup(name),
         lambda name, entry: ste.spiking.register_neuron(name, replace=True)(entry),
+        spec=False,
+    ),
+    Table(
+        "initialization",
+        lambda name, replace=False: ste.clustering.register_init(name, replace=replace)(_sevens()),
+        ste.clustering.unregister_init,
+        ste.clustering.inits,
+        _centroids,
+        lambda centroids: centroids.tolist() == [7.0, 7.0],
+        ste.errors.ParameterError,
+        "linear",
+        lambda name: ste.clustering._init_names.INITS.lookup(name),
+        lambda name, entry: ste.clustering.register_init(name, replace=True)(entry),
         spec=False,
     ),
 ]
