@@ -102,6 +102,56 @@ class _Negate(keras.constraints.Constraint):  # type: ignore[misc]
         return -w
 
 
+class _Scaled(ste.quantizers.Quantizer):
+    """A user's quantizer with a trainable scale, declared."""
+
+    has_weights = True
+
+    def build(self, input_shape: Any) -> None:
+        self.scale = self.add_weight(name="scale", shape=(), initializer="ones")
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return tf.convert_to_tensor(inputs) * tf.cast(self.scale, inputs.dtype)
+
+
+class _Undeclared(_Scaled):
+    """The same quantizer without the declaration."""
+
+    has_weights = False
+
+
+class _HalveBuilt(_Halve):
+    """A quantizer with a build of its own that adds no weights: an activation function like any other."""
+
+    def build(self, input_shape: Any) -> None:
+        self.half = 0.5
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return tf.convert_to_tensor(inputs) * self.half
+
+
+def test_the_weights_declaration_decides_whether_a_quantizer_is_an_activation() -> None:
+    ste.quantizers.register("scaled_test")(_Scaled)
+    ste.quantizers.register("halve_built_test")(_HalveBuilt)
+    try:
+        with pytest.raises(ValueError, match="Could not interpret"):
+            keras.activations.get("scaled_test")
+        np.testing.assert_array_equal(np.asarray(keras.activations.get("halve_built_test")(tf.constant([3.0]))), [1.5])
+    finally:
+        ste.quantizers.unregister("scaled_test")
+        ste.quantizers.unregister("halve_built_test")
+
+
+def test_an_activation_that_creates_weights_without_declaring_them_is_refused() -> None:
+    ste.quantizers.register("undeclared_test")(_Undeclared)
+    try:
+        activation = keras.activations.get("undeclared_test")
+        with pytest.raises(ste.errors.RegistrationError, match=r"created weights.*Fix: declare has_weights = True"):
+            activation(tf.constant([3.0]))
+    finally:
+        ste.quantizers.unregister("undeclared_test")
+
+
 def test_registering_a_keras_name_leaves_keras_meaning_and_unregister_cleans_up() -> None:
     relu, non_neg = keras.activations.get("relu"), type(keras.constraints.get("non_neg"))
     ste.quantizers.register("relu")(_Halve)

@@ -11,9 +11,10 @@ strings. So the quantizer and constraint tables publish their names into those t
 * A constraint name maps to its class (Keras instantiates it with default arguments, as for ``"max_norm"``).
 * A quantizer name maps to a module-level function ``name(x)`` that applies a default instance of the quantizer,
   registered with ``keras.saving.register_keras_serializable(package="ste.activation")`` so that a model using it
-  saves and loads with ``safe_mode=True``. Only stateless quantizers (no ``build`` of their own, hence no weights)
-  are published: a quantizer with a trainable step or clipping level (``lsq``, ``pact``) is a layer, not an
-  activation function.
+  saves and loads with ``safe_mode=True``. Only quantizers without weights are published: a quantizer declaring
+  ``has_weights = True`` (a trainable step or clipping level: ``lsq``, ``pact``) is a layer, not an activation
+  function. A published quantizer that creates weights all the same is refused when the function first runs
+  (:class:`ste.errors.RegistrationError` naming the declaration to add).
 * A quantizer or constraint class registered by ste name only is also registered with Keras's serialization, so that
   a model using it loads again (after importing the module that registers it).
 """
@@ -27,6 +28,8 @@ from typing import Any
 import keras
 from keras.src import activations as _keras_activations
 from keras.src import constraints as _keras_constraints
+
+from ..errors import RegistrationError
 
 __all__ = ["ACTIVATION_PACKAGE", "publish_activation", "publish_constraint", "publish_function"]
 
@@ -68,11 +71,6 @@ def publish_constraint(name: str, cls: type[Any] | None) -> None:
     _publish(_keras_constraints.ALL_OBJECTS_DICT, name, cls)
 
 
-def is_stateless(cls: type[Any]) -> bool:
-    """Whether a quantizer class keeps no weights (it does not override ``keras.layers.Layer.build``)."""
-    return getattr(cls, "build", None) is keras.layers.Layer.build
-
-
 def _activation(name: str, cls: type[Any]) -> Callable[[Any], Any]:
     instances: list[Any] = []
 
@@ -81,7 +79,14 @@ def _activation(name: str, cls: type[Any]) -> Callable[[Any], Any]:
             with _LOCK:
                 if not instances:
                     instances.append(cls(name=f"{name}_activation"))
-        return instances[0](x)
+        y = instances[0](x)
+        if instances[0].weights:
+            raise RegistrationError(
+                f"the Keras activation {name!r} applies the quantizer {cls.__qualname__}, which created weights "
+                f"({', '.join(w.path for w in instances[0].weights)}) that no model would train or save. Fix: "
+                f"declare has_weights = True in {cls.__qualname__} and use it as a layer, not as activation={name!r}."
+            )
+        return y
 
     activation.__name__ = activation.__qualname__ = name
     activation.__module__ = __name__
@@ -95,14 +100,14 @@ def publish_function(name: str, function: Callable[..., Any]) -> None:
     _publish(_keras_activations.ALL_OBJECTS_DICT, name, function)
 
 
-def publish_activation(name: str, cls: type[Any] | None) -> None:
+def publish_activation(name: str, cls: type[Any] | None, has_weights: bool = False) -> None:
     """Make ``keras.activations.get(name)`` apply a default ``cls`` quantizer (``None``: remove it).
 
-    Quantizers with weights are not published (and a name they replace is removed).
+    A quantizer with weights (``has_weights``) is not published, and a name it replaces is removed.
     """
     _make_serializable("ste.quantizer", cls)
     table = _keras_activations.ALL_OBJECTS_DICT
-    if cls is None or not is_stateless(cls):
+    if cls is None or has_weights:
         _publish(table, name, None)
         return
     _publish(table, name, _activation(name, cls))

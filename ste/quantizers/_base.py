@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 import keras
 import tensorflow as tf
@@ -33,7 +33,13 @@ from ..registry import get as get_surrogate
 
 __all__ = ["Quantizer", "QuantizerLike", "get", "lookup", "names", "register", "serialize", "unregister"]
 
-_TABLE: NameTable[type[Quantizer]] = NameTable("quantizer", UnknownQuantizerError, on_change=publish_activation)
+
+def _publish(name: str, cls: type[Quantizer] | None) -> None:
+    """Tell Keras's activation lookup of a registered (``cls``) or removed (``None``) quantizer name."""
+    publish_activation(name, cls, has_weights=cls is not None and cls.has_weights)
+
+
+_TABLE: NameTable[type[Quantizer]] = NameTable("quantizer", UnknownQuantizerError, on_change=_publish)
 
 Q = TypeVar("Q", bound="type[Quantizer]")
 
@@ -46,12 +52,16 @@ class Quantizer(keras.layers.Layer, metaclass=ExtensionMeta):  # type: ignore[mi
 
     Attributes:
         precision: the number of bits of the output values (``None`` when not fixed); used by :func:`ste.summary`.
+        has_weights: a class attribute; True declares that :meth:`build` adds weights (a trainable step size or
+            clipping level). Such a quantizer is a layer only: its name is not a Keras activation function
+            (``keras.activations.get(name)``), since an activation function cannot own weights.
 
     Subclasses implement :meth:`call`. Inputs are never autocast (``autocast=False``): the output has the input's
     dtype. Calling a stateless quantizer on a plain tensor or array works like calling a function.
     """
 
     precision: int | None = None
+    has_weights: ClassVar[bool] = False
 
     def __init__(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("autocast", False)

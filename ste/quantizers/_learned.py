@@ -118,6 +118,8 @@ class LSQ(Quantizer):
     replicated tensor under R replicas is √R too small).
     """
 
+    has_weights = True  # the trainable step size s
+
     def __init__(self, bits: int = 4, signed: bool = True, sharded: bool = True, **kwargs: Any) -> None:
         signed = check_bool("LSQ", "signed", signed)
         sharded = check_bool(
@@ -247,6 +249,8 @@ class PACT(Quantizer):
     ∂/∂x = 1[0 <= x <= α]; ∂/∂α = 1[x >= α], summed over x. α starts at ``alpha`` and is not constrained
     (keep it positive, e.g. with weight decay as in the paper). Spec name ``"pact"``.
     """
+
+    has_weights = True  # the trainable clipping level α
 
     def __init__(self, bits: int = 4, alpha: float = 6.0, **kwargs: Any) -> None:
         self.bits = check_bits("PACT", bits)
