@@ -4,9 +4,12 @@ Two kinds, one class:
 
 * the config itself, ``QuantizeConfig(quantize_output=True)`` or ``(float=True)``, for a layer the scheme does not
   cover: quantize around it, pass a quantized input through, or keep it float without a warning;
-* a subclass that carries its own quantizers, TFMOT's way: it overrides ``get_weights_and_quantizers``,
-  ``get_activations_and_quantizers`` and/or ``get_output_quantizers`` (and ``set_quantize_activations``,
-  ``get_config``). Its layer is a compute layer, quantized by :class:`ste.qat.QuantizeWrapper` through
+* a subclass, TFMOT's way: it carries its own quantizers, returned by ``get_weights_and_quantizers``,
+  ``get_activations_and_quantizers`` and ``get_output_quantizers`` (and implements ``set_quantize_activations``,
+  ``get_config``), as every subclass of TFMOT's abstract ``QuantizeConfig`` does. This is declared by the class,
+  not detected: :attr:`QuantizeConfig.carries_quantizers` is False for ``QuantizeConfig`` itself and True for a
+  subclass, which may set ``carries_quantizers = False`` to be a plain per-layer choice. Its layer is a compute
+  layer, quantized by :class:`ste.qat.QuantizeWrapper` through
   :meth:`QuantizeConfig.scheme`, a :class:`ste.qat.Scheme` on the same path as the built-in ones: its inputs are
   quantized by the model's scheme where needed, its weights, activations and outputs by the config. What the
   methods return is checked when the wrapper is built (see :class:`ste.qat.QuantizeWrapper`): lists of (weight or
@@ -31,16 +34,15 @@ from ._wrapper import QuantizeWrapper
 
 __all__ = ["QuantizeConfig"]
 
-_OWN = ("get_weights_and_quantizers", "get_activations_and_quantizers", "get_output_quantizers")
-
 
 class QuantizeConfig:
     """A per-layer choice for :func:`ste.qat.quantize_annotate_layer` (see the module docstring).
 
     ``quantize_output=True`` quantizes the layer's inputs and its output (the layer itself is kept as it is, e.g. a
     custom activation); ``quantize_output=False`` passes a quantized input through; ``float=True`` keeps the layer
-    float without a warning. A subclass that overrides TFMOT's methods below quantizes the layer with its own
-    quantizers (those two arguments are then unused, but for ``float=True``).
+    float without a warning. A subclass (TFMOT's way) quantizes the layer with the quantizers TFMOT's methods
+    below return (those two arguments are then unused, but for ``float=True``), unless it declares
+    ``carries_quantizers = False``.
     """
 
     quantize_output: bool = True
@@ -90,21 +92,24 @@ class QuantizeConfig:
 
     # -- how the rewrite uses it ------------------------------------------------------------------------
 
+    @property
     def carries_quantizers(self) -> bool:
-        """Whether this config quantizes the layer itself: its class overrides one of TFMOT's ``get_*`` methods."""
-        return any(getattr(type(self), name) is not getattr(QuantizeConfig, name) for name in _OWN)
+        """Whether this config quantizes the layer with its own quantizers (the ``get_*`` methods): False for
+        ``QuantizeConfig`` itself, True for a subclass; a subclass overrides it with a class attribute
+        (``carries_quantizers = False``) to be a plain per-layer choice."""
+        return type(self) is not QuantizeConfig
 
     def role(self) -> Role | None:
         if self.float:
             return None
-        if self.carries_quantizers():
+        if self.carries_quantizers:
             return "compute"
         return "output" if self.quantize_output else "passthrough"
 
     def scheme(self, base: Scheme) -> Scheme:
         """The scheme that quantizes a compute layer annotated with this config: one that wraps it in a
         :class:`ste.qat.QuantizeWrapper` when the config carries its own quantizers, else ``base``."""
-        return _ConfigScheme(self, base) if self.carries_quantizers() else base
+        return _ConfigScheme(self, base) if self.carries_quantizers else base
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QuantizeConfig) or type(other) is not type(self):

@@ -118,7 +118,7 @@ class Quantize(LayerRewrite):
 
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
         config = self.config(layer)
-        if isinstance(config, QuantizeConfig) and config.carries_quantizers():
+        if isinstance(config, QuantizeConfig) and config.carries_quantizers:
             # a config that carries its own quantizers decides in the wrapper, which checks what it returns (and
             # warns if it quantizes no weight): its layer counts as covered
             return [variable for variable in layer.weights if is_weight(variable)]

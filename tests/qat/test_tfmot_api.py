@@ -497,6 +497,42 @@ def test_a_config_that_quantizes_nothing_on_a_layer_with_weights_warns():
             ste.qat.quantize_apply(ste.qat.quantize_annotate_model(silent))
 
 
+class OutputOnly(ste.qat.QuantizeConfig):
+    """A subclass that declares itself a plain per-layer choice: quantize around the layer."""
+
+    carries_quantizers = False
+
+    def __init__(self):
+        super().__init__(quantize_output=True)
+
+
+class CarriesNothing(OutputOnly):
+    """The same subclass declaring the opposite: TFMOT's kind, whose (inherited, empty) get_* methods are used."""
+
+    carries_quantizers = True
+
+
+def test_a_subclass_declares_whether_it_carries_quantizers():
+    """Declared, not detected: a subclass is TFMOT's kind (its layer goes into a QuantizeWrapper) unless it declares
+    carries_quantizers = False, which makes it what QuantizeConfig(quantize_output=True) is."""
+    x = np.random.default_rng(17).normal(size=(4, 5)).astype(np.float32)
+
+    def quantized(config):
+        keras.utils.set_random_seed(18)
+        i = keras.Input((5,))
+        norm = ste.qat.quantize_annotate_layer(L.LayerNormalization(name="n"), config)
+        return ste.qat.quantize_apply(keras.Model(i, L.Dense(2, name="b")(norm(i))))
+
+    plain = quantized(ste.qat.QuantizeConfig(quantize_output=True))
+    declared = quantized(OutputOnly())
+    assert type(plain.get_layer("n")).__name__ == type(declared.get_layer("n")).__name__ == "LayerNormalization"
+    assert [type(layer).__name__ for layer in declared.layers] == [type(layer).__name__ for layer in plain.layers]
+    np.testing.assert_array_equal(declared.predict(x, verbose=0), plain.predict(x, verbose=0))
+    with pytest.warns(UserWarning, match=r"CarriesNothing\): the config quantizes nothing"):
+        assert isinstance(quantized(CarriesNothing()).get_layer("n"), ste.qat.QuantizeWrapper)
+    assert NoOpQuantizeConfig().carries_quantizers and not ste.qat.QuantizeConfig().carries_quantizers
+
+
 def test_quantize_scope_adds_the_given_custom_objects():
     with ste.qat.quantize_scope({"CustomLayer": CustomLayer}, {"Cfg": DefaultDenseQuantizeConfig}):
         assert keras.saving.get_registered_object("CustomLayer") is CustomLayer
