@@ -24,6 +24,7 @@ X = np.concatenate([RNG.normal(size=(6, 4)), np.zeros((1, 4)), np.full((1, 4), 1
 def _weightless(name: str) -> bool:
     """Whether the quantizer keeps no weights once built (a stateful one is a layer, not an activation function)."""
     quantizer = ste.quantizers.get(name)
+    assert isinstance(quantizer, ste.quantizers.Quantizer)
     quantizer.build((8, 4))
     return not quantizer.weights
 
@@ -223,7 +224,7 @@ LAYERS: dict[str, tuple[tuple[Any, ...], tuple[int, ...]]] = {
 
 def _constraint_arguments(cls: type) -> list[str]:
     parent = next(k for k in cls.__mro__ if k.__module__.startswith("keras."))
-    return [p for p in inspect.signature(parent.__init__).parameters if p.endswith("_constraint")]
+    return [p for p in inspect.signature(vars(parent)["__init__"]).parameters if p.endswith("_constraint")]
 
 
 def _layer_cases() -> list[tuple[str, str]]:

@@ -58,7 +58,7 @@ class SpikingConv2D(SynapseLayer):
         self,
         filters: int,
         kernel_size: int | tuple[int, int],
-        neuron: SpikingCell | SpikingRNN | None = None,
+        neuron: SpikingCell | SpikingRNN | str | None = None,
         *,
         strides: int | tuple[int, int] = 1,
         padding: str = "valid",

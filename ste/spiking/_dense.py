@@ -54,7 +54,7 @@ class SpikingDense(SynapseLayer):
     def __init__(
         self,
         units: int,
-        neuron: SpikingCell | SpikingRNN | None = None,
+        neuron: SpikingCell | SpikingRNN | str | None = None,
         *,
         use_bias: bool = True,
         kernel_initializer: Any = "glorot_uniform",

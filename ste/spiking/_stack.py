@@ -62,7 +62,7 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
 
     def __init__(
         self,
-        neuron: SpikingCell | SpikingRNN | None,
+        neuron: SpikingCell | SpikingRNN | str | None,
         use_bias: bool,
         kernel_initializer: Any,
         bias_initializer: Any,
