@@ -1,6 +1,6 @@
 """The one way ste declares an extension point: an abstract base class whose abstract methods a subclass implements.
 
-:class:`ExtensionMeta` is :class:`abc.ABCMeta` with one difference: instantiating a subclass that leaves an abstract
+:class:`Extension` is :class:`abc.ABC` with one difference: instantiating a subclass that leaves an abstract
 method unimplemented raises :class:`ste.errors.MissingMethodError` (also a ``TypeError``, like Python's own), naming
 the class, each missing method with its signature and the base that declares it, and the fix. The check runs at
 instantiation, as ``abc``'s does, so an intermediate base may stay abstract.
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import abc
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingMethodError
 
-__all__ = ["Extension", "ExtensionMeta", "missing_methods"]
+__all__ = ["Extension", "missing_methods"]
 
 
 def _declared_by(cls: type, name: str) -> tuple[type, Any]:
@@ -57,21 +57,34 @@ def missing_methods(cls: type) -> str:
     return "\n".join(lines)
 
 
-class ExtensionMeta(abc.ABCMeta):
-    """``abc.ABCMeta`` whose refusal of an incomplete subclass is a :class:`ste.errors.MissingMethodError`."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if getattr(cls, "__abstractmethods__", None):
-            names = sorted(cls.__abstractmethods__)
-            raise MissingMethodError(
-                f"cannot instantiate {cls.__qualname__}: it does not implement the abstract method(s) "
-                f"{', '.join(names)} of its base class:\n{missing_methods(cls)}\n"
-                f"Fix: define {' and '.join(names)} in {cls.__qualname__} (or instantiate a subclass that does)."
-            )
-        return super().__call__(*args, **kwargs)
+def _refusal(cls: type) -> MissingMethodError:
+    names = sorted(cls.__abstractmethods__)  # type: ignore[attr-defined]
+    return MissingMethodError(
+        f"cannot instantiate {cls.__qualname__}: it does not implement the abstract method(s) "
+        f"{', '.join(names)} of its base class:\n{missing_methods(cls)}\n"
+        f"Fix: define {' and '.join(names)} in {cls.__qualname__} (or instantiate a subclass that does)."
+    )
 
 
-class Extension(metaclass=ExtensionMeta):
-    """Base of a plain (non-Keras) extension point; a Keras layer base uses ``metaclass=ExtensionMeta`` itself."""
+class Extension(abc.ABC):  # noqa: B024  # declares no method itself: each extension point declares its own
+    """Base of every extension point: :class:`abc.ABC` whose refusal of an incomplete subclass is a
+    :class:`ste.errors.MissingMethodError`.
+
+    A Keras layer base lists it after the Keras class (``class Quantizer(keras.layers.Layer, Extension)``): Keras's
+    own ``__new__`` then calls this one before it creates the object, and ``inspect.signature`` of every subclass
+    shows its ``__init__``.
+    """
 
     __slots__ = ()
+
+    if not TYPE_CHECKING:  # type checkers read each subclass's __init__ (and abc's abstract check) instead
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if getattr(cls, "__abstractmethods__", None):
+                raise _refusal(cls)
+            following = super().__new__
+            if following is not object.__new__:  # a class listed after Extension in the MRO creates the object
+                return following(cls, *args, **kwargs)
+            if (args or kwargs) and cls.__init__ is object.__init__:  # what object.__new__ would refuse
+                raise TypeError(f"{cls.__qualname__}() takes no arguments")
+            return following(cls)

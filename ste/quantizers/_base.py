@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar, Union
 import keras
 import tensorflow as tf
 
-from .._common._abstract import ExtensionMeta
+from .._common._abstract import Extension
 from .._common._names import NameTable, build
 from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
@@ -47,7 +47,7 @@ Q = TypeVar("Q", bound="type[Quantizer]")
 QuantizerLike = Union["Quantizer", str, Mapping[str, Any], "type[Quantizer]", Callable[..., Any], None]
 
 
-class Quantizer(keras.layers.Layer, metaclass=ExtensionMeta):  # type: ignore[misc]
+class Quantizer(keras.layers.Layer, Extension):  # type: ignore[misc]
     """Base class of ``ste`` quantizers: a Keras layer applying one ``ste`` op elementwise (or per tensor).
 
     Attributes:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from .._common._abstract import ExtensionMeta
+from .._common._abstract import Extension
 from .._common._arguments import check_bool
 from .._keras._signatures import forwarding_signature, init_signature
 from ..errors import ParameterError
@@ -89,7 +89,7 @@ def _constant(value: float, shape: Any, dtype: Any = None) -> tf.Tensor:
     return tf.fill(shape, tf.constant(value, dtype or "float32"))
 
 
-class SpikingCell(keras.layers.Layer, metaclass=ExtensionMeta):  # type: ignore[misc]
+class SpikingCell(keras.layers.Layer, Extension):  # type: ignore[misc]
     """Base class of the spiking cells: one time step of a neuron population, for ``keras.layers.RNN``.
 
     A subclass implements :meth:`step` (the membrane update) and lists its states in ``state_names``; see "Write

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from .._common._arguments import check_bool
 from .._keras._signatures import forwarding_signature, init_signature
-from ..errors import CallError, InputError
+from ..errors import CallError, InputError, MissingMethodError
 from ._cell import SpikingCell
 from ._loop import time_loop
 
@@ -117,6 +117,14 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
         zero_output_for_mask: bool = True,
         **kwargs: Any,
     ) -> None:
+        if inspect.isabstract(self.cell_class):
+            missing = ", ".join(sorted(self.cell_class.__abstractmethods__))
+            raise MissingMethodError(
+                f"cannot instantiate {type(self).__qualname__}: its cell_class {self.cell_class.__qualname__} is "
+                f"abstract (it does not implement {missing}). Fix: use a neuron layer (ste.spiking.LIF, IF, ALIF, "
+                f"...), or set cell_class in {type(self).__qualname__} to a cell that implements {missing} (see "
+                f'"Write your own neuron" in docs/spiking.md).'
+            )
         for key, value in locals().items():  # return_sequences="no" etc.: refused, not read with bool()
             if key in _RNN_SWITCHES:
                 check_bool(type(self).__name__, key, value)

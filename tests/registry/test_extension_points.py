@@ -4,6 +4,7 @@ optional capabilities are declared by deriving from a small abstract base."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,39 @@ def test_an_incomplete_subclass_is_refused_at_instantiation(cls: type, missing: 
         assert fragment in message, (fragment, message)
 
 
+def test_the_refusal_comes_before_the_constructor_runs() -> None:
+    ran: list[str] = []
+
+    class Incomplete(ste.quantizers.Quantizer):
+        def __init__(self, scale: float = 2.0, **kwargs: Any) -> None:
+            ran.append("init")
+            super().__init__(**kwargs)
+
+    class Schedule(ste.sparsity.PruningSchedule):
+        def __init__(self, steps: int) -> None:
+            ran.append("init")
+
+    for cls, arguments in ((Incomplete, {"scale": 3.0}), (Schedule, {"steps": 4})):
+        with pytest.raises(ste.errors.MissingMethodError, match=f"cannot instantiate {cls.__qualname__}"):
+            cls(**arguments)  # type: ignore[abstract]
+        parameters = list(inspect.signature(cls).parameters)
+        assert parameters == list(inspect.signature(cls.__init__).parameters)[1:], parameters
+    assert ran == []
+
+
+def test_a_complete_plain_subclass_takes_only_its_arguments() -> None:
+    class Never(ste.sparsity.PruningSchedule):
+        def __call__(self, step: Any) -> tuple[tf.Tensor, tf.Tensor]:
+            return tf.constant(False), tf.constant(0.0)
+
+        def get_config(self) -> dict[str, Any]:
+            return {}
+
+    assert not bool(Never()(3)[0])
+    with pytest.raises(TypeError, match="takes no arguments"):
+        Never(5)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize(
     "register,cls",
     [
@@ -99,3 +133,8 @@ def test_li_steps_like_the_other_neurons() -> None:
         u = np.float32(0.7) * u + x[:, t]
         expected.append(u)
     np.testing.assert_allclose(got, np.stack(expected, axis=1), rtol=1e-6)
+
+
+def test_the_base_layer_names_the_cell_class_it_needs() -> None:
+    with pytest.raises(ste.errors.MissingMethodError, match="cell_class SpikingCell is abstract .*step.*Fix: "):
+        ste.spiking.SpikingRNN()
