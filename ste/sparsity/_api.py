@@ -87,9 +87,9 @@ def prune_low_magnitude(
     )
     if isinstance(to_prune, keras.Model):
         rewriter = Rewriter(Prune(settings, _check_layer), filters, strict)
-        pruned = rewriter.run(to_prune)
+        model = rewriter.run(to_prune)
         rewriter.warn(stacklevel=2)
-        return pruned
+        return model
     if filters is not None:
         raise ParameterError(
             f"{_OWNER}: filters selects layers of a model; received a single layer with filters={filters!r:.60}. "
