@@ -448,6 +448,7 @@ class Plan:
     covered: int = 0  # values of rank >= 2 weights inside claimed layers' computation
     total: int = 0  # values of every rank >= 2 weight of the model
     seen: set[int] = field(default_factory=set)
+    left: list[str] = field(default_factory=list)  # ``path (Class)`` of the claimable layers filters selected out
 
     @property
     def coverage(self) -> float:
@@ -473,6 +474,7 @@ class Rewriter:
         self.transform = transform
         self.owner = transform.owner
         self.select = layer_filter(self.owner, filters)
+        self.filters = filters
         self.strict = strict
         self.graph_class = graph_class or GraphRebuild
         self.plan = Plan()
@@ -516,6 +518,7 @@ class Rewriter:
         if self.transform.claims(layer):
             if not self.select(layer):
                 self._count(layer, layer.weights, set())
+                self.plan.left.append(f"{path} ({type(layer).__name__})")
                 return
             self.transform.check(layer, path)
             self.plan.claimed[id(layer)] = layer
@@ -550,6 +553,16 @@ class Rewriter:
         graph = is_graph_model(model)
         for child in sublayers(model):
             self._visit(child, child.name, graph)
+        if self.filters is not None and not self.plan.claimed and self.plan.left:
+            names = ", ".join(self.plan.left[:8]) + (
+                f" and {len(self.plan.left) - 8} more" if len(self.plan.left) > 8 else ""
+            )
+            raise ParameterError(
+                f"{self.owner}: filters={self.filters!r:.80} selected none of the {len(self.plan.left)} layer(s) this "
+                f"transformation can change ({names}), so the model would come back unchanged. A filter sees the "
+                f"layers listed (an attention layer as a whole, not its projections). Fix: a filter that matches some "
+                f"of them, or leave filters out."
+            )
         if self.strict and self.plan.floats:
             raise UnsupportedLayerError(
                 f"{self.owner}(strict=True): {self._float_sentence()}. Fix: {self.transform.float_fix()}; or pass "

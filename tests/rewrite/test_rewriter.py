@@ -301,6 +301,18 @@ def test_bad_filters_are_refused_naming_the_fix() -> None:
         S.prune_low_magnitude(L.Dense(2), filters="dense")
 
 
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+@pytest.mark.parametrize("filters", ["^no such layer$", [], lambda layer: None], ids=["regex", "empty", "none"])
+def test_a_filter_that_selects_nothing_is_refused_naming_what_it_could_select(name, filters) -> None:
+    """Not a model handed back unchanged with no word: the error lists the layers the filter was asked about."""
+    model = with_composite()
+    before = weights(model)
+    with pytest.raises(ste.errors.ParameterError, match=r"selected none of the \d+ layer\(s\).*Dense.*Fix"):
+        TRANSFORMS[name](model, filters=filters)
+    for old, now in zip(before, weights(model)):
+        np.testing.assert_array_equal(old, now)
+
+
 class Matrix(L.Layer):
     """A layer with a weight no transformation knows."""
 
