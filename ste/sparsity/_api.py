@@ -13,7 +13,15 @@ from .._common._arguments import check_bool
 from .._keras._rewrite import Rewriter, copy_layer
 from ..errors import ParameterError, ParameterTypeError, UnsupportedLayerError
 from ._arguments import check_arguments
-from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights, unsupported_reason
+from ._layers import (
+    check_weights,
+    has_m_by_n_axes,
+    input_channel_axis,
+    is_prunable,
+    m_by_n_axes,
+    prunable_weights,
+    unsupported_reason,
+)
 from ._rewrites import Prune, Strip, wrap
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
 from ._target import check_targets
@@ -36,9 +44,11 @@ def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | 
     _, block, _, pattern, _, _ = settings
     axis = input_channel_axis(layer)
     if layer.built:
-        check_weights(layer, prunable_weights(layer), block, pattern, axis)
-    elif pattern is not None and axis is None:
-        check_weights(layer, [None], block, pattern, axis)  # refused for want of an axis, whatever its shape
+        for weight, weight_axis in zip(prunable_weights(layer), m_by_n_axes(layer)):
+            check_weights(layer, [weight], block, pattern, weight_axis)
+        check_weights(layer, prunable_weights(layer), block, None, None)  # a layer with no weight is refused
+    elif pattern is not None and not has_m_by_n_axes(layer):
+        check_weights(layer, [None], block, pattern, None)  # refused for want of an axis, whatever its shape
     return axis
 
 
