@@ -73,8 +73,9 @@ def prune_low_magnitude(
       stays one (pruned) layer. The copy is not compiled (compile it, as TFMOT's result).
     * ``pruning_schedule``: when and how much (default ``ConstantSparsity(0.5, begin_step=0)``).
     * ``block_size``/``block_pooling_type``: prune blocks of a rank-2 weight, pooled by ``"AVG"`` or ``"MAX"``.
-    * ``sparsity_m_by_n=(m, n)``: zero ``m`` of every ``n`` consecutive weights along the input channels (2:4 is
-      ``(2, 4)``); the schedule then only says when the mask is recomputed.
+    * ``sparsity_m_by_n=(m, n)``: zero ``m`` of every ``n`` consecutive weights along the input channels, the
+      contracted axis of an EinsumDense kernel (2:4 is ``(2, 4)``); the schedule then only says when the mask is
+      recomputed.
     * ``gradient``: ``"masked"`` (TFMOT's) or ``"sr_ste"`` with ``decay`` (default 2e-4).
     * ``strict``: weights of rank >= 2 that no known way prunes stay dense, named in one warning; ``strict=True``
       makes it an error, raised before anything is built.
