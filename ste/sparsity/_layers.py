@@ -15,7 +15,8 @@ use its kernel differently, so it is refused until it says what to prune (derive
 ste's own subclasses (``ste.layers``' quantized layers, ``ste.qat``'s ``QuantEinsumDense``, ``QuantEmbedding`` and
 ``QuantMultiHeadAttention``) read their parent's weights and are covered with it. N:M sparsity runs along the
 input-channel axis of a Dense, convolution or RNN kernel (axis −2; −1 for a transposed convolution, whose kernel is
-``(..., out, in)``); other layers refuse it.
+``(..., out, in)``), and along the contracted axis of an EinsumDense kernel (:func:`contracted_axis`), so of each of
+MultiHeadAttention's projections; other layers refuse it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ from ..errors import ParameterError, UnsupportedLayerError
 __all__ = [
     "PrunableLayer",
     "check_weights",
+    "contracted_axis",
+    "has_m_by_n_axes",
     "input_channel_axis",
     "is_prunable",
+    "m_by_n_axes",
     "prunable_weights",
     "unsupported_reason",
 ]
@@ -149,11 +153,36 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
     return weights
 
 
+def contracted_axis(equation: str) -> int | None:
+    """The kernel axis (negative) that an EinsumDense ``equation`` sums with the innermost contracted axis of its
+    input, or None where it contracts none.
+
+    A contracted letter is one of both operands that the output does not hold. Of those, the one written last in the
+    input's subscripts is taken: the input's last axis in Keras's equations (``"ab,bc->ac"``: ``b``, axis −2;
+    ``"abc,cde->abde"``, MultiHeadAttention's query, key and value: ``c``, axis −3). Where several axes are
+    contracted (``"abcd,cde->abe"``, the attention output: ``c`` and ``d``, the heads and the head size), it is the
+    innermost, ``d`` (axis −2): a kernel reshaped to ``(K, N)`` for a matrix product flattens the contracted axes
+    ``c, d`` into ``K`` in that order, so where the innermost one's size is a multiple of ``n``, groups of ``n``
+    along it are exactly the groups of ``n`` consecutive entries of ``K`` that a sparse matrix-product kernel skips
+    along.
+    """
+    operands, _, output = equation.replace(" ", "").partition("->")
+    source, _, kernel = operands.partition(",")
+    source, kernel = source.replace("...", ""), kernel.replace("...", "")
+    contracted = [letter for letter in source if letter in kernel and letter not in output]
+    if not contracted:
+        return None
+    return kernel.index(contracted[-1]) - len(kernel)
+
+
 def input_channel_axis(layer: keras.layers.Layer) -> int | None:
-    """The kernel axis N:M groups run along, or None when the layer has no such axis."""
+    """The kernel axis N:M groups run along, or None when the layer has no such axis (or, as MultiHeadAttention,
+    one per weight: :func:`m_by_n_axes`)."""
     if isinstance(layer, _TRANSPOSED):
         return -1
-    if isinstance(layer, _DEPTHWISE) or isinstance(layer, keras.layers.EinsumDense):
+    if isinstance(layer, keras.layers.EinsumDense):
+        return contracted_axis(layer.equation)
+    if isinstance(layer, _DEPTHWISE):
         return None
     if isinstance(layer, (keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
         return -2
@@ -162,6 +191,21 @@ def input_channel_axis(layer: keras.layers.Layer) -> int | None:
     if isinstance(layer, _SEPARABLE):
         return -2
     return None
+
+
+def has_m_by_n_axes(layer: keras.layers.Layer) -> bool:
+    """Whether each of the layer's prunable weights has an N:M axis (known before the layer is built)."""
+    return isinstance(layer, keras.layers.MultiHeadAttention) or input_channel_axis(layer) is not None
+
+
+def m_by_n_axes(layer: keras.layers.Layer, axis: int | None = None) -> list[int | None]:
+    """The N:M axis of each of the built layer's prunable weights: ``axis`` for all where given, else the layer's
+    :func:`input_channel_axis`, or for MultiHeadAttention each projection's :func:`contracted_axis`."""
+    weights = prunable_weights(layer)
+    if axis is None and isinstance(layer, keras.layers.MultiHeadAttention) and not _custom(layer):
+        projections = (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)
+        return [contracted_axis(projection.equation) for projection in projections]
+    return [input_channel_axis(layer) if axis is None else axis] * len(weights)
 
 
 def check_weights(
@@ -195,7 +239,7 @@ def check_weights(
             channels = weight.shape[axis]
             if channels % pattern[1]:
                 raise ParameterError(
-                    f"{where}: sparsity_m_by_n={pattern} groups {pattern[1]} input channels, but '{weight.path}' has "
-                    f"{channels} (shape {tuple(weight.shape)}), not a multiple of {pattern[1]}. Fix: give the layer "
-                    f"a multiple of {pattern[1]} input channels, or leave it dense."
+                    f"{where}: sparsity_m_by_n={pattern} groups {pattern[1]} input channels (kernel axis {axis}), "
+                    f"but '{weight.path}' has {channels} (shape {tuple(weight.shape)}), not a multiple of "
+                    f"{pattern[1]}. Fix: give the layer a multiple of {pattern[1]} input channels, or leave it dense."
                 )

@@ -305,13 +305,19 @@ def test_quick_vit_row_reports_every_side_or_why_it_is_pending(tmp_path: Path) -
         assert f["flatbuffers"], side
         for t in f["flatbuffers"]:
             assert "refused" in t or 0 < t["gzip_bytes"] < t["bytes"] + 64, (side, t)
-    for side in ("float", "keras_int8", "keras_int4", "ste_int8", "ste_2_4"):
+    for side in ("float", "keras_int8", "keras_int4", "ste_int8", "ste_int4", "ste_2_4"):
         assert "pending" not in sides[side], sides[side]
-    # 2 of every 4 weights along the input channels of every pruned kernel are zero after stripping; the attention
-    # projections too, unless this ste left them dense and said so
+    # ste's int8 flatbuffer runs every FULLY_CONNECTED and BATCH_MATMUL on int8 inputs and int8 weights
+    types = sides["ste_int8"]["flatbuffers"][0]["kernel_op_types"]
+    for op in ("FULLY_CONNECTED", "BATCH_MATMUL"):
+        assert set(types[op]) == {"INT8 x INT8"}, types
+    # 2 of every 4 weights along the input channels (an EinsumDense's contracted axis) of every pruned kernel are zero
+    # after stripping, the attention projections' included
     pruned = sides["ste_2_4"]
+    assert "attention_left_dense" not in pruned
+    assert any("/mha/" in path for path in pruned["kernel_zeros"])
     for path, zeros in pruned["kernel_zeros"].items():
-        assert zeros == (0.0 if "/mha/" in path and pruned.get("attention_left_dense") else 0.5), path
+        assert zeros == 0.5, path
     summary = result["summary"]
     gap = 100 * (sides["ste_int8"]["test_accuracy"] - sides["keras_int8"]["test_accuracy"])
     assert summary["int8_qat_minus_ptq_points"]["median"] == pytest.approx(gap)
