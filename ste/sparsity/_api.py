@@ -36,7 +36,7 @@ def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | 
     _, block, _, pattern, _, _ = settings
     axis = input_channel_axis(layer)
     if layer.built:
-        check_weights(layer, prunable_weights(layer), block, pattern, axis)
+        check_weights(layer, prunable_weights(layer, pattern is not None), block, pattern, axis)
     elif pattern is not None and axis is None:
         check_weights(layer, [None], block, pattern, axis)  # refused for want of an axis, whatever its shape
     return axis

@@ -131,7 +131,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     def build(self, input_shape: Any = None, **shapes: Any) -> None:
         if not self.layer.built:  # a layer of several inputs (attention) is built from its shapes by name
             self.layer.build(**shapes) if shapes else self.layer.build(input_shape)
-        weights = prunable_weights(self.layer)
+        weights = prunable_weights(self.layer, self.sparsity_m_by_n is not None)
         check_weights(
             self.layer,
             weights,
@@ -172,7 +172,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
                 f"weights do not exist yet. Fix: call the wrapper on data first (or build it, e.g. "
                 f"wrapper.build((None, 8))), or use it in a model with a keras.Input."
             )
-        return prunable_weights(self.layer)
+        return prunable_weights(self.layer, self.sparsity_m_by_n is not None)
 
     @property
     def prunable_weights(self) -> list[Any]:
