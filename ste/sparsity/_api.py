@@ -44,9 +44,10 @@ def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | 
     _, block, _, pattern, _, _ = settings
     axis = input_channel_axis(layer)
     if layer.built:
-        for weight, weight_axis in zip(prunable_weights(layer), m_by_n_axes(layer)):
+        weights = prunable_weights(layer, pattern is not None)
+        for weight, weight_axis in zip(weights, m_by_n_axes(layer, m_by_n=pattern is not None)):
             check_weights(layer, [weight], block, pattern, weight_axis)
-        check_weights(layer, prunable_weights(layer), block, None, None)  # a layer with no weight is refused
+        check_weights(layer, weights, block, None, None)  # a layer with no weight is refused
     elif pattern is not None and not has_m_by_n_axes(layer):
         check_weights(layer, [None], block, pattern, None)  # refused for want of an axis, whatever its shape
     return axis

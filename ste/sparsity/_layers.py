@@ -2,8 +2,11 @@
 built-in table of Keras 3 layers (TFMOT's ``prune_registry``).
 
 * Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose, EinsumDense: ``kernel``;
-* DepthwiseConv1D/2D: their (depthwise) ``kernel``; SeparableConv1D/2D: ``pointwise_kernel`` (as TFMOT);
-* Embedding: ``embeddings``;
+* DepthwiseConv1D/2D: their (depthwise) ``kernel``; SeparableConv1D/2D: ``depthwise_kernel`` and
+  ``pointwise_kernel`` (TFMOT prunes the pointwise one only); with ``sparsity_m_by_n``, the ``pointwise_kernel`` only
+  (the one kernel that sums over input channels; the depthwise one stays dense, named in the warning);
+* Embedding: ``embeddings``; ReversibleEmbedding (Keras 3.13+, KerasHub's too): ``embeddings`` and, untied,
+  ``reverse_embeddings``;
 * MultiHeadAttention: the kernels of its query, key, value and output projections;
 * SimpleRNN, LSTM, GRU, and ``keras.layers.RNN`` over SimpleRNNCell, LSTMCell or GRUCell cells (stacked too): each
   cell's ``kernel`` and ``recurrent_kernel`` (TFMOT's ``_RNN_CELLS_WEIGHTS_MAP``). As in TFMOT, each of them gets one
@@ -11,8 +14,10 @@ built-in table of Keras 3 layers (TFMOT's ``prune_registry``).
   so a gate's columns can hold more or fewer zeros than another's.
 
 The table holds Keras's own classes, matched exactly, as TFMOT's registry matches them: a subclass of ``Dense`` may
-use its kernel differently, so it is refused until it says what to prune (derive it from :class:`PrunableLayer`).
-ste's own subclasses (``ste.layers``' quantized layers, ``ste.qat``'s ``QuantEinsumDense``, ``QuantEmbedding`` and
+use its kernel differently, so it is refused until it says what to prune (derive it from :class:`PrunableLayer`). A
+subclass that overrides none of ``__init__``, ``build``, ``call`` and ``get_config`` computes as its parent does and is
+covered with it (KerasHub's ``ReversibleEmbedding``, Keras's class under another name). ste's own subclasses
+(``ste.layers``' quantized layers, ``ste.qat``'s ``QuantEinsumDense``, ``QuantEmbedding`` and
 ``QuantMultiHeadAttention``) read their parent's weights and are covered with it. N:M sparsity runs along the
 input-channel axis of a Dense, convolution or RNN kernel (axis −2; −1 for a transposed convolution, whose kernel is
 ``(..., out, in)``), and along the contracted axis of an EinsumDense kernel (:func:`contracted_axis`), so of each of
@@ -26,7 +31,7 @@ from typing import Any
 
 import keras
 
-from .._common._origin import defined_by_ste
+from .._common._origin import table_class
 from ..errors import ParameterError, UnsupportedLayerError
 
 __all__ = [
@@ -66,7 +71,18 @@ _DEPTHWISE = (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)
 _SEPARABLE = (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)
 _RNN = (keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU, keras.layers.RNN)
 _RNN_CELLS = (keras.layers.SimpleRNNCell, keras.layers.LSTMCell, keras.layers.GRUCell)
-_TABLE = (*_KERNEL, *_DEPTHWISE, *_SEPARABLE, keras.layers.Embedding, keras.layers.MultiHeadAttention, *_RNN)
+_REVERSIBLE: tuple[type, ...] = tuple(
+    kind for kind in [getattr(keras.layers, "ReversibleEmbedding", None)] if kind is not None
+)  # Keras 3.13+
+_TABLE = (
+    *_KERNEL,
+    *_DEPTHWISE,
+    *_SEPARABLE,
+    *_REVERSIBLE,
+    keras.layers.Embedding,
+    keras.layers.MultiHeadAttention,
+    *_RNN,
+)
 
 
 def _custom(layer: Any) -> bool:
@@ -74,13 +90,8 @@ def _custom(layer: Any) -> bool:
 
 
 def _kind(layer: Any) -> type | None:
-    """The table's class that ``layer`` is (exactly, or through one of ste's own subclasses), or None."""
-    cls = type(layer)
-    if cls in _TABLE:
-        return cls
-    if defined_by_ste(cls):
-        return next((kind for kind in _TABLE if isinstance(layer, kind)), None)
-    return None
+    """The table's class that ``layer`` computes as (:func:`~ste._common._origin.table_class`), or None."""
+    return table_class(type(layer), _TABLE)
 
 
 def _cells(layer: Any) -> list[Any]:
@@ -89,7 +100,7 @@ def _cells(layer: Any) -> list[Any]:
 
 
 def _cell_prunable(cell: Any) -> bool:
-    return type(cell) in _RNN_CELLS or (defined_by_ste(type(cell)) and isinstance(cell, _RNN_CELLS)) or _custom(cell)
+    return table_class(type(cell), _RNN_CELLS) is not None or _custom(cell)
 
 
 def is_prunable(layer: keras.layers.Layer) -> bool:
@@ -132,8 +143,8 @@ def unsupported_reason(layer: keras.layers.Layer) -> str:
     )
 
 
-def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
-    """The built layer's variables to prune."""
+def prunable_weights(layer: keras.layers.Layer, m_by_n: bool = False) -> list[Any]:
+    """The built layer's variables to prune (``m_by_n``: those N:M sparsity prunes, along input channels)."""
     if _custom(layer):
         return list(layer.get_prunable_weights())
     kind = _kind(layer)
@@ -142,9 +153,10 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
     if issubclass(kind, _KERNEL) or issubclass(kind, _DEPTHWISE):
         return [layer.kernel]
     if issubclass(kind, _SEPARABLE):
-        return [layer.pointwise_kernel]
+        return [layer.pointwise_kernel] if m_by_n else [layer.depthwise_kernel, layer.pointwise_kernel]
     if issubclass(kind, keras.layers.Embedding):
-        return [layer.embeddings]
+        reverse = getattr(layer, "reverse_embeddings", None) if issubclass(kind, _REVERSIBLE) else None
+        return [layer.embeddings] if reverse is None else [layer.embeddings, reverse]
     if issubclass(kind, keras.layers.MultiHeadAttention):
         return [sub.kernel for sub in (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)]
     weights: list[Any] = []
@@ -198,10 +210,11 @@ def has_m_by_n_axes(layer: keras.layers.Layer) -> bool:
     return isinstance(layer, keras.layers.MultiHeadAttention) or input_channel_axis(layer) is not None
 
 
-def m_by_n_axes(layer: keras.layers.Layer, axis: int | None = None) -> list[int | None]:
-    """The N:M axis of each of the built layer's prunable weights: ``axis`` for all where given, else the layer's
-    :func:`input_channel_axis`, or for MultiHeadAttention each projection's :func:`contracted_axis`."""
-    weights = prunable_weights(layer)
+def m_by_n_axes(layer: keras.layers.Layer, axis: int | None = None, m_by_n: bool = False) -> list[int | None]:
+    """The N:M axis of each of the built layer's prunable weights (``m_by_n``: of those N:M sparsity prunes):
+    ``axis`` for all where given, else the layer's :func:`input_channel_axis`, or for MultiHeadAttention each
+    projection's :func:`contracted_axis`."""
+    weights = prunable_weights(layer, m_by_n)
     if axis is None and isinstance(layer, keras.layers.MultiHeadAttention) and not _custom(layer):
         projections = (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)
         return [contracted_axis(projection.equation) for projection in projections]

@@ -138,10 +138,11 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     def build(self, input_shape: Any = None, **shapes: Any) -> None:
         if not self.layer.built:  # a layer of several inputs (attention) is built from its shapes by name
             self.layer.build(**shapes) if shapes else self.layer.build(input_shape)
-        weights = prunable_weights(self.layer)
+        m_by_n = self.sparsity_m_by_n is not None
+        weights = prunable_weights(self.layer, m_by_n)
         owner = "ste.sparsity.PruneLowMagnitude"
         check_weights(self.layer, weights, self.block_size, None, None, owner)
-        axes = m_by_n_axes(self.layer, self.m_by_n_axis)
+        axes = m_by_n_axes(self.layer, self.m_by_n_axis, m_by_n)
         for weight, axis in zip(weights, axes):
             check_weights(self.layer, [weight], self.block_size, self.sparsity_m_by_n, axis, owner)
         object.__setattr__(self, "_m_by_n_axes", axes)  # each weight's N:M axis
@@ -177,7 +178,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
                 f"weights do not exist yet. Fix: call the wrapper on data first (or build it, e.g. "
                 f"wrapper.build((None, 8))), or use it in a model with a keras.Input."
             )
-        return prunable_weights(self.layer)
+        return prunable_weights(self.layer, self.sparsity_m_by_n is not None)
 
     @property
     def prunable_weights(self) -> list[Any]:
