@@ -484,6 +484,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
         plt.close(figure)
 
 
+def save(result: dict[str, Any], out: Path) -> str:
+    """Writes ``NAME.json``, then ``NAME.png`` where matplotlib is installed; says where the plot went, or why not."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{result['row']}.json").write_text(json.dumps(result, indent=1) + "\n")
+    try:
+        plot(result, out / f"{result['row']}.png")
+    except ImportError:
+        return "skipped, matplotlib is not installed (the JSON has the curves; pip install matplotlib to draw them)"
+    return str(out / f"{result['row']}.png")
+
+
 def _print_row(result: dict[str, Any]) -> None:
     print(
         f"{result['row']} ({'quick, ' if result['quick'] else ''}{result['epochs']} epochs, "
@@ -682,15 +693,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.name == "vit":
         result["summary"].update(_vit_summary(runs))
     out = Path(args.out) if args.out else OUT / ("quick" if args.quick else "")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    try:
-        plot(result, out / f"{args.name}.png")
-        plotted = f"{out / args.name}.png"
-    except ImportError:
-        plotted = "skipped, matplotlib is not installed (the JSON has the curves; pip install matplotlib to draw them)"
+    plotted = save(result, out)
     (_print_vit if args.name == "vit" else _print_row)(result)
-    print(f"  results: {out / args.name}.json; plot: {plotted}")
+    print(f"  results: {out / args.name}.json; plot {plotted}")
     if args.quick:
         print(f"  {QUICK_NOTE}")
     return result
