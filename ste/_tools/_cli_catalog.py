@@ -58,7 +58,9 @@ SHOW = {
         "  surrogate:  - (its own gradient, below)\n"
         "\n"
         "  BitNet b1.58's weight quantizer: γ = mean|W| over the tensor, W_q = clip(round(W/(γ + ε)), −1, 1)·γ (values\n"
-        '  −γ, 0, γ); gradient `dy` (straight-through). Spec name `"absmean_ternary"`.\n'
+        "  −γ, 0, γ), computed as its threshold: W_q = sign(W)·[|W| > (γ + ε)/2]·γ; gradient `dy` (straight-through).\n"
+        "  `epsilon=0` (allowed: the threshold needs no division) is Keras's `TernaryDense` rule, Δ = 0.5·mean|W|,\n"
+        '  which `ste.quantize_model(model, scheme="ternary")` uses. Spec name `"absmean_ternary"`.\n'
     ),
     "approx_sign": (
         "approx_sign()\n"
