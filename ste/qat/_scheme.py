@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import keras
 
+from .._common._abstract import Extension
 from .._keras._rewrite import is_weight
 from ..quantizers import Quantizer
 from ._copy import float_copy
@@ -48,7 +49,7 @@ class InputFeed:
     sources: tuple[str, ...] = ()
 
 
-class Scheme(abc.ABC):
+class Scheme(Extension):
     """A quantization scheme (see the module docstring). Subclasses: :class:`ste.qat.Int8Scheme`,
     :class:`ste.qat.NBitScheme`, :class:`ste.qat.BinaryScheme`, :class:`ste.qat.TernaryScheme`."""
 

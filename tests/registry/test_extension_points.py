@@ -30,6 +30,14 @@ class _NoCall(ste.quantizers.Quantizer):
     pass
 
 
+class _NoScheme(ste.qat.Scheme):
+    pass
+
+
+class _NoSchedule(ste.sparsity.PruningSchedule):
+    pass
+
+
 class _NoMask(ste.registry.Surrogate, ste.registry.MaskOnly):
     def derivative(self, x: tf.Tensor) -> tf.Tensor:
         return tf.ones_like(x)
@@ -43,6 +51,8 @@ class _NoMask(ste.registry.Surrogate, ste.registry.MaskOnly):
         (_NoStep, "step", "SpikingCell"),
         (_NoCall, "call", "Quantizer"),
         (_NoMask, "mask", "MaskOnly"),
+        (_NoScheme, "role", "Scheme"),
+        (_NoSchedule, "__call__", "PruningSchedule"),
     ],
 )
 def test_an_incomplete_subclass_is_refused_at_instantiation(cls: type, missing: str, base: str) -> None:
