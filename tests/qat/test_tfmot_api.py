@@ -521,7 +521,8 @@ def test_a_subclass_declares_whether_it_carries_quantizers():
         keras.utils.set_random_seed(18)
         i = keras.Input((5,))
         norm = ste.qat.quantize_annotate_layer(L.LayerNormalization(name="n"), config)
-        return ste.qat.quantize_apply(keras.Model(i, L.Dense(2, name="b")(norm(i))))
+        dense = ste.qat.quantize_annotate_layer(L.Dense(2, name="b"))  # a layer quantize_apply changes
+        return ste.qat.quantize_apply(keras.Model(i, dense(norm(i))))
 
     plain = quantized(ste.qat.QuantizeConfig(quantize_output=True))
     declared = quantized(OutputOnly())
