@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import tensorflow as tf
 
+from .._common._arguments import check_bool
 from .._common._names import NameTable, normalize_name
 from ..errors import ParameterError, ParameterTypeError, RegistrationError
 from ._config import CentroidInitialization
@@ -67,6 +68,7 @@ def register_init(name: str, *, replace: bool = False) -> Callable[[F], F]:
             :class:`ste.errors.RegistrationError`.
     """
     INITS.check_name(name)
+    replace = check_bool(f"ste.clustering.register_init({name!r})", "replace", replace)
 
     def decorate(init: F) -> F:
         _check_init(name, init)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from .._common._abstract import missing_methods
+from .._common._arguments import check_bool
 from .._common._names import NameTable
 from ..errors import MissingMethodError, ParameterError, RegistrationError
 from ._int8 import Int8Scheme
@@ -79,6 +80,7 @@ def register_scheme(name: str, *, replace: bool = False) -> Callable[[F], F]:
             :class:`ste.errors.RegistrationError`.
     """
     SCHEMES.check_name(name)
+    replace = check_bool(f"ste.qat.register_scheme({name!r})", "replace", replace)
 
     def decorate(factory: F) -> F:
         _check_factory(name, factory)

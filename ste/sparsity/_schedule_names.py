@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import keras
 
 from .._common._abstract import missing_methods
+from .._common._arguments import check_bool
 from .._common._names import NameTable
 from ..errors import MissingMethodError, ParameterError, RegistrationError
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
@@ -34,6 +35,7 @@ def register_schedule(name: str, *, replace: bool = False) -> Callable[[S], S]:
             :class:`ste.errors.RegistrationError`.
     """
     SCHEDULES.check_name(name)
+    replace = check_bool(f"ste.sparsity.register_schedule({name!r})", "replace", replace)
 
     def decorate(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, PruningSchedule)):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._common._abstract import missing_methods
+from .._common._arguments import check_bool
 from .._common._names import NameTable
 from ..errors import MissingMethodError, ParameterError, RegistrationError
 from ._alif import ALIFCell
@@ -54,6 +55,7 @@ def register_neuron(name: str, *, replace: bool = False) -> Callable[[C], C]:
             :class:`ste.errors.RegistrationError`.
     """
     NEURONS.check_name(name)
+    replace = check_bool(f"ste.spiking.register_neuron({name!r})", "replace", replace)
 
     def decorate(cls: C) -> C:
         _check_cell(name, cls)
