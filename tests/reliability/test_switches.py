@@ -98,7 +98,17 @@ def _call(obj: Callable[..., Any], switch: str, value: Any) -> Any:
         else:
             kwargs[parameter.name] = REQUIRED[parameter.name]
     kwargs[switch] = value
-    return obj(*args, **kwargs)
+    return _concrete(obj)(*args, **kwargs)
+
+
+def _concrete(obj: Any) -> Any:
+    """``obj``, or for a base class with abstract methods (``SpikingCell``) a subclass implementing only those, and
+    for ``SpikingRNN`` a subclass whose cell is such a subclass: its own switches are checked by its ``__init__``."""
+    if inspect.isabstract(obj):
+        return type(obj.__name__, (obj,), {name: lambda self, *args: None for name in obj.__abstractmethods__})
+    if obj is ste.spiking.SpikingRNN:
+        return type(obj.__name__, (obj,), {"cell_class": _concrete(ste.spiking.SpikingCell)})
+    return obj
 
 
 def test_the_walk_finds_the_switches_named_in_the_issue():
@@ -137,6 +147,10 @@ def test_a_non_bool_switch_is_refused(label, obj, switch, value):
             "ternary_weight_networks",
         ),
         (lambda v: ste.registry.register("switch_test", lambda x: x, replace=v), "replace"),
+        (lambda v: ste.spiking.register_neuron("switch_test", replace=v), "replace"),
+        (lambda v: ste.qat.register_scheme("switch_test", replace=v), "replace"),
+        (lambda v: ste.sparsity.register_schedule("switch_test", replace=v), "replace"),
+        (lambda v: ste.clustering.register_init("switch_test", replace=v), "replace"),
     ],
 )
 def test_switches_passed_through_kwargs_are_refused_too(make, switch):
