@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -322,7 +323,8 @@ def _vit_table(r: dict[str, Any]) -> list[str]:
         recipes.append("- **float start**: trained first; the start of every side.")
     for side, f in r["sides"].items():
         name = f"`{side}`"
-        recipes.append(f"- {name}: `{f.get('recipe', '')}`." if f.get("recipe") else f"- {name}.")
+        recipe = f.get("recipe", "")
+        recipes.append(f"- {name}: " + (f"`{recipe}`." if re.match(r"[\w.]+\(", recipe) else f"{recipe}."))
         if "pending" in f and "curve" not in f:
             rows.append([name, "pending (below)"])
             errors.append(f"- {name} is pending: {f['pending']}")
