@@ -159,10 +159,17 @@ def subclassed() -> keras.Model:
     return model
 
 
+def nested_subclassed() -> keras.Model:
+    """A subclassed model (no graph) called by a functional one."""
+    inputs = keras.Input((5,))
+    return keras.Model(inputs, L.Dense(3, name="top")(subclassed()(inputs)))
+
+
 MODELS: dict[str, Callable[[], keras.Model]] = {
     "operations": with_operations,
     "composite": with_composite,
     "subclassed": subclassed,
+    "nested subclassed": nested_subclassed,
     "functional subclass": lambda: Backbone(name="backbone"),
 }
 
