@@ -51,6 +51,7 @@ __all__ = [
     "is_weight",
     "layer_filter",
     "pairs",
+    "shared_inside",
     "sublayers",
     "swap",
     "walk",
@@ -406,13 +407,14 @@ def swap(root: keras.layers.Layer, old: keras.layers.Layer, new: keras.layers.La
                 _replace_in(value, old, new)
             elif isinstance(value, tuple) and any(item is old for item in value):
                 object.__setattr__(owner, name, type(value)(new if item is old else item for item in value))
+    offset = len(new._inbound_nodes)  # a layer the new model already calls (a shared one) keeps its own nodes
     for node in old._inbound_nodes:
         node.operation = new
         for index, tensor in enumerate(node.outputs):
             history = tensor._keras_history
-            tensor._keras_history = type(history)(new, history[1], index)
-    object.__setattr__(new, "_inbound_nodes", list(old._inbound_nodes))
-    object.__setattr__(new, "_outbound_nodes", list(old._outbound_nodes))
+            tensor._keras_history = type(history)(new, history[1] + offset, index)
+    object.__setattr__(new, "_inbound_nodes", [*new._inbound_nodes, *old._inbound_nodes])
+    object.__setattr__(new, "_outbound_nodes", [*new._outbound_nodes, *old._outbound_nodes])
 
 
 # -- what a transformation says -------------------------------------------------------------------------------------
@@ -514,6 +516,9 @@ class Rewriter:
         self.plan = Plan()
         self.copies: dict[int, keras.layers.Layer] = {}  # id(original layer) → its layer in the new model
         self.calls: dict[int, int] = {}  # id(layer) → how often the graphs of the model call it
+        #: id(layer) → the layer (a composite, a nested model without a graph) that holds it while a rebuilt graph
+        #: also calls it (a tied language-model head: ``backbone.token_embedding(backbone(x), reverse=True)``)
+        self.holders: dict[int, keras.layers.Layer] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------------
 
@@ -633,6 +638,7 @@ class Rewriter:
         graph = is_graph_model(model) and graph_of(model) is not None
         if graph:
             count_calls(model, self.calls, set())
+            self.holders = shared_inside(model)
         self.transform.study(self, model)
         self.make_plan(model)
         self.transform.planned(self, model)
@@ -662,10 +668,27 @@ class Rewriter:
                 f"functional or Sequential model with keras.Input is built when it is made)."
             )
 
+    def shares(self, layer: keras.layers.Layer) -> bool:
+        """Whether a rebuilt graph calls ``layer`` while another layer holds it, or ``layer`` holds such a layer:
+        then the new model's layer for it is :meth:`layer`'s, so that both uses keep one layer."""
+        return id(layer) in self.holders or any(holder is layer for holder in self.holders.values())
+
     def layer(self, layer: keras.layers.Layer) -> keras.layers.Layer:
         """The new model's layer for ``layer`` (a layer of the model given), made once: its replacement if claimed,
-        a copy otherwise (with its claimed sublayers swapped inside)."""
+        a copy otherwise (with its claimed sublayers swapped inside). A layer that another layer holds (see
+        :attr:`holders`) is the one inside the new model's layer for its holder."""
         found = self.copies.get(id(layer))
+        holder = self.holders.get(id(layer))
+        if found is None and holder is not None:
+            self.layer(holder)
+            found = self.copies.get(id(layer))
+            if found is None:
+                raise UnsupportedLayerError(
+                    f"{self.owner}: the layer '{layer.name}' ({type(layer).__name__}) is held by "
+                    f"'{holder.name}' ({type(holder).__name__}) and called by the model's graph too, and the "
+                    f"transformation cannot keep one layer for both uses. Fix: call it only through "
+                    f"'{holder.name}', or build the model from '{holder.name}''s layers without nesting it."
+                )
         if found is None:
             new, matched = copy(layer, self.owner)
             found = self.transform.replace(new, layer) if self.claims(layer) else self.inside(new, matched)
@@ -678,8 +701,16 @@ class Rewriter:
         :func:`_describe_swaps`)."""
         swapped: list[tuple[str, keras.layers.Layer]] = []
         for source, target in matched:
+            made = self.copies.get(id(source))
+            if made is not None:  # a layer shared with the graph or another copy: the new model's one layer
+                if made is not target:
+                    swap(new, target, made)
+                    swapped.append((target.name, made))
+                continue
+            self.copies[id(source)] = target
             if self.claims(source):
                 replacement = self.transform.replace(target, source)
+                self.copies[id(source)] = replacement
                 if replacement is target:
                     continue
                 if not replacement.built and target.built:
@@ -713,6 +744,32 @@ def count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> N
         counts[id(operation)] = counts.get(id(operation), 0) + 1
         if isinstance(operation, keras.Model) and is_graph_model(operation):
             count_calls(operation, counts, seen)
+
+
+def shared_inside(model: keras.Model) -> dict[int, keras.layers.Layer]:
+    """The layers that the graphs of ``model`` (its own and its nested graph models') call while a layer those
+    graphs call also holds them (a composite layer, a nested model without a graph): ``id`` → that holder."""
+    called: dict[int, keras.layers.Layer] = {}
+    seen: set[int] = set()
+
+    def visit(graph_model: keras.Model) -> None:
+        if id(graph_model) in seen:
+            return
+        seen.add(id(graph_model))
+        for node in graph_nodes(graph_of(graph_model)):
+            operation = node.operation
+            if isinstance(operation, keras.Model) and is_graph_model(operation):
+                visit(operation)
+            elif isinstance(operation, keras.layers.Layer):
+                called[id(operation)] = operation
+
+    visit(model)
+    holders: dict[int, keras.layers.Layer] = {}
+    for layer in called.values():
+        for _, inner in walk(layer):
+            if id(inner) in called and id(inner) not in holders:
+                holders[id(inner)] = layer
+    return holders
 
 
 class GraphRebuild:

@@ -191,3 +191,31 @@ def test_a_quantized_backbone_refuses_a_keras_file_and_saves_its_weights(tmp_pat
     again = ste.quantize_model(model)
     again.load_weights(tmp_path / "q.weights.h5")
     keras.tree.map_structure(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again(x), q(x))
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_tied_head_on_a_backbone_keeps_one_table_for_both_uses(transform: str) -> None:
+    """The language-model head that ``GPT2CausalLM`` builds, written by hand on the backbone:
+    ``backbone.token_embedding(backbone(x), reverse=True)``. The float model reads one table twice (the lookup
+    inside the backbone, the logits outside it); so does the result: one table variable, one layer, the backbone's.
+    Before any training step the pruned model computes the float model's logits."""
+    keras.utils.set_random_seed(3)
+    backbone = MODELS["GPT2Backbone"]()
+    model = keras.Model(backbone.input, backbone.token_embedding(backbone(backbone.input), reverse=True))
+
+    def tables(m: keras.Model) -> list[Any]:
+        return list({id(v): v for v in m.weights if v.path.endswith("token_embedding/embeddings")}.values())
+
+    assert len(tables(model)) == 1
+    x = inputs(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the position table stays float: tested elsewhere
+        result = TRANSFORMS[transform](model)
+    assert len(tables(result)) == 1, sorted(v.path for v in result.weights if "token_embedding" in v.path)
+    nested = next(layer for layer in result.layers if isinstance(layer, type(backbone)))
+    head = [node.operation for node in result._nodes_by_depth[0] if node.operation is not nested]
+    assert head == [nested.token_embedding]
+    logits = np.asarray(result(x))
+    assert np.isfinite(logits).all() and logits.shape == np.asarray(model(x)).shape
+    if transform == "prune":
+        np.testing.assert_allclose(logits, np.asarray(model(x)), rtol=1e-5, atol=1e-5)

@@ -275,6 +275,86 @@ def test_a_shared_layer_stays_one_layer_and_a_shared_sublayer_is_swapped_everywh
     assert twice.dense is twice.alias and isinstance(twice.dense, S.PruneLowMagnitude)
 
 
+class Inner(keras.Model):
+    """A subclassed model holding one square Dense, which the graph around it calls too."""
+
+    def __init__(self, units: int = 4, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.units = units
+        self.dense = L.Dense(units, name="inner_dense")
+
+    def call(self, x: Any) -> Any:
+        return self.dense(x)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "units": self.units}
+
+
+def tied(order: str) -> keras.Model:
+    """A Dense held by a nested subclassed model and called by the graph around it too (the pattern of a tied
+    language-model head, ``backbone.token_embedding(backbone(x), reverse=True)``), after or before the model."""
+    inner = Inner(name="inner")
+    inner(np.zeros((1, 4), np.float32))
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, inner.dense(inner(inputs)) if order == "after" else inner(inner.dense(inputs)))
+
+
+def dense_kernels(model: keras.Model) -> list[Any]:
+    return list({id(v): v for v in model.weights if v.path.endswith("/kernel")}.values())
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_layer_shared_by_the_graph_and_a_nested_model_stays_one_layer(name, order) -> None:
+    """Keras's sharing rule: one layer object, one set of variables, for both uses. The float model holds one
+    kernel; so does the result, and the layer the graph calls is the one inside the nested model."""
+    keras.utils.set_random_seed(4)
+    model = tied(order)
+    assert len(dense_kernels(model)) == 1
+    x = np.random.default_rng(4).normal(size=(3, 4)).astype(np.float32)
+    result = TRANSFORMS[name](model)
+    assert len(dense_kernels(result)) == 1, sorted(v.path for v in result.weights)
+    (layer,) = transformed_layers(result, name)
+    assert result.get_layer("inner").dense is layer
+    expected = np.asarray(model(x))
+    if name == "prune":  # masks all True before training: the float model's output
+        np.testing.assert_allclose(np.asarray(result(x)), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+def test_a_pruned_tied_layer_trains_and_strips_to_one_kernel_applied_twice(order) -> None:
+    """After a training step the stripped model holds one kernel at numpy's 50 % mask and computes numpy's
+    (x·W + b)·W + b with it: both uses read the same kernel, as in the float model."""
+    keras.utils.set_random_seed(5)
+    model = tied(order)
+    x = np.random.default_rng(5).normal(size=(8, 4)).astype(np.float32)
+    pruned = prune(model)
+    pruned.compile("sgd", "mse")
+    pruned.fit(x, np.ones((8, 4), np.float32), epochs=1, verbose=0, callbacks=[S.UpdatePruningStep()])
+    stripped = S.strip_pruning(pruned)
+    (kernel,) = dense_kernels(stripped)
+    w = kernel.numpy().astype(np.float64)
+    (bias,) = [v.numpy().astype(np.float64) for v in stripped.weights if v.path.endswith("/bias")]
+    assert (w == 0).sum() == w.size // 2
+    expected = (x @ w + bias) @ w + bias
+    np.testing.assert_allclose(np.asarray(stripped(x)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_qat_of_a_tied_layer_quantizes_one_kernel_used_twice_close_to_the_float_model() -> None:
+    """The shared Dense becomes one QuantDense (one kernel, one weight quantizer), called twice; int8 fake
+    quantization stays within a few steps of the float model's output."""
+    keras.utils.set_random_seed(6)
+    model = tied("after")
+    x = np.random.default_rng(6).normal(size=(16, 4)).astype(np.float32)
+    quantized = ste.quantize_model(model)
+    (layer,) = transformed_layers(quantized, "qat")
+    assert len(dense_kernels(quantized)) == 1
+    expected = np.asarray(model(x))
+    out = np.asarray(quantized(x))
+    step = (expected.max() - expected.min()) / 255
+    np.testing.assert_allclose(out, expected, atol=8 * step)
+
+
 def test_filters_select_by_name_class_or_predicate() -> None:
     model = with_composite()
     everything = transformed_names(prune(model), "prune")
