@@ -664,8 +664,23 @@ class Rewriter:
         if not model.built:
             raise NotBuiltError(
                 f"{self.owner}: the model '{model.name}' ({type(model).__name__}) is not built, so it has no weights "
-                f"to transform yet. Fix: build it first, model.build(input_shape) or one call on a batch of data (a "
-                f"functional or Sequential model with keras.Input is built when it is made)."
+                f"to transform yet. Fix: call it once on a batch of data, e.g. {_call_example(model)} (a functional "
+                f"or Sequential model with keras.Input is built when it is made; model.build(input_shape) builds no "
+                f"layer of a subclassed model)."
+            )
+        # model.build(input_shape) on a subclassed model marks it built and builds none of its layers
+        unbuilt = [
+            f"'{path}' ({type(layer).__name__})"
+            for path, layer in walk(model)
+            if not layer.built and (not model.weights or self.transform.claims(layer))
+        ]
+        if unbuilt:
+            names = ", ".join(unbuilt[:5]) + (f" and {len(unbuilt) - 5} more" if len(unbuilt) > 5 else "")
+            raise NotBuiltError(
+                f"{self.owner}: the model '{model.name}' ({type(model).__name__}) is built but its layer(s) {names} "
+                f"are not, so they have no weights to transform (model.build(input_shape) builds no layer of a "
+                f"subclassed model). Fix: call the model once on a batch of data instead, e.g. "
+                f"{_call_example(model)}."
             )
 
     def shares(self, layer: keras.layers.Layer) -> bool:
@@ -724,6 +739,15 @@ class Rewriter:
     def in_place(self, model: keras.Model) -> keras.Model:
         """A copy of ``model`` with its claimed layers swapped for their replacements."""
         return self.inside(*copy(model, self.owner))
+
+
+def _call_example(model: keras.Model) -> str:
+    """``model(np.zeros((1, ...)))`` with the input shape the model was built with, where it knows one."""
+    shape = (model.get_build_config() or {}).get("input_shape") if model.built else None
+    if isinstance(shape, (list, tuple)) and shape and all(isinstance(dim, (int, type(None))) for dim in shape):
+        dims = ", ".join(str(dim) for dim in (1, *[dim or 1 for dim in shape[1:]]))
+        return f"model(np.zeros(({dims}{',' if len(shape) == 1 else ''})))"
+    return "model(np.zeros((1, *input_shape)))"
 
 
 def _short_path(variable: Any) -> str:

@@ -457,6 +457,27 @@ def test_unreachable_weights_and_unbuilt_models_are_refused_naming_the_fix(name)
         TRANSFORMS[name]("model")
 
 
+@pytest.mark.filterwarnings("ignore:`build\\(\\)` was called on layer:UserWarning")  # Keras's, on the premise
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_subclassed_model_built_by_build_is_refused_with_a_fix_that_works(name) -> None:
+    """Keras's model.build(input_shape) on a subclassed model marks it built and builds none of its layers (no
+    weights). The error says so, naming the unbuilt layer and a call on a batch; doing what it says, the
+    transformation runs (the pruned model computes the float model's output before training)."""
+    model = Inner(name="inner")
+    model.build((None, 4))
+    assert model.built and not model.weights  # Keras's behaviour, the premise
+    with pytest.raises(
+        ste.errors.NotBuiltError, match=r"'inner_dense' \(Dense\).*Fix: .*model\(np\.zeros\(\(1, 4\)\)\)"
+    ):
+        TRANSFORMS[name](model)
+    model(np.zeros((1, 4)))
+    result = TRANSFORMS[name](model)
+    x = np.random.default_rng(7).normal(size=(2, 4)).astype(np.float32)
+    assert len(transformed_layers(result, name)) == 1
+    if name == "prune":
+        np.testing.assert_allclose(np.asarray(result(x)), np.asarray(model(x)), rtol=1e-5, atol=1e-6)
+
+
 class MadeInCall(L.Layer):
     """A layer that makes its weight with tf.Variable on its first call: Keras does not track it."""
 
