@@ -7,7 +7,8 @@ or a ``Softmax`` layer. It stays known non-negative through layers that cannot m
 reshapes, dropout, padding, cropping, nearest or bilinear upsampling, and Add, Average, Concatenate, Maximum,
 Minimum, Multiply of known non-negative tensors; and through nested graph models, whose inputs take the signs of what
 the outer model feeds them. A nested model without a graph (a subclassed model) is opaque: its outputs have an unknown
-sign, and the layers inside it are not looked at. Anything else (a BatchNormalization, a model input, a custom layer) has an unknown sign.
+sign, and the layers inside it are not looked at. Anything else (a BatchNormalization, a model input, a custom
+layer) has an unknown sign.
 """
 
 from __future__ import annotations

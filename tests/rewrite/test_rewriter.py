@@ -347,7 +347,7 @@ def test_qat_of_a_tied_layer_quantizes_one_kernel_used_twice_close_to_the_float_
     model = tied("after")
     x = np.random.default_rng(6).normal(size=(16, 4)).astype(np.float32)
     quantized = ste.quantize_model(model)
-    (layer,) = transformed_layers(quantized, "qat")
+    assert len(transformed_layers(quantized, "qat")) == 1
     assert len(dense_kernels(quantized)) == 1
     expected = np.asarray(model(x))
     out = np.asarray(quantized(x))
@@ -425,6 +425,44 @@ def test_what_stays_float_is_named_in_one_warning_and_strict_raises_before_anyth
     with pytest.raises(ste.errors.UnsupportedLayerError, match=r"strict=True.*mix \(Matrix\)"):
         TRANSFORMS[name](model, strict=True)
     assert keras.backend.get_uid("dense") == uids + 1  # nothing was built: no layer made in between
+
+
+class BiasTable(L.Layer):
+    """A learned (9, 2) table with "bias" in its name (Swin's relative position bias table), added to a Dense's
+    output: a weight no transformation covers, not a layer's bias."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.proj = L.Dense(2, name="proj")
+
+    def build(self, input_shape: Any) -> None:
+        self.proj.build(input_shape)
+        self.relative_position_bias_table = self.add_weight(
+            shape=(9, 2), initializer="zeros", name="relative_position_bias_table"
+        )
+
+    def call(self, x: Any) -> Any:
+        return self.proj(x) + keras.ops.sum(self.relative_position_bias_table, axis=0)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_table_named_for_a_bias_is_a_weight_named_in_the_warning_and_a_rank_2_bias_is_not(name) -> None:
+    """What decides is what the variable is: an EinsumDense's bias of two axes (a layer's bias) is left out; a
+    (9, 2) table whose name holds "bias" is counted (numpy: 18 of the model's 4·6·2 + 6·2 + 18 values) and named."""
+    inputs = keras.Input((4,))
+    x = L.EinsumDense("ab,bcd->acd", output_shape=(6, 2), bias_axes="cd", name="einsum")(inputs)
+    model = keras.Model(inputs, BiasTable(name="attn")(L.Flatten()(x)))
+    assert len(model.get_layer("einsum").bias.shape) == 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TRANSFORMS[name](model)
+    messages = [str(w.message) for w in caught if "not covered" in str(w.message)]
+    share = 18 / (4 * 6 * 2 + 12 * 2 + 18)
+    assert len(messages) == 1, messages
+    assert "attn (BiasTable)" in messages[0] and "18 values" in messages[0] and f"{share:.1%}" in messages[0]
+    assert "einsum" not in messages[0]
+    with pytest.raises(ste.errors.UnsupportedLayerError, match=r"strict=True.*attn \(BiasTable\)"):
+        TRANSFORMS[name](model, strict=True)
 
 
 @pytest.mark.parametrize("name", sorted(TRANSFORMS))
