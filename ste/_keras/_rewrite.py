@@ -122,9 +122,10 @@ def _untracked_variable(layer: keras.layers.Layer) -> str | None:
 
 
 def is_weight(variable: Any) -> bool:
-    """Whether ``variable`` is a weight the transformations account for: of rank >= 2 and not a bias (an
-    ``EinsumDense`` bias can have two axes)."""
-    return len(variable.shape) >= 2 and "bias" not in _short_path(variable)
+    """Whether ``variable`` is a weight the transformations account for: of rank >= 2 and not a layer's bias (the
+    variable Keras's layers name ``bias``: an ``EinsumDense`` bias can have two axes). A table whose name merely holds
+    the word (Swin's ``relative_position_bias_table``) is a weight."""
+    return len(variable.shape) >= 2 and _short_path(variable).split(":")[0] != "bias"
 
 
 def _size(variable: Any) -> int:
