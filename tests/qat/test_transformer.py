@@ -6,6 +6,7 @@ int8)."""
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import keras
 import numpy as np
@@ -372,6 +373,32 @@ def test_ternary_scheme_makes_dense_einsum_dense_and_embedding_kernels_ternary()
     np.testing.assert_allclose(
         dense.quantized_kernel, keras_ternary(model.get_layer("dense").kernel.numpy()), rtol=1e-6
     )
+
+
+def test_ternary_attention_output_projection_quantizes_its_input_per_token():
+    """BitNet's rule for every projection's input: 8-bit absmax per token, one scale over the position's channels.
+    The attention output projection (EinsumDense 'abcd,cde->abe') contracts heads × head_dim: one token whose two
+    heads have very different magnitudes takes one scale over both (numpy's max over the last two axes), times the
+    ternary kernel of Keras's TernaryDense rule; the query projection ('abc,cde->abde') one scale per row."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3, 8))
+    hidden = L.Dense(8, name="first")(inputs)
+    model = keras.Model(inputs, L.Dense(4, name="last")(L.MultiHeadAttention(2, 4, name="mha")(hidden, hidden)))
+    attention = ste.quantize_model(model, "ternary").get_layer("mha")
+
+    def reference(x: np.ndarray, axes: tuple[int, ...], layer: Any) -> np.ndarray:
+        m = np.abs(x).max(axis=axes, keepdims=True)
+        x_q = np.clip(np.round(x * 127 / m), -128, 127) * m / 127
+        return np.einsum(layer.equation, x_q, keras_ternary(layer.kernel.numpy().astype(np.float64))) + layer.bias
+
+    projection = attention._output_dense
+    assert projection.equation == "abcd,cde->abe"
+    x = np.random.default_rng(1).normal(size=(2, 3, 2, 4)) * np.array([0.02, 1.0])[:, None]
+    expected = reference(x, (-2, -1), projection)
+    np.testing.assert_allclose(projection(x.astype(np.float32)), expected, rtol=1e-5, atol=1e-6)
+    query = attention._query_dense
+    h = np.random.default_rng(2).normal(size=(2, 3, 8)) * np.linspace(0.01, 1, 8)
+    np.testing.assert_allclose(query(h.astype(np.float32)), reference(h, (-1,), query), rtol=1e-5, atol=1e-6)
 
 
 def test_binary_scheme_refuses_an_embedding_before_changing_anything():
