@@ -480,15 +480,15 @@ def _elementwise(section: dict[str, Any]) -> list[str]:
     lines = [
         f"### 1. Elementwise sign forward + backward ({section['size']:,} values, ratio to custom_gradient)",
         "",
-        "| dtype | XLA | rule | custom_gradient, ms | ste, bit masks off | ste | stop-gradient exact | "
-        "stop-gradient naive |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dtype, XLA | rule | custom_gradient (ms) | ste, masks off | ste | stop-gradient, exact | "
+        "stop-gradient, naive |",
+        "|---|---|---|---|---|---|---|",
     ]
     for cell in section["cells"]:
         r = cell["results"]
         plain = r.get("ste_bits_off")
         lines.append(
-            f"| {cell['dtype']} | {'yes' if cell['jit_compile'] else 'no'} | {cell['rule']} | "
+            f"| {cell['dtype']}{', XLA' if cell['jit_compile'] else ''} | {cell['rule']} | "
             f"{_ms(r['custom_gradient']['median_s'])} | {_times(plain) if plain else '–'} | {_times(r['ste'])} | "
             f"{_times(r['stop_gradient_exact'])} | {_times(r['stop_gradient_naive'])} |"
         )
@@ -560,7 +560,7 @@ def _training(section: dict[str, Any]) -> list[str]:
         f"| ste | {_ms(r['ste']['median_s'])} | {r['ste']['ratio']:.2f}× |",
         *(
             [
-                f"| ste with metrics=['flip_ratio'] | {_ms(r['ste_flip_ratio']['median_s'])} | "
+                f"| ste with `metrics=['flip_ratio']` | {_ms(r['ste_flip_ratio']['median_s'])} | "
                 f"{r['ste_flip_ratio']['ratio']:.2f}× ({section['flip_ratio_cost']:.3f}× of ste) |"
             ]
             if "ste_flip_ratio" in r
@@ -580,7 +580,7 @@ def _memory(section: dict[str, Any]) -> list[str]:
     header = "| chain | eager | tf.function |"
     rule = "|---|---|---|"
     if fresh:
-        header += " RSS growth, fresh process: eager | tf.function |"
+        header += " fresh-process RSS, eager | fresh-process RSS, tf.function |"
         rule += "---|---|"
     lines = [
         f"### 5. Peak memory, forward + backward through {section['length']} ops on {section['size']:,} "

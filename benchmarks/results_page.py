@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -105,6 +106,21 @@ NETWORKS = {
         "biases stay float"
     ),
 }
+#: the spiking rows: their layers come from the JSON (the side's ``network``), then this
+SPIKING_NETWORK = (
+    "**Float:** every weight and bias (float32; no layer is quantized); the LIF layers turn membrane potentials into "
+    "0/1 spikes, and their β and ϑ are not trained"
+)
+VIT_NETWORK = (
+    "KerasHub's `ViTBackbone`: 7 × 7 patches of 4 × 4 pixels and a class token (50 tokens), 4 encoder blocks of 4 "
+    "attention heads, 64 channels, an MLP of 128. What each side changes: `ste_int8` makes every Dense and "
+    "EinsumDense (the attention projections), the patch-embedding convolution and the attention matmuls int8, "
+    "weights and activations; `ste_int4` gives the Dense and EinsumDense weights 4 bits, activations float; "
+    "`ste_ternary` makes the 24 attention projections and MLP layers ternary and keeps the patch embedding and the "
+    "head at 8 bits; `ste_2_4` prunes the 25 Dense and EinsumDense kernels 2:4; Keras's `model.quantize` sides "
+    "quantize the Dense and EinsumDense weights (int8 also each Dense's input, per token). **Float in every side:** "
+    "the layer normalizations, the softmax, the position embedding and the class token"
+)
 
 
 def _learning_rates(r: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -116,16 +132,29 @@ def _learning_rates(r: dict[str, Any]) -> tuple[float | None, float | None]:
     return rate, r.get("float_learning_rate") or spec.get("float_learning_rate")
 
 
+def _network(r: dict[str, Any]) -> str:
+    """The row's **Network.** paragraph: the layers, what stays float, and the float model's parameter count."""
+    row, sides = r["row"], r["sides"]
+    first = sides.get("float") or next(iter(sides.values()))
+    count = (r.get("float_stage") or {}).get("parameters") or first.get("parameters")
+    if row in NETWORKS:
+        text = NETWORKS[row]
+    elif row in SPIKING:
+        text = f"{first['network']}. {SPIKING_NETWORK}"
+    elif row == "vit":
+        text = f"{first['network']}: {VIT_NETWORK}"
+    else:
+        return ""
+    return f"**Network.** {text}. {count:,} parameters (the float model's `count_params()`)."
+
+
 def _network_and_budget(r: dict[str, Any]) -> list[str]:
     """What the network is (layers, what stays float, parameters) and what each row trained, saying where rows are
     not on equal terms."""
-    row, sides = r["row"], r["sides"]
+    row = r["row"]
     rate, float_rate = _learning_rates(r)
     stage = r.get("float_stage")
-    lines = []
-    if row in NETWORKS:
-        count = (stage or {}).get("parameters") or next(iter(sides.values())).get("parameters")
-        lines.append(f"**Network.** {NETWORKS[row]}. {count:,} parameters (the float model's `count_params()`).")
+    lines = [_network(r)] if _network(r) else []
     adam = f"Adam ({rate:g})" if rate else "Adam"
     if not stage:
         lines.append(
@@ -255,34 +284,76 @@ def _accuracy_cell(r: dict[str, Any], side: str, f: dict[str, Any]) -> str:
     return _pct(f.get("stripped_accuracy", f.get("test_accuracy", 0.0)))
 
 
+#: a short name for each TFLite converter call of the ViT row (the table's column); the calls are listed under it
+CONVERTERS = (
+    ('model.export(path, format="litert")', "Keras LiteRT export"),
+    ("model.export(path) + TFLiteConverter.from_saved_model, target_spec.supported_ops", "TF ops (Flex delegate)"),
+    ("ste.to_tflite(model)", "ste.to_tflite"),
+    ("model.export(path) + TFLiteConverter.from_saved_model, optimizations=[] (float)", "SavedModel, float"),
+    ("the same, optimizations=[EXPERIMENTAL_SPARSITY]", "SavedModel, sparse"),
+    ("the same, optimizations=[DEFAULT]", "SavedModel, int8 weights"),
+)
+
+
+def _converter_label(converter: str) -> str:
+    return next((label for call, label in CONVERTERS if converter.startswith(call)), converter)
+
+
+def _vit_converter_call(converter: str) -> str:
+    """A converter's call as the list under the table gives it ("the same" spelled out)."""
+    if converter.startswith("the same, "):
+        return "model.export(path) + TFLiteConverter.from_saved_model, " + converter[len("the same, ") :]
+    return converter
+
+
 def _vit_table(r: dict[str, Any]) -> list[str]:
-    """One line per flatbuffer of each side (the side's first line carries its accuracy); pending sides say why."""
+    """One line per flatbuffer of each side (the side's first line carries its accuracy), with short cells: what each
+    side is, each converter's call, and each refusal or error are in lists under the table."""
     seeds = len(r.get("seeds", [0]))
     what = f"median of {seeds} seeds (range)" if seeds > 1 else "seed 0"
-    head = ["side", "how", f"test accuracy in Keras, {what}", "TFLite converter", ".tflite bytes", "gzip bytes"]
-    head.append("TFLite test accuracy (seed 0)")
+    head = ["side", f"Keras test accuracy, {what}", "TFLite converter", ".tflite bytes", "gzip bytes"]
+    head.append("TFLite test accuracy, seed 0")
     rows: list[list[str]] = []
+    recipes = []
+    calls: dict[str, str] = {}
+    errors = []
     stage = r.get("float_stage")
     if stage:
-        rows.append(["float start", "trained first, the start of every side", _pct(stage["test_accuracy"])])
+        rows.append(["float start", _pct(stage["test_accuracy"])])
+        recipes.append("- **float start**: trained first; the start of every side.")
     for side, f in r["sides"].items():
+        name = f"`{side}`"
+        recipe = f.get("recipe", "")
+        recipes.append(f"- {name}: " + (f"`{recipe}`." if re.match(r"[\w.]+\(", recipe) else f"{recipe}."))
         if "pending" in f and "curve" not in f:
-            rows.append([side, f.get("recipe", ""), f"**pending**: {f['pending']}"])
+            rows.append([name, "pending (below)"])
+            errors.append(f"- {name} is pending: {f['pending']}")
             continue
-        first = [side, f.get("recipe", ""), _accuracy_cell(r, side, f)]
+        first = [name, _accuracy_cell(r, side, f)]
         if "pending" in f:
-            rows.append([*first, f"**pending**: {f['pending']}"])
+            rows.append([*first, "pending (below)"])
+            errors.append(f"- {name} is pending: {f['pending']}")
             continue
         for index, t in enumerate(f.get("flatbuffers", [])):
-            head_cells = first if index == 0 else ["", "", ""]
+            head_cells = first if index == 0 else ["", ""]
+            label = _converter_label(t["converter"])
+            calls.setdefault(label, _vit_converter_call(t["converter"]))
             if "refused" in t:
-                rows.append([*head_cells, t["converter"], f"refused: {t['refused']}"])
+                rows.append([*head_cells, label, "refused (below)"])
+                errors.append(f"- {name}, {label}: the converter refused the model: {t['refused']}")
                 continue
-            why = str(t.get("interpreter", "")).split(". ")[0]  # the interpreter's first sentence
-            accuracy = _pct(t["tflite_accuracy"]) if "tflite_accuracy" in t else f"not run: {why}"
-            rows.append([*head_cells, t["converter"], f"{t['bytes']:,}", f"{t['gzip_bytes']:,}", accuracy])
+            if "tflite_accuracy" in t:
+                accuracy = _pct(t["tflite_accuracy"])
+            else:
+                accuracy = "not run (below)"
+                errors.append(f"- {name}, {label}: the TFLite interpreter did not run it: {t.get('interpreter', '')}")
+            rows.append([*head_cells, label, f"{t['bytes']:,}", f"{t['gzip_bytes']:,}", accuracy])
     rows += _skipped_rows(r)
-    return table(head, rows)
+    out = [*table(head, rows), "", "**Sides.**", "", *recipes, "", "**TFLite converters.**", ""]
+    out += [f"- {label}: `{call}`" for label, call in calls.items()]
+    if errors:
+        out += ["", "**Refused or not run.**", "", *errors]
+    return out
 
 
 def _int8_ops(t: dict[str, Any]) -> str:
@@ -298,6 +369,48 @@ def _op_types(t: dict[str, Any]) -> str:
     )
 
 
+def _constants(by_type: dict[str, int]) -> str:
+    """A flatbuffer's constant bytes by type as text: ``FLOAT32 4,612 B, INT8 136,001 B``."""
+    return ", ".join(f"{name} {count:,} B" for name, count in by_type.items()) or "none"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _ternary_deployed(f: dict[str, Any], t: dict[str, Any], float_file: dict[str, Any] | None) -> str:
+    """What the ternary side's flatbuffer holds, and why: the kernels as float32 constants of three values."""
+    float_ops = sum(
+        count
+        for ops in t.get("kernel_op_types", {}).values()
+        for pair, count in ops.items()
+        if pair == "FLOAT32 x FLOAT32"
+    )
+    done, total = t.get("int8_constants_ternary", [0, 0])
+    text = (
+        "**What `ste_ternary` deploys: float32 kernels that hold three values.** The TFLite converter makes a kernel "
+        "int8 only where a fake-quant op gives its range, and TFLite has no 2-bit type; the ternary rule "
+        "(sign(W)·γ) is plain arithmetic, so `ste.to_tflite` folds each ternary kernel into a float32 constant of its "
+        f"three values −γ, 0 and γ ({_count(float_ops, 'matrix product')} FLOAT32 x FLOAT32 above; int8 constants "
+        f"with at most 3 values: {done} of {total}). The accuracy in the table is that of these ternary weights, and "
+        "on a device the products run in float32: the saving is in storage after compression"
+    )
+    if float_file:
+        text += (
+            f" (gzip {t['gzip_bytes']:,} B, {t['gzip_bytes'] / float_file['gzip_bytes']:.2f}× the float side's "
+            f"{float_file['gzip_bytes']:,} B; uncompressed {t['bytes'] / float_file['bytes']:.2f}×)"
+        )
+    text += ", not in compute."
+    if "ternary_kernels" in f:
+        ternary, listed = f["ternary_kernels"]
+        text += (
+            f" `ste.export_quantized_weights(model, packed=True)`, which packs a ternary kernel in 2 bits per weight, "
+            f"lists {_count(listed, 'kernel')} of this model ({ternary} ternary): it does not reach the backbone's "
+            "layers, which `quantize_model` quantizes in place."
+        )
+    return text
+
+
 def _vit_verdict(r: dict[str, Any]) -> list[str]:
     from .accuracy import ROWS  # the row's settings, for results written before the JSON recorded them
 
@@ -305,12 +418,11 @@ def _vit_verdict(r: dict[str, Any]) -> list[str]:
     rates = {key: r.get(key, ROWS["vit"][key]) for key in ("learning_rate", "float_learning_rate")}
     stage = r.get("float_stage") or {}
     lines = [
-        f"Network: {next(iter(sides.values())).get('network', '')}. Budget: the float start trained "
-        f"{_epochs(len(stage.get('curve', [])))} with Adam ({rates['float_learning_rate']:g}); then every side, from "
-        f"those weights, {_epochs(r['epochs'])} with Adam ({rates['learning_rate']:g}), batch {r['batch']}, the same "
-        "seed per run; Keras's post-training sides quantize the float side's fine-tuned model, so they had the same "
-        "training. Accuracy is the deployed model's in Keras (the stripped model for 2:4); the flatbuffers' own is in "
-        "the last column."
+        f"**Budget.** The float start trained {_epochs(len(stage.get('curve', [])))} with Adam "
+        f"({rates['float_learning_rate']:g}); then every side, from those weights, {_epochs(r['epochs'])} with Adam "
+        f"({rates['learning_rate']:g}), batch {r['batch']}, the same seed per run; Keras's post-training sides "
+        "quantize the float side's fine-tuned model, so they had the same training. Accuracy is the deployed model's "
+        "in Keras (the stripped model for 2:4); the flatbuffers' own is in the last column."
     ]
     for bits in ("int8", "int4"):
         gap = s.get(f"{bits}_qat_minus_ptq_points")
@@ -344,9 +456,6 @@ def _vit_verdict(r: dict[str, Any]) -> list[str]:
     float_file = next((t for t in sides.get("float", {}).get("flatbuffers", []) if "bytes" in t), None)
     for side in ("ste_int8", "ste_int4", "ste_ternary"):
         f = sides.get(side, {})
-        refused = next((t for t in f.get("flatbuffers", []) if "refused" in t), None)
-        if refused:
-            lines.append(f"{side}: `{refused['converter']}` refused the model: {refused['refused']}.")
         t = next((t for t in f.get("flatbuffers", []) if "kernel_ops" in t), None)
         if t:
             ops = (
@@ -354,35 +463,25 @@ def _vit_verdict(r: dict[str, Any]) -> list[str]:
                 if "kernel_op_types" in t
                 else f"ops with int8 inputs and weights: {_int8_ops(t)}"
             )
-            text = f"{side}'s flatbuffer: {ops}"
-            if side == "ste_ternary":
-                done, total = t.get("int8_constants_ternary", [0, 0])
-                text += f"; int8 constants with at most 3 distinct values (ternary kernels): {done} of {total}"
-            text += f"; constants by type (bytes): {t.get('constant_bytes', {})}"
+            text = f"`{side}`'s flatbuffer: {ops}; constants {_constants(t.get('constant_bytes', {}))}"
             if float_file:
                 text += f"; the file is {t['bytes'] / float_file['bytes']:.2f}× the float side's"
-            if side == "ste_ternary" and "ternary_kernels" in f:
-                ternary, listed = f["ternary_kernels"]
-                text += (
-                    f". `ste.export_quantized_weights` lists {listed} kernel(s) of the Keras model, {ternary} of them "
-                    "ternary"
-                )
             lines.append(text + ".")
+            if side == "ste_ternary":
+                lines.append(_ternary_deployed(f, t, float_file))
     for side in ("keras_int8", "keras_int4"):
         for t in sides.get(side, {}).get("flatbuffers", []):
-            if "refused" in t:
-                lines.append(f"{side}: `{t['converter']}` refused the model: {t['refused']}.")
-            elif "constant_bytes" in t:
-                text = f"{side}: `{t['converter']}`: constants by type (bytes): {t['constant_bytes']}"
+            if "constant_bytes" in t and "refused" not in t:
+                text = f"`{side}`, {_converter_label(t['converter'])}: constants {_constants(t['constant_bytes'])}"
                 if float_file and "constant_bytes" in float_file:
-                    text += f" (the float side's: {float_file['constant_bytes']})"
+                    text += f" (the float side's: {_constants(float_file['constant_bytes'])})"
                 lines.append(text + ".")
     if "ste_2_4" in sides and "kernel_zeros" in sides["ste_2_4"]:
         f = sides["ste_2_4"]
         zeros = f["kernel_zeros"]
         attention = [z for path, z in zeros.items() if "/mha/" in path]
         text = (
-            f"ste_2_4: fraction of zeros after stripping, in all {len(zeros)} Dense and EinsumDense kernels "
+            f"`ste_2_4`: fraction of zeros after stripping, in all {len(zeros)} Dense and EinsumDense kernels "
             f"{f['zeros']:.3f}; in the {len(zeros) - len(attention)} MLP and head kernels "
             f"{min(z for p, z in zeros.items() if '/mha/' not in p):.3f} at least"
         )
@@ -600,7 +699,7 @@ def _spiking_verdict(r: dict[str, Any]) -> list[str]:
     ste_side = sides["ste"]
     kinds = ste_side["form"].split(": ", 1)[-1]
     lines = [
-        f"Network: {ste_side['network']}. ste's side is written as docs/spiking.md says: a `keras.Sequential` of "
+        "ste's side is written as docs/spiking.md says: a `keras.Sequential` of "
         "Keras layers and `ste.spiking.LIF`, handed to `ste.spiking.fuse` and trained with `model.fit`. After "
         f"`fuse` its layers are {kinds}: every `Dense` → `LIF` pair runs as one `ste.spiking.Fused` loop of "
         "`SpikingDense` layers, compiled with XLA."
@@ -696,8 +795,9 @@ def page(found: dict[str, dict[str, Any]]) -> str:
     out = [
         "# Results on Fashion-MNIST",
         "",
-        "Accuracy of ste's binarized, int8 and low-bit networks on Fashion-MNIST (60,000 training and 10,000 test",
-        "images, 28×28, 10 classes), each beside its peer on the same network, data, seed, batch and epochs. This",
+        "Accuracy of ste's binarized, int8, low-bit, pruned, clustered and spiking networks and of a small ViT on",
+        "Fashion-MNIST (60,000 training and 10,000 test images, 28×28, 10 classes), each beside its peer on the same",
+        "network, data, seed, batch and epochs. This",
         "page is generated from `benchmarks/results/accuracy/*.json` by `python -m benchmarks.results_page`; each",
         "row comes from one command, `python -m benchmarks.accuracy NAME` (below each table, with its date, CPU and",
         "TensorFlow version).",
@@ -714,21 +814,29 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         "reverses every epoch, so that step times see the same machine load. Step time and memory are reported",
         "only as ratios between sides of one run.",
         "",
-        "```text",
-        "python3.11 -m venv LARQ_VENV && LARQ_VENV/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 \\",
-        "    'larq==0.14.*'",
-        "python3.11 -m venv TFMOT_VENV && TFMOT_VENV/bin/pip install tensorflow-cpu==2.21.0 tf-keras==2.21.0 \\",
-        "    tensorflow-model-optimization==0.8.1",
+        "```bash",
+        "python3.11 -m venv LARQ_VENV",
+        "LARQ_VENV/bin/pip install tensorflow-cpu==2.21.0 \\",
+        "    tf-keras==2.21.0 'larq==0.14.*'",
+        "python3.11 -m venv TFMOT_VENV",
+        "TFMOT_VENV/bin/pip install tensorflow-cpu==2.21.0 \\",
+        "    tf-keras==2.21.0 tensorflow-model-optimization==0.8.1",
+        "python3.11 -m venv SNNTORCH_VENV",
+        "SNNTORCH_VENV/bin/pip install torch==2.13.0 \\",
+        "    --index-url https://download.pytorch.org/whl/cpu",
+        "SNNTORCH_VENV/bin/pip install 'snntorch==1.0.*' numpy",
+        "pip install keras-hub",
+        "",
         "python -m benchmarks.accuracy binary_cnn --larq-venv LARQ_VENV",
         "python -m benchmarks.accuracy int8_qat --tfmot-venv TFMOT_VENV",
         "python -m benchmarks.accuracy low_bit",
-        "python3.11 -m venv SNNTORCH_VENV && SNNTORCH_VENV/bin/pip install torch==2.13.0 \\",
-        "    --index-url https://download.pytorch.org/whl/cpu && SNNTORCH_VENV/bin/pip install 'snntorch==1.0.*' numpy",
-        "python -m benchmarks.accuracy spiking_mlp --snntorch-venv SNNTORCH_VENV",
-        "python -m benchmarks.accuracy spiking_cnn --snntorch-venv SNNTORCH_VENV",
+        "python -m benchmarks.accuracy spiking_mlp \\",
+        "    --snntorch-venv SNNTORCH_VENV",
+        "python -m benchmarks.accuracy spiking_cnn \\",
+        "    --snntorch-venv SNNTORCH_VENV",
         "python -m benchmarks.accuracy pruning --tfmot-venv TFMOT_VENV",
         "python -m benchmarks.accuracy clustering --tfmot-venv TFMOT_VENV",
-        "pip install keras-hub && python -m benchmarks.accuracy vit",
+        "python -m benchmarks.accuracy vit",
         "```",
         "",
         ANCHORS,
@@ -739,8 +847,7 @@ def page(found: dict[str, dict[str, Any]]) -> str:
             out += ["Not measured yet.", ""]
             continue
         r = found[name]
-        if name != "vit":
-            out += _network_and_budget(r)
+        out += _network_and_budget(r) if name != "vit" else [_network(r) + "\n"]
         out += [*_side_table(r), "", *_versions(r)]
         out += [line + "\n" for line in _verdict(r)]
         if name == "low_bit":
@@ -756,7 +863,13 @@ def page(found: dict[str, dict[str, Any]]) -> str:
             ]
         if name == "low_bit" and r["sides"].get("binary", {}).get("test_accuracy", 1.0) < 0.2:
             out += [NOTES[name], ""]
-        out += [_provenance(r), "", f"![{name}: test accuracy per epoch](img/results/{name}.png)", ""]
+        out += [
+            _provenance(r),
+            "",
+            f"[![{name}: test accuracy per epoch (open the full-size image)](img/results/{name}.png)]"
+            f"(img/results/{name}.png)",
+            "",
+        ]
     return "\n".join(out)
 
 
@@ -816,7 +929,9 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
     if "vit" in found:
         r = found["vit"]
         accuracy = r["summary"].get("accuracy", {})
-        parts = [f"{side} {_pct(spread['median'])}" for side, spread in accuracy.items()]
+        from .accuracy import VIT_LABELS
+
+        parts = [f"{VIT_LABELS.get(side, side)} {_pct(spread['median'])}" for side, spread in accuracy.items()]
         seeds = len(r.get("seeds", [0]))
         gaps = [
             f"{bits} {gap['median']:+.2f} points"
@@ -824,12 +939,18 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
             for bits in ("int8", "int4")
             if (gap := r["summary"].get(f"{bits}_qat_minus_ptq_points"))
         ]
-        lines.append(
-            f"- KerasHub ViT ({_epochs(r['epochs'])} from a float start, median of {seeds} seed(s)): "
+        line = (
+            f"- KerasHub ViT ({_epochs(r['epochs'])} from a float start, "
+            + (f"median of {seeds} seeds): " if seeds > 1 else "one seed): ")
             + ", ".join(parts)
             + ("; ste's QAT minus Keras's post-training quantization at equal bits: " + ", ".join(gaps) if gaps else "")
-            + "."
         )
+        if "ste_ternary" in accuracy:
+            line += (
+                "; the ternary flatbuffer holds its kernels as float32 constants of three values (TFLite has no "
+                "ternary type): smaller gzipped, not faster"
+            )
+        lines.append(line + ".")
     return lines
 
 

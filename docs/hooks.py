@@ -30,7 +30,9 @@ _CODE_BLOCK = re.compile(r'(<div class="language-(?!text)[^"]*highlight">.*?</pr
 _BREAK_AFTER = re.compile(r'(<span class="(?:o|p)">[.(\[{,=:]+</span>)')
 _TEXT_SPAN = re.compile(r'(<span class="(?:c|s)\w*">)([^<]*)(</span>)')  # a comment or a string: a break inside
 # a table cell, the code spans in it, and the characters after which such a span may wrap
-_CELL = re.compile(r"(<td[^>]*>.*?</td>)", re.S)
+_CELL = re.compile(r"(<(td|th)\b[^>]*>.*?</\2>)", re.S)
+# a text block (command output, a warning): no tokens, so its text gets the breaks of code in a table cell
+_TEXT_BLOCK = re.compile(r'(<div class="language-text[^"]*highlight">.*?</pre>)', re.S)
 _CELL_CODE = re.compile(r"(<code>)(.*?)(</code>)", re.S)
 _CODE_BREAK = re.compile(r"([(\[{,=/]|\.(?!\d))(?=[^\s<)\]}])")  # not inside a number (1.0)
 _TAG = re.compile(r"(<[^>]*>)")  # a tag inside a code span (mkdocstrings' <autoref ...>): never broken into
@@ -188,8 +190,8 @@ def on_page_content(html: str, **kwargs: Any) -> str:
 
 def _break_opportunities(html: str) -> str:
     """A code line too long for the column wraps after a `.`, `(`, `,` or `=` token, or after such a character in a
-    comment or a string (``<wbr>``, which copying ignores), never inside an identifier (``quantize_mo|del``):
-    stylesheets/ste.css breaks a word only where it is longer than a whole line."""
+    comment, a string, a text block's line or a table cell's code (``<wbr>``, which copying ignores), never inside an
+    identifier (``quantize_mo|del``): stylesheets/ste.css breaks a word only where it is longer than a whole line."""
 
     def text(match: re.Match[str]) -> str:  # a comment's or a string's text: the same punctuation, inside the token
         return match.group(1) + _text_breaks(match.group(2)) + match.group(3)
@@ -198,6 +200,7 @@ def _break_opportunities(html: str) -> str:
         return _TEXT_SPAN.sub(text, _BREAK_AFTER.sub(r"\1<wbr>", match.group(1)))
 
     html = _CODE_BLOCK.sub(block, html)
+    html = _TEXT_BLOCK.sub(lambda match: _text_breaks(match.group(1)), html)
 
     def cell(match: re.Match[str]) -> str:  # code in a table cell: the same, so that a table fits its column
         return _CELL_CODE.sub(lambda c: c.group(1) + _text_breaks(c.group(2)) + c.group(3), match.group(1))

@@ -5,8 +5,11 @@ browser's own layout: on the desktop, tables wider than their column (a table th
 count as fitting); on the phone, tables that overflow the screen without a horizontal scroll bar (clipped) and a first
 column wider than the text column (out of view); at both sizes, lines of code (code blocks and the home page's
 cards) broken inside an identifier, wrapped lines of code whose continuation starts at the line's left edge (a
-comment's end reading as code at column 0), a copy button over the text of a code block's first line, and, on the
-desktop, sidebar sections below the window. Chromium
+comment's end reading as code at column 0), code blocks (text ones too) wider than their box (cut at the right
+edge), a copy button over a visible character of any line of a block, a word or number in a table cell split
+across lines anywhere but at a space, after a hyphen or, in code, after the punctuation docs/hooks.py marks
+(kera|s_int8), a table cell of prose set one word per line, and, on the desktop, sidebar sections below the window.
+Chromium
 prints the page's DOM after the script ran (``--dump-dom``), and the findings are read from it. The same launch writes
 a screenshot of every page at both sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build
 artifact, never committed.
@@ -127,27 +130,90 @@ window.addEventListener("load", () => {
         problems.push("wrapped code line at column 0: " + line.textContent.trim().slice(0, 60));
       }
     }
+  }
+  // every code block (text ones too): nothing cut at the right edge (a block that scrolls hides the end of its
+  // lines), and the copy button over no visible character of any line
+  for (const code of document.querySelectorAll(".md-typeset .highlight pre > code")) {
+    const head = code.textContent.trim().slice(0, 50);
+    if (code.scrollWidth > code.clientWidth + 1) {
+      const size = `${code.scrollWidth} px wide in a ${code.clientWidth} px box`;
+      problems.push(`code block ${size} near #${where(code)}: ${head}`);
+    }
     // Material 9.6+ puts the copy button in nav.md-code__nav (.md-code__button); before, .md-clipboard
     const button = code.parentElement.querySelector(".md-code__button[data-md-type='copy'], .md-clipboard");
-    if (!button) problems.push("no copy button found (the check cannot run): " + code.textContent.trim().slice(0, 40));
-    if (button && lines.length) {
-      const b = button.getBoundingClientRect();
-      // the first line's visible characters only: the blanks that align a comment may run under the button
-      const ink = [];
-      const walker = document.createTreeWalker(lines[0], NodeFilter.SHOW_TEXT);
-      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-        for (const word of node.textContent.matchAll(/\S+/g)) {
-          const range = document.createRange();
-          range.setStart(node, word.index);
-          range.setEnd(node, word.index + word[0].length);
-          ink.push(...range.getClientRects());
-        }
+    if (!button) { problems.push("no copy button found (the check cannot run): " + head); continue; }
+    const b = button.getBoundingClientRect();
+    const box = code.getBoundingClientRect();
+    // visible characters only: the blanks that align a comment may run under the button
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    let over = null;
+    for (let node = walker.nextNode(); node && !over; node = walker.nextNode()) {
+      for (const word of node.textContent.matchAll(/\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const hit = [...range.getClientRects()].some((r) => {
+          const left = Math.max(r.left, box.left), right = Math.min(r.right, box.right);
+          return r.width > 0 && right > b.left + 1 && left < b.right && r.bottom > b.top && r.top < b.bottom;
+        });
+        if (hit) { over = word[0]; break; }
       }
-      for (const r of ink) {
-        if (r.width > 0 && r.right > b.left + 1 && r.left < b.right && r.bottom > b.top && r.top < b.bottom) {
-          problems.push("copy button over: " + lines[0].textContent.trim().slice(0, 60)); break;
-        }
+    }
+    if (over) problems.push(`copy button over "${over}" near #${where(code)}: ${head}`);
+  }
+  // a table cell's text breaks at a space or after a hyphen, and code in it also after the punctuation that
+  // docs/hooks.py marks (. ( [ { , = /): never inside a word or a number (kera|s_int|8, 530,9|33)
+  const codeBreak = /[.(\[{,=\/]/;
+  const splitInCell = (cell) => {
+    let previous = null;
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT | NodeFilter.SHOW_ELEMENT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.nodeType === Node.ELEMENT_NODE) {
+        if (["BR", "P", "LI", "DIV", "IMG"].includes(node.tagName)) previous = null;
+        continue;
       }
+      const code = !!node.parentElement.closest("code");
+      const text = node.textContent;
+      for (let i = 0; i < text.length; i++) {
+        const ch = text[i];
+        if (/\s/.test(ch)) { previous = null; continue; }
+        const range = document.createRange();
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const r = [...range.getClientRects()].find((q) => q.width > 0);
+        if (!r) continue;
+        if (previous && r.top > previous.top + 2) {
+          const allowed = "-\u2010\u2013\u2014".includes(previous.ch) || (previous.code && codeBreak.test(previous.ch));
+          const before = previous.text.slice(Math.max(0, previous.i - 12), previous.i + 1);
+          if (!allowed) return before + "|" + text.slice(i, i + 12);
+        }
+        previous = { top: r.top, ch, code, text, i };
+      }
+    }
+    return null;
+  };
+  for (const cell of document.querySelectorAll(".md-typeset table :is(td, th)")) {
+    const split = splitInCell(cell);
+    if (split) problems.push(`word split in a table cell near #${where(cell)}: ${split}`);
+    // prose set one word per line (a column squeezed to its longest word): of the pairs of neighbouring words
+    // outside code, none shares a line
+    let pairs = 0, together = 0;
+    const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+      if (node.parentElement.closest("code")) continue;
+      let top = null;
+      for (const w of node.textContent.matchAll(/\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, w.index);
+        range.setEnd(node, w.index + w[0].length);
+        const r = [...range.getClientRects()].find((q) => q.width > 0);
+        if (!r) { top = null; continue; }
+        if (top !== null) { pairs++; if (Math.abs(r.top - top) < 2) together++; }
+        top = r.top;
+      }
+    }
+    if (pairs >= 3 && together === 0) {
+      problems.push(`one word per line in a table cell near #${where(cell)}: ${cell.textContent.trim().slice(0, 50)}`);
     }
   }
   if (desktop) {

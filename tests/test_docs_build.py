@@ -49,9 +49,10 @@ def test_gallery_peaks_are_the_computed_ones(site):
 
 
 def test_layout_in_headless_chromium(site):
-    """At 1280×900 and 390×844: no clipped table, no wrapped code line at column 0, no copy button over code, the
-    sidebar's sections in view (tests/docs_layout.py). Screenshots go to STE_LAYOUT_SCREENSHOTS, else beside the
-    built site: build artifacts, never committed."""
+    """At 1280×900 and 390×844: no clipped table, no word or number split inside a table cell, no cell of prose set
+    one word per line, no code block wider than its box, no wrapped code line at column 0, no copy button over any
+    line of code, the sidebar's sections in view (tests/docs_layout.py). Screenshots go to STE_LAYOUT_SCREENSHOTS,
+    else beside the built site: build artifacts, never committed."""
     from tests.docs_layout import check, chromium
 
     if chromium() is None:
@@ -125,13 +126,46 @@ def test_no_restructuredtext_markup_on_the_gallery_pages(site):
         assert "``" not in text and ":class:" not in text and ":func:" not in text, page
 
 
-def test_code_blocks_wrap_and_text_blocks_keep_their_columns(site):
+def test_code_and_text_blocks_wrap(site):
     css = (site / "stylesheets" / "ste.css").read_text()
-    assert ".highlight:not(.language-text) pre > code" in css and "pre-wrap" in css
+    assert ".md-typeset .highlight pre > code {" in css and "pre-wrap" in css
     page = (site / "quantizers" / "index.html").read_text()
     assert "stylesheets/ste.css" in page
     assert 'class="language-python highlight"' in page and 'class="language-text highlight"' in page
     assert '<span id="__span-0-1">' in page  # one span per line: a wrapped line hangs under its start
+    text = re.search(r'<div class="language-text highlight">.*?</pre>', page, flags=re.S).group(0)
+    assert "<wbr>" in text  # a text block's line breaks after `.`, `(`, `,` ... as code does
+
+
+# A page that breaks each rule of tests/docs_layout.py once, in Material's markup: a table cell squeezed by
+# overflow-wrap: anywhere (words split mid-token), a code block that scrolls, a copy button over its second line
+BROKEN_PAGE = """<!doctype html><html><head><style>
+.md-typeset {{ width: 300px; font: 16px/1.4 sans-serif; }} .md-typeset td {{ overflow-wrap: anywhere; }}
+.highlight {{ position: relative; }} pre > code {{ display: block; overflow: auto; white-space: pre; }}
+.md-code__nav {{ position: absolute; top: 0; right: 0; }}
+.md-code__button {{ display: block; width: 2em; height: 3em; }}
+</style></head><body><div class="md-content"><article class="md-typeset"><h2 id="table">t</h2>
+<table><tr><th>a</th><th>b</th></tr><tr><td>{long}</td><td>{long}</td></tr></table>
+<h2 id="code">c</h2><div class="language-text highlight"><pre><nav class="md-code__nav">
+<button class="md-code__button" data-md-type="copy"></button></nav><code>short
+{wide}</code></pre></div></article></div></body></html>
+"""
+
+
+def test_layout_check_fails_on_split_words_cut_code_and_a_covered_line(tmp_path):
+    """The check itself, on a page made to break it: it must name each problem (a check that cannot fail would pass
+    every page)."""
+    from tests.docs_layout import check, chromium
+
+    if chromium() is None:
+        pytest.skip("no Chromium to check the layout with (apt-get install chromium)")
+    (tmp_path / "site" / "bad").mkdir(parents=True)
+    long, wide = "keras_int8_tensorflow_lite_530933", " ".join(["tensorflow-cpu==2.21.0"] * 6)
+    (tmp_path / "site" / "bad" / "index.html").write_text(BROKEN_PAGE.format(long=long, wide=wide))
+    found = check(tmp_path / "site", tmp_path / "shots", ("bad",))["bad at desktop"]
+    assert any(p.startswith("word split in a table cell near #table") for p in found), found
+    assert any(p.startswith("code block") and "near #code" in p for p in found), found
+    assert any(p.startswith('copy button over "tensorflow-cpu==2.21.0"') for p in found), found
 
 
 def test_sphinx_roles_become_links_to_the_api_entries(site):

@@ -51,6 +51,7 @@ __all__ = [
     "is_weight",
     "layer_filter",
     "pairs",
+    "shared_inside",
     "sublayers",
     "swap",
     "walk",
@@ -121,9 +122,10 @@ def _untracked_variable(layer: keras.layers.Layer) -> str | None:
 
 
 def is_weight(variable: Any) -> bool:
-    """Whether ``variable`` is a weight the transformations account for: of rank >= 2 and not a bias (an
-    ``EinsumDense`` bias can have two axes)."""
-    return len(variable.shape) >= 2 and "bias" not in _short_path(variable)
+    """Whether ``variable`` is a weight the transformations account for: of rank >= 2 and not a layer's bias (the
+    variable Keras's layers name ``bias``: an ``EinsumDense`` bias can have two axes). A table whose name merely holds
+    the word (Swin's ``relative_position_bias_table``) is a weight."""
+    return len(variable.shape) >= 2 and _short_path(variable).split(":")[0] != "bias"
 
 
 def _size(variable: Any) -> int:
@@ -406,13 +408,14 @@ def swap(root: keras.layers.Layer, old: keras.layers.Layer, new: keras.layers.La
                 _replace_in(value, old, new)
             elif isinstance(value, tuple) and any(item is old for item in value):
                 object.__setattr__(owner, name, type(value)(new if item is old else item for item in value))
+    offset = len(new._inbound_nodes)  # a layer the new model already calls (a shared one) keeps its own nodes
     for node in old._inbound_nodes:
         node.operation = new
         for index, tensor in enumerate(node.outputs):
             history = tensor._keras_history
-            tensor._keras_history = type(history)(new, history[1], index)
-    object.__setattr__(new, "_inbound_nodes", list(old._inbound_nodes))
-    object.__setattr__(new, "_outbound_nodes", list(old._outbound_nodes))
+            tensor._keras_history = type(history)(new, history[1] + offset, index)
+    object.__setattr__(new, "_inbound_nodes", [*new._inbound_nodes, *old._inbound_nodes])
+    object.__setattr__(new, "_outbound_nodes", [*new._outbound_nodes, *old._outbound_nodes])
 
 
 # -- what a transformation says -------------------------------------------------------------------------------------
@@ -514,6 +517,9 @@ class Rewriter:
         self.plan = Plan()
         self.copies: dict[int, keras.layers.Layer] = {}  # id(original layer) → its layer in the new model
         self.calls: dict[int, int] = {}  # id(layer) → how often the graphs of the model call it
+        #: id(layer) → the layer (a composite, a nested model without a graph) that holds it while a rebuilt graph
+        #: also calls it (a tied language-model head: ``backbone.token_embedding(backbone(x), reverse=True)``)
+        self.holders: dict[int, keras.layers.Layer] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------------
 
@@ -633,6 +639,7 @@ class Rewriter:
         graph = is_graph_model(model) and graph_of(model) is not None
         if graph:
             count_calls(model, self.calls, set())
+            self.holders = shared_inside(model)
         self.transform.study(self, model)
         self.make_plan(model)
         self.transform.planned(self, model)
@@ -658,14 +665,46 @@ class Rewriter:
         if not model.built:
             raise NotBuiltError(
                 f"{self.owner}: the model '{model.name}' ({type(model).__name__}) is not built, so it has no weights "
-                f"to transform yet. Fix: build it first, model.build(input_shape) or one call on a batch of data (a "
-                f"functional or Sequential model with keras.Input is built when it is made)."
+                f"to transform yet. Fix: call it once on a batch of data, e.g. {_call_example(model)} (a functional "
+                f"or Sequential model with keras.Input is built when it is made; model.build(input_shape) builds no "
+                f"layer of a subclassed model)."
             )
+        # model.build(input_shape) on a subclassed model marks it built and builds none of its layers
+        unbuilt = [
+            f"'{path}' ({type(layer).__name__})"
+            for path, layer in walk(model)
+            if not layer.built and (not model.weights or self.transform.claims(layer))
+        ]
+        if unbuilt:
+            names = ", ".join(unbuilt[:5]) + (f" and {len(unbuilt) - 5} more" if len(unbuilt) > 5 else "")
+            raise NotBuiltError(
+                f"{self.owner}: the model '{model.name}' ({type(model).__name__}) is built but its layer(s) {names} "
+                f"are not, so they have no weights to transform (model.build(input_shape) builds no layer of a "
+                f"subclassed model). Fix: call the model once on a batch of data instead, e.g. "
+                f"{_call_example(model)}."
+            )
+
+    def shares(self, layer: keras.layers.Layer) -> bool:
+        """Whether a rebuilt graph calls ``layer`` while another layer holds it, or ``layer`` holds such a layer:
+        then the new model's layer for it is :meth:`layer`'s, so that both uses keep one layer."""
+        return id(layer) in self.holders or any(holder is layer for holder in self.holders.values())
 
     def layer(self, layer: keras.layers.Layer) -> keras.layers.Layer:
         """The new model's layer for ``layer`` (a layer of the model given), made once: its replacement if claimed,
-        a copy otherwise (with its claimed sublayers swapped inside)."""
+        a copy otherwise (with its claimed sublayers swapped inside). A layer that another layer holds (see
+        :attr:`holders`) is the one inside the new model's layer for its holder."""
         found = self.copies.get(id(layer))
+        holder = self.holders.get(id(layer))
+        if found is None and holder is not None:
+            self.layer(holder)
+            found = self.copies.get(id(layer))
+            if found is None:
+                raise UnsupportedLayerError(
+                    f"{self.owner}: the layer '{layer.name}' ({type(layer).__name__}) is held by "
+                    f"'{holder.name}' ({type(holder).__name__}) and called by the model's graph too, and the "
+                    f"transformation cannot keep one layer for both uses. Fix: call it only through "
+                    f"'{holder.name}', or build the model from '{holder.name}''s layers without nesting it."
+                )
         if found is None:
             new, matched = copy(layer, self.owner)
             found = self.transform.replace(new, layer) if self.claims(layer) else self.inside(new, matched)
@@ -678,8 +717,16 @@ class Rewriter:
         :func:`_describe_swaps`)."""
         swapped: list[tuple[str, keras.layers.Layer]] = []
         for source, target in matched:
+            made = self.copies.get(id(source))
+            if made is not None:  # a layer shared with the graph or another copy: the new model's one layer
+                if made is not target:
+                    swap(new, target, made)
+                    swapped.append((target.name, made))
+                continue
+            self.copies[id(source)] = target
             if self.claims(source):
                 replacement = self.transform.replace(target, source)
+                self.copies[id(source)] = replacement
                 if replacement is target:
                     continue
                 if not replacement.built and target.built:
@@ -693,6 +740,15 @@ class Rewriter:
     def in_place(self, model: keras.Model) -> keras.Model:
         """A copy of ``model`` with its claimed layers swapped for their replacements."""
         return self.inside(*copy(model, self.owner))
+
+
+def _call_example(model: keras.Model) -> str:
+    """``model(np.zeros((1, ...)))`` with the input shape the model was built with, where it knows one."""
+    shape = (model.get_build_config() or {}).get("input_shape") if model.built else None
+    if isinstance(shape, (list, tuple)) and shape and all(isinstance(dim, (int, type(None))) for dim in shape):
+        dims = ", ".join(str(dim) for dim in (1, *[dim or 1 for dim in shape[1:]]))
+        return f"model(np.zeros(({dims}{',' if len(shape) == 1 else ''})))"
+    return "model(np.zeros((1, *input_shape)))"
 
 
 def _short_path(variable: Any) -> str:
@@ -713,6 +769,32 @@ def count_calls(model: keras.Model, counts: dict[int, int], seen: set[int]) -> N
         counts[id(operation)] = counts.get(id(operation), 0) + 1
         if isinstance(operation, keras.Model) and is_graph_model(operation):
             count_calls(operation, counts, seen)
+
+
+def shared_inside(model: keras.Model) -> dict[int, keras.layers.Layer]:
+    """The layers that the graphs of ``model`` (its own and its nested graph models') call while a layer those
+    graphs call also holds them (a composite layer, a nested model without a graph): ``id`` → that holder."""
+    called: dict[int, keras.layers.Layer] = {}
+    seen: set[int] = set()
+
+    def visit(graph_model: keras.Model) -> None:
+        if id(graph_model) in seen:
+            return
+        seen.add(id(graph_model))
+        for node in graph_nodes(graph_of(graph_model)):
+            operation = node.operation
+            if isinstance(operation, keras.Model) and is_graph_model(operation):
+                visit(operation)
+            elif isinstance(operation, keras.layers.Layer):
+                called[id(operation)] = operation
+
+    visit(model)
+    holders: dict[int, keras.layers.Layer] = {}
+    for layer in called.values():
+        for _, inner in walk(layer):
+            if id(inner) in called and id(inner) not in holders:
+                holders[id(inner)] = layer
+    return holders
 
 
 class GraphRebuild:

@@ -44,13 +44,14 @@ LIST = (
 
 SHOW = {
     "absmax_per_token": (
-        "AbsmaxPerToken(bits=8, epsilon=1e-05)\n"
+        "AbsmaxPerToken(bits=8, epsilon=1e-05, axis=-1)\n"
         "  quantizer:  ste.quantizers.AbsmaxPerToken\n"
         "  surrogate:  - (its own gradient, below)\n"
         "\n"
-        "  BitNet b1.58's activation quantizer: `bits`-bit absmax per token (per row of the last axis), m = max|x| of\n"
-        "  the row (at least ε), x_q = clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 (127 for 8 bits);\n"
-        '  gradient `dy` (straight-through). Spec name `"absmax_per_token"`.\n'
+        "  BitNet b1.58's activation quantizer: `bits`-bit absmax per token, m = max|x| over the token's channels\n"
+        "  (`axis`: the last axis by default, one row; `axis=(-2, -1)` for an attention output of heads × head_dim) at\n"
+        "  least ε, x_q = clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 (127 for 8 bits); gradient `dy`\n"
+        '  (straight-through). Spec name `"absmax_per_token"`.\n'
     ),
     "absmean_ternary": (
         "AbsmeanTernary(epsilon=1e-05)\n"

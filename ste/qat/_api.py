@@ -374,6 +374,35 @@ def _check_per_channel_matmuls(model: keras.Model) -> None:
         )
 
 
+@contextlib.contextmanager
+def _tables_on_int8_grid(model: keras.Model) -> Iterator[None]:
+    """Embedding tables quantized to fewer than 8 bits, exported on the 8-bit grid of the same step, while the block
+    runs. TFLite's GATHER takes 8-bit tables only: the converter fails on a 4-bit one ("'tfl.gather' op operand #0
+    must be tensor of ... QI8 ..., but got ... i4"); the same values as an int8 table take 2^b − 1 of its levels, as
+    the b-bit kernels of FULLY_CONNECTED and CONV_2D do. Refused, naming the layer, for a table whose quantizer has
+    another grid (per channel, or not narrow range)."""
+    tables = []
+    for layer in model._flatten_layers():
+        quantizer = getattr(layer, "embeddings_quantizer", None) if isinstance(layer, keras.layers.Embedding) else None
+        if quantizer is None or getattr(quantizer, "bits", 8) >= 8:
+            continue
+        if not isinstance(quantizer, WeightFakeQuant) or quantizer.channel_axes or not quantizer.narrow_range:
+            raise ConversionError(
+                f"ste.to_tflite: the embedding table of layer '{layer.name}' of model '{model.name}' is quantized to "
+                f"{quantizer.bits} bits by {quantizer!r}; TFLite's GATHER takes 8-bit tables, and ste writes a "
+                f"{quantizer.bits}-bit table as one only for a WeightFakeQuant per tensor with narrow_range=True. "
+                f"Fix: quantize the table with WeightFakeQuant(bits={quantizer.bits}) or at 8 bits."
+            )
+        tables.append(quantizer)
+    try:
+        for quantizer in tables:
+            quantizer._on_int8_grid = True
+        yield
+    finally:
+        for quantizer in tables:
+            quantizer._on_int8_grid = False
+
+
 def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Sequence[Any] | None = None) -> bytes:
     """The int8 TFLite flatbuffer of a quantization-aware model: ``model.export`` (without the training-only
     gradient functions) then the stock ``tf.lite.TFLiteConverter.from_saved_model`` with
@@ -403,7 +432,8 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
     model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
-        _export_for_inference(model, path)
+        with _tables_on_int8_grid(model):
+            _export_for_inference(model, path)
         with _quiet_inference_load():
             converter = tf.lite.TFLiteConverter.from_saved_model(path)
             converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)

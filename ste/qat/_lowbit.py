@@ -147,6 +147,8 @@ class LowBitScheme(Scheme):
         if "activation" in config:
             config["activation"] = keras.activations.serialize(activation)
         options = self.low_bit_options(kind)
+        if kind is L.EinsumDense and "input_quantizer" in options:  # one token: every axis the equation contracts
+            options["input_quantizer"] = AbsmaxPerToken(axis=_contracted_axes(layer.equation))
         if id(layer) in self._eight_bit_inputs:  # a non-negative input (adapt_input): 8 bits, the kernel low-bit
             options["input_quantizer"] = self.int8.activation_quantizer(f"{layer.name}_input_quant")
         return self.low_bit[kind](**{**config, **options})
@@ -195,11 +197,26 @@ class BinaryScheme(LowBitScheme):
             )
 
 
+def _contracted_axes(equation: str) -> tuple[int, ...]:
+    """The axes of an ``EinsumDense`` input that its ``equation`` contracts with the kernel (the channels of one
+    token: ``(-1,)`` for ``"abc,cd->abd"``, ``(-2, -1)`` for the attention output ``"abcd,cde->abe"``), counted
+    from the end where the input's subscripts allow (after an ellipsis, or all of them without one)."""
+    inputs, output = equation.replace(" ", "").split("->")
+    source, kernel = inputs.split(",")
+    head, dots, tail = source.rpartition("...")
+    letters = tail if dots else source
+    axes = [i - len(letters) for i, letter in enumerate(letters) if letter in kernel and letter not in output]
+    if dots:
+        axes += [i for i, letter in enumerate(head) if letter in kernel and letter not in output]
+    return tuple(axes) or (-1,)
+
+
 class TernaryScheme(LowBitScheme):
     """BitNet b1.58 (Ma et al. 2024) with Keras's ``TernaryDense`` rule: Dense, EinsumDense (attention projections
     included), Conv1D and Conv2D get ``kernel_quantizer=AbsmeanTernary(epsilon=0)`` (W_t = sign(W)·[|W| > Δ]·γ,
-    Δ = 0.5·γ, γ = mean|W| per tensor) and ``input_quantizer=AbsmaxPerToken()`` (8-bit absmax per token: per row of
-    the last axis, the channels of one position); Embedding tables (a ``ReversibleEmbedding``'s ``embeddings`` and
+    Δ = 0.5·γ, γ = mean|W| per tensor) and ``input_quantizer=AbsmaxPerToken()`` (8-bit absmax per token: over the
+    channels of one position, the last axis, or every axis an EinsumDense contracts: heads × head_dim for an
+    attention output projection); Embedding tables (a ``ReversibleEmbedding``'s ``embeddings`` and
     ``reverse_embeddings`` too) get the same ternary quantizer, its reverse projection the per-token input
     quantizer; all with straight-through gradients. The first and the last compute layers stay 8-bit
     (``keep_ends=True``; BitNet keeps its embedding and head in high precision); the attention matmuls and

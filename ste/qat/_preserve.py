@@ -51,7 +51,6 @@ from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor
 from ..sparsity import apply_mask
-from ._fake_quant import weight_fake_quant_op
 from ._int8 import Int8Scheme
 from ._quantizers import WeightFakeQuant
 
@@ -163,12 +162,7 @@ class PreservingWeightFakeQuant(WeightFakeQuant):
         x = self.constrained(inputs, training)
         if channel_scale is not None:
             x = x * tf.cast(channel_scale, x.dtype)
-        return weight_fake_quant_op(
-            x,
-            bits=self.bits,
-            channel_axes=self.channel_axes,
-            narrow_range=self.narrow_range,
-        )
+        return self._fake_quantize(x)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "sparsity": self.sparsity, "clusters": self.clusters}

@@ -22,7 +22,7 @@ from .._common._arguments import check_number
 from ..errors import ParameterError
 from ..quantizers import Quantizer
 from ..quantizers._base import as_tensor, check_bits
-from ._fake_quant import fake_quant_op, weight_fake_quant_op
+from ._fake_quant import fake_quant, fake_quant_op, weight_fake_quant_op
 
 __all__ = ["ActivationFakeQuant", "WeightFakeQuant"]
 
@@ -83,12 +83,25 @@ class WeightFakeQuant(Quantizer):
         self.precision = self.bits
         super().__init__(**kwargs)
 
+    #: Set by :func:`ste.to_tflite` while it exports a table that TFLite reads with GATHER, which takes 8-bit tables
+    #: only: the quantizer then writes its values on the 8-bit grid (see :meth:`_fake_quantize`).
+    _on_int8_grid = False
+
     def call(self, inputs: Any) -> tf.Tensor:
-        # The range passes no gradient, as TFMOT's LastValueQuantizer (its min/max come through a variable assign),
-        # and no weight lies outside it: the gradient is dy (see ste.qat.weight_fake_quant_op).
-        return weight_fake_quant_op(
-            as_tensor(inputs), bits=self.bits, channel_axes=self.channel_axes, narrow_range=self.narrow_range
-        )
+        return self._fake_quantize(as_tensor(inputs))
+
+    def _fake_quantize(self, x: tf.Tensor) -> tf.Tensor:
+        """``x`` on this quantizer's grid. The range passes no gradient, as TFMOT's LastValueQuantizer (its min/max
+        come through a variable assign), and no weight lies outside it: the gradient is dy (see
+        :data:`ste.qat.weight_fake_quant_op`).
+
+        On the 8-bit grid (an export of a ``bits`` < 8 table, per tensor, narrow range): the same values, as an 8-bit
+        fake quantization on ±m·127/q (q = 2^(bits−1) − 1), whose step m/q is this quantizer's and whose range holds
+        every |x| <= m."""
+        if self._on_int8_grid and self.bits < 8:
+            m = tf.reduce_max(tf.abs(x)) * ((2**7 - 1) / (2 ** (self.bits - 1) - 1))
+            return fake_quant(x, -m, m, bits=8, narrow_range=True)
+        return weight_fake_quant_op(x, bits=self.bits, channel_axes=self.channel_axes, narrow_range=self.narrow_range)
 
     def get_config(self) -> dict[str, Any]:
         return {

@@ -5,8 +5,10 @@ ReLU, ReLU6, sigmoid, hard sigmoid, softmax, softplus, exponential (Keras's or `
 activation="relu")``, ``Activation("sigmoid")``), a ``ReLU`` layer with ``negative_slope=0`` and ``threshold >= 0``,
 or a ``Softmax`` layer. It stays known non-negative through layers that cannot make a value negative: pooling,
 reshapes, dropout, padding, cropping, nearest or bilinear upsampling, and Add, Average, Concatenate, Maximum,
-Minimum, Multiply of known non-negative tensors; and through nested models, whose inputs take the signs of what the
-outer model feeds them. Anything else (a BatchNormalization, a model input, a custom layer) has an unknown sign.
+Minimum, Multiply of known non-negative tensors; and through nested graph models, whose inputs take the signs of what
+the outer model feeds them. A nested model without a graph (a subclassed model) is opaque: its outputs have an unknown
+sign, and the layers inside it are not looked at. Anything else (a BatchNormalization, a model input, a custom
+layer) has an unknown sign.
 """
 
 from __future__ import annotations
@@ -116,6 +118,10 @@ def non_negative_feeds(
             sources = [tensors.get(id(t)) for t in floats]
             known = [s for s in sources if s is not None]
             all_known = bool(floats) and len(known) == len(floats)
+            if isinstance(layer, keras.Model) and functional(layer) is None:  # opaque: no graph to follow
+                for tensor in node.outputs:
+                    tensors[id(tensor)] = None
+                continue
             if isinstance(layer, keras.Model):
                 outs = visit(layer, [tensors.get(id(t)) for t in node.input_tensors], f"{prefix}{layer.name}/")
                 for tensor, out in zip(node.outputs, outs):

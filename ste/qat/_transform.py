@@ -15,7 +15,9 @@ it, then quantized.
 Sharing is kept: a layer or a nested model that the float model calls more than once becomes one layer (one
 model) of the new graph, called as often, so that its calls share their variables. A shared compute layer is
 quantized without fusions (each call's output gets its own quantizer); a shared nested model is rewritten once, as
-if its inputs were float (it quantizes them itself where its layers need it).
+if its inputs were float (it quantizes them itself where its layers need it). A compute layer that the graph calls
+while a layer outside it holds it too (a tied language-model head, ``backbone.token_embedding(backbone(x),
+reverse=True)``) is the one quantized layer of that holder, quantizing its own input as there.
 
 Fusions, only where the intermediate tensors have no other consumer and each layer is called once: a covered
 convolution + BatchNormalization becomes one folded layer; a compute layer's ReLU/ReLU6 (its ``activation``, or a
@@ -227,7 +229,7 @@ class QuantizedGraph(GraphRebuild):
         None, its activation)."""
         layer = node.operation
         scheme = self.q.scheme_for(layer)
-        shared = self.rewriter.calls[id(layer)] > 1
+        shared = self.rewriter.calls[id(layer)] > 1 or self.rewriter.shares(layer)
         tail, batch_norm = node, None
         follower = self.sole_consumer(node.outputs[0]) if len(node.outputs) == 1 and not shared else None
         if (
@@ -346,7 +348,7 @@ class QuantizedGraph(GraphRebuild):
         args, kwargs = self.arguments(node, self.quantized if quantize else None)
         if not isinstance(operation, keras.layers.Layer):
             new: Any = operation  # an operation node: called again as it is
-        elif self.rewriter.holds_claimed(operation):
+        elif self.rewriter.holds_claimed(operation) or self.rewriter.shares(operation):
             new = self.rewriter.layer(operation)  # a composite layer: its compute layers quantized inside
         else:
             new = self.copy(operation)
@@ -388,6 +390,10 @@ class QuantizedGraph(GraphRebuild):
 
     def visit_compute(self, node: Any) -> None:
         layer = node.operation
+        if self.rewriter.shares(layer):  # also held by a layer outside the graph: one layer, quantizing its input
+            args, kwargs = self.arguments(node)
+            self.put(node.outputs, self.rewriter.layer(layer)(*args, **kwargs), False, False, name=layer.name)
+            return
         scheme = self.q.scheme_for(layer)
         tail, batch_norm, activation = self.fusion(node)
         self.done.update(id(n) for n in self._absorbed_nodes(node, tail))

@@ -34,13 +34,14 @@ def absmean_ternary(x: tf.Tensor, *, epsilon: float) -> tf.Tensor:
     return tf.cast(codes * gamma, x.dtype)
 
 
-def absmax_per_token(x: tf.Tensor, *, bits: int, epsilon: float) -> tf.Tensor:
-    """clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 and m = max(max|x|, ε) per row of the last axis
-    (over the whole tensor for a scalar)."""
+def absmax_per_token(x: tf.Tensor, *, bits: int, epsilon: float, axis: tuple[int, ...] = (-1,)) -> tf.Tensor:
+    """clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 and m = max(max|x|, ε) per token: over the
+    ``axis`` axes (the channels of one token; the whole tensor for a scalar or a tensor with fewer axes)."""
     w = tf.cast(x, wide(x.dtype))
     q = tf.constant(2 ** (bits - 1) - 1, w.dtype)
-    axis = None if w.shape.rank == 0 else -1
-    m = tf.maximum(tf.reduce_max(tf.abs(w), axis=axis, keepdims=True), tf.constant(epsilon, w.dtype))
+    rank = w.shape.rank
+    axes = None if rank == 0 or any(not -rank <= a < rank for a in axis) else list(axis)
+    m = tf.maximum(tf.reduce_max(tf.abs(w), axis=axes, keepdims=True), tf.constant(epsilon, w.dtype))
     codes = tf.clip_by_value(tf.round(w * q / m), -q - 1, q)
     return tf.cast(codes * m / q, x.dtype)
 
@@ -93,13 +94,15 @@ class AbsmeanTernary(Quantizer):
 @keras.saving.register_keras_serializable(package="ste")
 @register("absmax_per_token")
 class AbsmaxPerToken(Quantizer):
-    """BitNet b1.58's activation quantizer: ``bits``-bit absmax per token (per row of the last axis), m = max|x| of
-    the row (at least ε), x_q = clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 (127 for 8 bits);
-    gradient ``dy`` (straight-through). Spec name ``"absmax_per_token"``."""
+    """BitNet b1.58's activation quantizer: ``bits``-bit absmax per token, m = max|x| over the token's channels
+    (``axis``: the last axis by default, one row; ``axis=(-2, -1)`` for an attention output of heads × head_dim) at
+    least ε, x_q = clip(round(x·Q/m), −Q − 1, Q)·m/Q with Q = 2^(bits−1) − 1 (127 for 8 bits); gradient ``dy``
+    (straight-through). Spec name ``"absmax_per_token"``."""
 
-    def __init__(self, bits: int = 8, epsilon: float = 1e-5, **kwargs: Any) -> None:
+    def __init__(self, bits: int = 8, epsilon: float = 1e-5, axis: int | tuple[int, ...] = -1, **kwargs: Any) -> None:
         self.bits = check_bits("AbsmaxPerToken", bits, low=2)
         self.epsilon = _check_epsilon("AbsmaxPerToken", epsilon)
+        self.axis = _check_axis(axis)
         self.precision = self.bits
         super().__init__(**kwargs)
         self.op = absmax_per_token_op
@@ -108,14 +111,26 @@ class AbsmaxPerToken(Quantizer):
     def call(self, inputs: Any) -> tf.Tensor:
         x = as_tensor(inputs, self)
         check_levels(self, x.dtype, bits=self.bits, levels_for_bits=_token_levels)
-        return self.op(x, bits=self.bits, epsilon=self.epsilon)
+        return self.op(x, bits=self.bits, epsilon=self.epsilon, axis=self.axis)
 
     def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:
         """The identity: the gradient is ``dy``."""
         return _identity
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "bits": self.bits, "epsilon": self.epsilon}
+        axis = self.axis[0] if len(self.axis) == 1 else list(self.axis)
+        return {**super().get_config(), "bits": self.bits, "epsilon": self.epsilon, "axis": axis}
+
+
+def _check_axis(axis: Any) -> tuple[int, ...]:
+    """``axis`` (an int or a non-empty sequence of distinct ints) as a tuple."""
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    if not axes or any(isinstance(a, bool) or not isinstance(a, int) for a in axes) or len(set(axes)) < len(axes):
+        raise ParameterError(
+            f"AbsmaxPerToken: axis must be an int or a non-empty tuple of distinct ints (the axes of one token's "
+            f"channels); received {axis!r}. Fix: e.g. axis=-1 (one row), or axis=(-2, -1) for heads × head_dim."
+        )
+    return axes
 
 
 def _token_levels(bits: int) -> Levels:

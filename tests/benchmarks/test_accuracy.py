@@ -180,6 +180,33 @@ def test_the_page_describes_each_network_with_its_parameter_count() -> None:
         assert "**the float start is not**" in sections[results_page.TITLES[row]]
 
 
+def test_the_spiking_and_vit_sections_describe_their_networks() -> None:
+    """Counted by hand: the spiking MLP's two Dense layers, the spiking CNN's two 5×5 convolutions (28 → 24 → 12 → 8 →
+    4 pixels) and its Dense head; the ViT's own count, 139,018 (the comment on benchmarks/_vit_accuracy.VIT)."""
+    mlp = 784 * 256 + 256 + 256 * 10 + 10
+    cnn = 5 * 5 * 1 * 8 + 8 + 5 * 5 * 8 * 16 + 16 + 4 * 4 * 16 * 10 + 10
+    page = (ROOT / "docs" / "results.md").read_text()
+    sections = {s.split("\n", 1)[0]: s for s in page.split("\n## ")[1:]}
+    for row, count in {"spiking_mlp": mlp, "spiking_cnn": cnn, "vit": 139_018}.items():
+        section = sections[results_page.TITLES[row]]
+        assert "**Network.**" in section and f"{count:,} parameters" in section, row
+        assert "**Float" in section, row  # what stays float
+    vit = sections[results_page.TITLES["vit"]]
+    assert "{'" not in vit and "kernel(s)" not in vit  # no Python dict printed, no "kernel(s)"
+    assert "float32 kernels that hold three values" in vit
+
+
+def test_the_vit_chart_names_each_side() -> None:
+    """Every ste side of the ViT row has the same versions, so a label made of them says nothing: each legend entry
+    names its side's setting, and no two are equal."""
+    r = json.loads((ROOT / "benchmarks" / "results" / "accuracy" / "vit.json").read_text())
+    labels = {side: accuracy.side_label("vit", side, f.get("versions", "")) for side, f in r["sides"].items()}
+    assert len(set(labels.values())) == len(labels), labels
+    for side, label in labels.items():
+        setting = side.split("_", 1)[-1].replace("_", ":")
+        assert setting in label and "0.1.0" not in label, (side, label)
+
+
 def test_without_matplotlib_the_json_is_saved_and_the_plot_said_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

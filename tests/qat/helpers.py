@@ -9,6 +9,12 @@ import tensorflow as tf
 L = keras.layers
 
 
+#: TFLite's converter makes a per-channel FULLY_CONNECTED kernel from TensorFlow 2.20 on (2.16 to 2.19 fail with
+#: "'tfl.transpose' op has mismatched quantized axes"), so ste's default schemes quantize Dense and EinsumDense per
+#: output channel from there, per tensor before.
+CONVERTS_PER_CHANNEL = tuple(int(part) for part in tf.__version__.split(".")[:2]) >= (2, 20)
+
+
 def residual_net(classes: int = 10, dropout: float = 0.1) -> keras.Model:
     """Conv+BN+ReLU, depthwise+BN+ReLU6, Add, Concatenate, pooling, flatten, dropout, Dense."""
     i = keras.Input((8, 8, 3))

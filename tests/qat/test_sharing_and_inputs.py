@@ -11,14 +11,15 @@ import tensorflow as tf
 
 import ste
 
-from .helpers import L, interpreter, numpy_fake_quant, ops
+from .helpers import CONVERTS_PER_CHANNEL, L, interpreter, numpy_fake_quant, ops
 
 STEP = 12 / 255  # one step of an activation quantizer still on its initial range [−6, 6]
 
 
 def weight_levels(w: np.ndarray) -> np.ndarray:
-    """The int8 scheme's Dense kernel: symmetric narrow range on ±max|w|, per output channel (numpy)."""
-    m = np.abs(w).max(axis=0)
+    """The int8 scheme's Dense kernel: symmetric narrow range on ±max|w|, per output channel where TFLite converts
+    that, else per tensor (numpy)."""
+    m = np.abs(w).max(axis=0) if CONVERTS_PER_CHANNEL else np.abs(w).max()
     return numpy_fake_quant(w, -m, m, narrow_range=True)[0]
 
 

@@ -6,19 +6,16 @@ int8)."""
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import ste
 
-from .helpers import L, interpreter, ops, run
+from .helpers import CONVERTS_PER_CHANNEL, L, interpreter, ops, run
 
-#: TFLite's converter makes a per-channel FULLY_CONNECTED kernel from TensorFlow 2.20 on (2.16 to 2.19 fail with
-#: "'tfl.transpose' op has mismatched quantized axes"), so ste's default quantizes Dense per channel from there.
-CONVERTS_PER_CHANNEL = tuple(int(part) for part in tf.__version__.split(".")[:2]) >= (2, 20)
 PER_CHANNEL = ste.qat.Int8Scheme(per_output_channel=True)
 
 
@@ -35,6 +32,12 @@ def channel_grid(w: np.ndarray, out_axes: tuple[int, ...], bits: int = 8) -> np.
     others = tuple(axis for axis in range(w.ndim) if axis not in out_axes)
     step = np.abs(w).max(axis=others, keepdims=True) / (2 ** (bits - 1) - 1)
     return np.round(w / step) * step
+
+
+def dense_grid(w: np.ndarray, out_axes: tuple[int, ...], bits: int = 8) -> np.ndarray:
+    """A Dense or EinsumDense kernel under the default schemes: per output channel where TFLite converts that
+    (:data:`CONVERTS_PER_CHANNEL`), else per tensor."""
+    return channel_grid(w, out_axes, bits) if CONVERTS_PER_CHANNEL else weight_grid(w, bits)
 
 
 def block(norm: bool = True) -> keras.Model:
@@ -64,7 +67,7 @@ def test_einsum_dense_is_einsum_of_the_quantized_kernel():
     assert type(layer).__name__ == "QuantEinsumDense"
     x = np.random.default_rng(3).normal(size=(4, 5, 8)).astype(np.float32)
     kernel, bias = (v.numpy() for v in model.weights)
-    expected = np.einsum("btd,dhk->bthk", x, channel_grid(kernel, (1, 2))) + bias
+    expected = np.einsum("btd,dhk->bthk", x, dense_grid(kernel, (1, 2))) + bias
     np.testing.assert_allclose(layer(x), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -106,7 +109,7 @@ def test_attention_projections_are_kerass_attention_with_quantized_kernels():
     reference(x, x)
     for source, target in zip(mha.weights, reference.weights):  # kernels (8, 2, 4) and, for the output, (2, 4, 8)
         out_axes = (2,) if "attention_output" in source.path else (1, 2)
-        target.assign(channel_grid(source.numpy(), out_axes) if source.name == "kernel" else source.numpy())
+        target.assign(dense_grid(source.numpy(), out_axes) if source.name == "kernel" else source.numpy())
     bare = ste.qat.QuantMultiHeadAttention(
         **{**mha.get_config(), "name": "bare"}, kernel_quantizer=q._specs["kernel_quantizer"]
     )
@@ -208,16 +211,12 @@ def test_dense_is_per_output_channel_and_per_tensor_on_request():
     model = keras.Model(i, L.Dense(4)(i))
     kernel = (np.random.default_rng(1).normal(size=(6, 4)) * [0.01, 0.1, 1.0, 10.0]).astype(np.float32)
     model.layers[1].kernel.assign(kernel)
-    per_channel_by_default = channel_grid(kernel, (1,)) if CONVERTS_PER_CHANNEL else weight_grid(kernel)
     for scheme, expected in (
-        ("int8", per_channel_by_default),
+        ("int8", dense_grid(kernel, (1,))),
         (PER_CHANNEL, channel_grid(kernel, (1,))),
         (ste.qat.Int8Scheme(per_output_channel=False), weight_grid(kernel)),  # TFMOT's Dense
         (ste.qat.NBitScheme(disable_per_axis=True), weight_grid(kernel)),
-        (
-            ste.qat.NBitScheme(num_bits_weight=4),
-            channel_grid(kernel, (1,), bits=4) if CONVERTS_PER_CHANNEL else weight_grid(kernel, bits=4),
-        ),
+        (ste.qat.NBitScheme(num_bits_weight=4), dense_grid(kernel, (1,), bits=4)),
     ):
         layer = ste.quantize_model(model, scheme=scheme, strict=True).layers[2]
         np.testing.assert_allclose(layer.quantized_kernel, expected, rtol=1e-5, atol=1e-8, err_msg=repr(scheme))
@@ -265,7 +264,7 @@ def test_reversible_embedding_looks_up_and_projects_with_quantized_tables(tie):
     np.testing.assert_allclose(layer(ids), weight_grid(embeddings)[ids], rtol=1e-6)
     h = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(np.float32)
     kernel = (
-        weight_grid(embeddings).T if tie else channel_grid(model.get_layer("tokens").reverse_embeddings.numpy(), (1,))
+        weight_grid(embeddings).T if tie else dense_grid(model.get_layer("tokens").reverse_embeddings.numpy(), (1,))
     )
     np.testing.assert_allclose(layer(h, reverse=True), h @ kernel, rtol=1e-5, atol=1e-5)  # its input: a graph edge's
 
@@ -287,7 +286,7 @@ def test_int4_weight_only_quantizes_every_kernel_and_no_activation():
             variable.assign(weight_grid(w, bits=4))
         elif variable.name == "kernel":
             out_axes = (w.ndim - 1,) if "attention_output" in variable.path or w.ndim == 2 else (1, 2)
-            variable.assign(channel_grid(w, out_axes, bits=4))
+            variable.assign(dense_grid(w, out_axes, bits=4))
     x, _ = tokens(8, seed=2)
     np.testing.assert_allclose(q.predict(x, verbose=0), reference.predict(x, verbose=0), rtol=1e-4, atol=1e-5)
     # TFMOT's arguments keep their meaning; the repr shows the weight-only spelling
@@ -376,6 +375,32 @@ def test_ternary_scheme_makes_dense_einsum_dense_and_embedding_kernels_ternary()
     )
 
 
+def test_ternary_attention_output_projection_quantizes_its_input_per_token():
+    """BitNet's rule for every projection's input: 8-bit absmax per token, one scale over the position's channels.
+    The attention output projection (EinsumDense 'abcd,cde->abe') contracts heads × head_dim: one token whose two
+    heads have very different magnitudes takes one scale over both (numpy's max over the last two axes), times the
+    ternary kernel of Keras's TernaryDense rule; the query projection ('abc,cde->abde') one scale per row."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3, 8))
+    hidden = L.Dense(8, name="first")(inputs)
+    model = keras.Model(inputs, L.Dense(4, name="last")(L.MultiHeadAttention(2, 4, name="mha")(hidden, hidden)))
+    attention = ste.quantize_model(model, "ternary").get_layer("mha")
+
+    def reference(x: np.ndarray, axes: tuple[int, ...], layer: Any) -> np.ndarray:
+        m = np.abs(x).max(axis=axes, keepdims=True)
+        x_q = np.clip(np.round(x * 127 / m), -128, 127) * m / 127
+        return np.einsum(layer.equation, x_q, keras_ternary(layer.kernel.numpy().astype(np.float64))) + layer.bias
+
+    projection = attention._output_dense
+    assert projection.equation == "abcd,cde->abe"
+    x = np.random.default_rng(1).normal(size=(2, 3, 2, 4)) * np.array([0.02, 1.0])[:, None]
+    expected = reference(x, (-2, -1), projection)
+    np.testing.assert_allclose(projection(x.astype(np.float32)), expected, rtol=1e-5, atol=1e-6)
+    query = attention._query_dense
+    h = np.random.default_rng(2).normal(size=(2, 3, 8)) * np.linspace(0.01, 1, 8)
+    np.testing.assert_allclose(query(h.astype(np.float32)), reference(h, (-1,), query), rtol=1e-5, atol=1e-6)
+
+
 def test_binary_scheme_refuses_an_embedding_before_changing_anything():
     model = block()
     before = [w.copy() for w in model.get_weights()]
@@ -392,3 +417,23 @@ def test_per_channel_dense_is_refused_by_to_tflite_where_the_converter_cannot_ta
     ste.to_tflite(ste.quantize_model(model))  # the default: per tensor here, converts
     with pytest.raises(ste.errors.ConversionError, match=r"'first'.*2\.20.*per_output_channel=False"):
         ste.to_tflite(ste.quantize_model(model, scheme=PER_CHANNEL))
+
+
+@pytest.mark.parametrize("bits", [4, 2])
+def test_low_bit_weight_only_embedding_and_dense_run_in_tflite_as_numpy_computes_them(bits):
+    """b-bit weight-only QAT (float activations): TFLite's GATHER takes 8-bit tables only, so the b-bit table is an
+    int8 table on 2^b − 1 levels; the interpreter's output is numpy's gather and matmul on the b-bit grids."""
+    ids_in = keras.Input((5,), dtype="int32")
+    model = keras.Model(ids_in, L.Dense(4)(L.Embedding(20, 8)(ids_in)))
+    q = ste.quantize_model(model, scheme=ste.qat.NBitScheme(num_bits_weight=bits, num_bits_activation=None))
+    table, kernel, bias = (w.numpy() for w in model.weights)
+    ids = np.random.default_rng(0).integers(0, 20, size=(6, 5)).astype(np.int32)
+    expected = weight_grid(table, bits=bits)[ids] @ dense_grid(kernel, (1,), bits=bits) + bias
+    flatbuffer = ste.to_tflite(q)
+    np.testing.assert_allclose(run(flatbuffer, ids), expected, rtol=1e-4, atol=1e-6)
+    gathered = [name for name, _, _ in ops(flatbuffer) if name == "GATHER"]
+    assert gathered == ["GATHER"]
+    it = interpreter(flatbuffer)
+    tables = [t for t in it.get_tensor_details() if tuple(t["shape"]) == (20, 8)]
+    assert [t["dtype"] for t in tables] == [np.int8]
+    assert len(np.unique(it.get_tensor(tables[0]["index"]))) <= 2**bits - 1

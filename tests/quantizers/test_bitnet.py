@@ -69,6 +69,30 @@ def test_absmax_per_token_is_per_row_of_the_last_axis():
     assert float(scalar) == -3.0
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_absmax_per_token_over_several_axes_takes_one_scale_per_token(run, dtype):
+    """axis=(-2, -1): one token of heads × head_dim channels (an attention output) on one scale, numpy's max over
+    both axes; a per-head scale (the last axis alone) differs where the heads' magnitudes do."""
+    x = np.random.default_rng(4).normal(size=(2, 3, 2, 8)) * np.array([0.01, 1.0])[:, None]
+    x = x.astype(dtype.as_numpy_dtype).astype(np.float64)
+    q = 127
+    m = np.abs(x).max(axis=(-2, -1), keepdims=True)
+    expected = np.clip(np.round(x * q / m), -q - 1, q) * m / q
+    quantizer = AbsmaxPerToken(axis=(-2, -1))
+    y, grad, dy = run(quantizer, x, dtype)
+    keep = away_from_ties(x * q / m, 0.05)
+    np.testing.assert_allclose(y[keep], expected[keep], rtol=ATOL.get(dtype, 1e-6), atol=1e-30)
+    np.testing.assert_array_equal(grad, dy)
+    per_head, _, _ = run(AbsmaxPerToken(), x, dtype)
+    small = np.abs(per_head - expected)[..., 0, :]  # the small head: its own scale, or a quarter step of the token's
+    assert small.max() > 0.25 * m.min() / q
+    assert AbsmaxPerToken.from_config(quantizer.get_config()).axis == (-2, -1)
+    assert AbsmaxPerToken.from_config(AbsmaxPerToken().get_config()).axis == (-1,)
+    for bad in ((), (-1, -1), 1.5, True):
+        with pytest.raises(ste.errors.ParameterError, match=r"AbsmaxPerToken: axis.*Fix"):
+            AbsmaxPerToken(axis=bad)
+
+
 def test_bits_and_epsilon():
     x = np.random.default_rng(2).normal(size=(4, 9))
     np.testing.assert_allclose(AbsmaxPerToken(bits=4)(x.astype(np.float32)), token_reference(x, bits=4), rtol=1e-6)
@@ -96,7 +120,9 @@ def test_second_order_gradient_is_zero(quantizer):
     np.testing.assert_allclose(outer.gradient(g, x), 2 * np.ones((3, 4)), rtol=1e-6)
 
 
-@pytest.mark.parametrize("quantizer", [AbsmeanTernary(), AbsmaxPerToken()], ids=["ternary", "token"])
+@pytest.mark.parametrize(
+    "quantizer", [AbsmeanTernary(), AbsmaxPerToken(), AbsmaxPerToken(axis=(0, 1))], ids=["ternary", "token", "axes"]
+)
 @pytest.mark.parametrize("jit", [False, True], ids=["function", "xla"])
 def test_tf_function_and_xla_match_eager(quantizer, jit):
     x = tf.constant(np.random.default_rng(4).normal(size=(5, 6)), tf.float32)

@@ -86,7 +86,7 @@ def inputs(model: keras.Model) -> Any:
 
 
 def is_weight(variable: Any) -> bool:
-    return len(variable.shape) >= 2 and "bias" not in variable.path.rsplit("/", 1)[-1]
+    return len(variable.shape) >= 2 and variable.path.rsplit("/", 1)[-1] != "bias"  # a layer's bias, not a table
 
 
 def total_values(model: keras.Model) -> int:
@@ -191,3 +191,67 @@ def test_a_quantized_backbone_refuses_a_keras_file_and_saves_its_weights(tmp_pat
     again = ste.quantize_model(model)
     again.load_weights(tmp_path / "q.weights.h5")
     keras.tree.map_structure(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again(x), q(x))
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_tied_head_on_a_backbone_keeps_one_table_for_both_uses(transform: str) -> None:
+    """The language-model head that ``GPT2CausalLM`` builds, written by hand on the backbone:
+    ``backbone.token_embedding(backbone(x), reverse=True)``. The float model reads one table twice (the lookup
+    inside the backbone, the logits outside it); so does the result: one table variable, one layer, the backbone's.
+    Before any training step the pruned model computes the float model's logits."""
+    keras.utils.set_random_seed(3)
+    backbone = MODELS["GPT2Backbone"]()
+    model = keras.Model(backbone.input, backbone.token_embedding(backbone(backbone.input), reverse=True))
+
+    def tables(m: keras.Model) -> list[Any]:
+        return list({id(v): v for v in m.weights if v.path.endswith("token_embedding/embeddings")}.values())
+
+    assert len(tables(model)) == 1
+    x = inputs(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the position table stays float: tested elsewhere
+        result = TRANSFORMS[transform](model)
+    assert len(tables(result)) == 1, sorted(v.path for v in result.weights if "token_embedding" in v.path)
+    nested = next(layer for layer in result.layers if isinstance(layer, type(backbone)))
+    head = [node.operation for node in result._nodes_by_depth[0] if node.operation is not nested]
+    assert head == [nested.token_embedding]
+    logits = np.asarray(result(x))
+    assert np.isfinite(logits).all() and logits.shape == np.asarray(model(x)).shape
+    if transform == "prune":
+        np.testing.assert_allclose(logits, np.asarray(model(x)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:Layer 'attn' \\(of type WindowAttention\\):UserWarning")  # KerasHub's own
+@pytest.mark.parametrize("transform", ["int8", "prune", "cluster"])
+def test_swins_relative_position_bias_tables_are_counted_and_named(transform: str) -> None:
+    """KerasHub's Swin: each window attention holds a learned relative position bias table (rank 2), which no
+    transformation covers. It is a weight (not a layer's bias): named in the one warning, and the coverage is
+    numpy's 1 − (the tables' values) / (every rank >= 2 weight's but the layers' biases)."""
+    if keras_hub is None or not hasattr(keras_hub.models, "SwinTransformerBackbone"):
+        pytest.skip("keras-hub with SwinTransformerBackbone is not installed (a test dependency)")
+    keras.utils.set_random_seed(4)
+    model = keras_hub.models.SwinTransformerBackbone(
+        image_shape=(32, 32, 3), patch_size=4, embed_dim=8, depths=(2,), num_heads=(2,), window_size=4
+    )
+    tables = [v for v in model.weights if v.path.endswith("relative_position_bias_table")]
+    assert len(tables) == 2 and all(len(v.shape) == 2 for v in tables)
+    from ste._keras._rewrite import Rewriter
+
+    plans = []
+    run = Rewriter.run
+
+    def recording(self: Any, given: keras.Model) -> keras.Model:
+        result = run(self, given)
+        plans.append(self.plan)
+        return result
+
+    with warnings.catch_warnings(record=True) as caught, pytest.MonkeyPatch.context() as patch:
+        warnings.simplefilter("always")
+        patch.setattr(Rewriter, "run", recording)
+        TRANSFORMS[transform](model)
+    messages = [str(w.message) for w in caught if "not covered" in str(w.message)]
+    assert len(messages) == 1, messages
+    for variable in tables:
+        assert variable.path.rsplit("/", 1)[0] in messages[0]
+    table_values = sum(int(np.prod(v.shape)) for v in tables)
+    assert plans[0].coverage == pytest.approx(1 - table_values / total_values(model), abs=1e-12)

@@ -159,10 +159,17 @@ def subclassed() -> keras.Model:
     return model
 
 
+def nested_subclassed() -> keras.Model:
+    """A subclassed model (no graph) called by a functional one."""
+    inputs = keras.Input((5,))
+    return keras.Model(inputs, L.Dense(3, name="top")(subclassed()(inputs)))
+
+
 MODELS: dict[str, Callable[[], keras.Model]] = {
     "operations": with_operations,
     "composite": with_composite,
     "subclassed": subclassed,
+    "nested subclassed": nested_subclassed,
     "functional subclass": lambda: Backbone(name="backbone"),
 }
 
@@ -268,6 +275,86 @@ def test_a_shared_layer_stays_one_layer_and_a_shared_sublayer_is_swapped_everywh
     assert twice.dense is twice.alias and isinstance(twice.dense, S.PruneLowMagnitude)
 
 
+class Inner(keras.Model):
+    """A subclassed model holding one square Dense, which the graph around it calls too."""
+
+    def __init__(self, units: int = 4, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.units = units
+        self.dense = L.Dense(units, name="inner_dense")
+
+    def call(self, x: Any) -> Any:
+        return self.dense(x)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "units": self.units}
+
+
+def tied(order: str) -> keras.Model:
+    """A Dense held by a nested subclassed model and called by the graph around it too (the pattern of a tied
+    language-model head, ``backbone.token_embedding(backbone(x), reverse=True)``), after or before the model."""
+    inner = Inner(name="inner")
+    inner(np.zeros((1, 4), np.float32))
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, inner.dense(inner(inputs)) if order == "after" else inner(inner.dense(inputs)))
+
+
+def dense_kernels(model: keras.Model) -> list[Any]:
+    return list({id(v): v for v in model.weights if v.path.endswith("/kernel")}.values())
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_layer_shared_by_the_graph_and_a_nested_model_stays_one_layer(name, order) -> None:
+    """Keras's sharing rule: one layer object, one set of variables, for both uses. The float model holds one
+    kernel; so does the result, and the layer the graph calls is the one inside the nested model."""
+    keras.utils.set_random_seed(4)
+    model = tied(order)
+    assert len(dense_kernels(model)) == 1
+    x = np.random.default_rng(4).normal(size=(3, 4)).astype(np.float32)
+    result = TRANSFORMS[name](model)
+    assert len(dense_kernels(result)) == 1, sorted(v.path for v in result.weights)
+    (layer,) = transformed_layers(result, name)
+    assert result.get_layer("inner").dense is layer
+    expected = np.asarray(model(x))
+    if name == "prune":  # masks all True before training: the float model's output
+        np.testing.assert_allclose(np.asarray(result(x)), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["after", "before"])
+def test_a_pruned_tied_layer_trains_and_strips_to_one_kernel_applied_twice(order) -> None:
+    """After a training step the stripped model holds one kernel at numpy's 50 % mask and computes numpy's
+    (x·W + b)·W + b with it: both uses read the same kernel, as in the float model."""
+    keras.utils.set_random_seed(5)
+    model = tied(order)
+    x = np.random.default_rng(5).normal(size=(8, 4)).astype(np.float32)
+    pruned = prune(model)
+    pruned.compile("sgd", "mse")
+    pruned.fit(x, np.ones((8, 4), np.float32), epochs=1, verbose=0, callbacks=[S.UpdatePruningStep()])
+    stripped = S.strip_pruning(pruned)
+    (kernel,) = dense_kernels(stripped)
+    w = kernel.numpy().astype(np.float64)
+    (bias,) = [v.numpy().astype(np.float64) for v in stripped.weights if v.path.endswith("/bias")]
+    assert (w == 0).sum() == w.size // 2
+    expected = (x @ w + bias) @ w + bias
+    np.testing.assert_allclose(np.asarray(stripped(x)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_qat_of_a_tied_layer_quantizes_one_kernel_used_twice_close_to_the_float_model() -> None:
+    """The shared Dense becomes one QuantDense (one kernel, one weight quantizer), called twice; int8 fake
+    quantization stays within a few steps of the float model's output."""
+    keras.utils.set_random_seed(6)
+    model = tied("after")
+    x = np.random.default_rng(6).normal(size=(16, 4)).astype(np.float32)
+    quantized = ste.quantize_model(model)
+    assert len(transformed_layers(quantized, "qat")) == 1
+    assert len(dense_kernels(quantized)) == 1
+    expected = np.asarray(model(x))
+    out = np.asarray(quantized(x))
+    step = (expected.max() - expected.min()) / 255
+    np.testing.assert_allclose(out, expected, atol=8 * step)
+
+
 def test_filters_select_by_name_class_or_predicate() -> None:
     model = with_composite()
     everything = transformed_names(prune(model), "prune")
@@ -340,6 +427,44 @@ def test_what_stays_float_is_named_in_one_warning_and_strict_raises_before_anyth
     assert keras.backend.get_uid("dense") == uids + 1  # nothing was built: no layer made in between
 
 
+class BiasTable(L.Layer):
+    """A learned (9, 2) table with "bias" in its name (Swin's relative position bias table), added to a Dense's
+    output: a weight no transformation covers, not a layer's bias."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.proj = L.Dense(2, name="proj")
+
+    def build(self, input_shape: Any) -> None:
+        self.proj.build(input_shape)
+        self.relative_position_bias_table = self.add_weight(
+            shape=(9, 2), initializer="zeros", name="relative_position_bias_table"
+        )
+
+    def call(self, x: Any) -> Any:
+        return self.proj(x) + keras.ops.sum(self.relative_position_bias_table, axis=0)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_table_named_for_a_bias_is_a_weight_named_in_the_warning_and_a_rank_2_bias_is_not(name) -> None:
+    """What decides is what the variable is: an EinsumDense's bias of two axes (a layer's bias) is left out; a
+    (9, 2) table whose name holds "bias" is counted (numpy: 18 of the model's 4·6·2 + 6·2 + 18 values) and named."""
+    inputs = keras.Input((4,))
+    x = L.EinsumDense("ab,bcd->acd", output_shape=(6, 2), bias_axes="cd", name="einsum")(inputs)
+    model = keras.Model(inputs, BiasTable(name="attn")(L.Flatten()(x)))
+    assert len(model.get_layer("einsum").bias.shape) == 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TRANSFORMS[name](model)
+    messages = [str(w.message) for w in caught if "not covered" in str(w.message)]
+    share = 18 / (4 * 6 * 2 + 12 * 2 + 18)
+    assert len(messages) == 1, messages
+    assert "attn (BiasTable)" in messages[0] and "18 values" in messages[0] and f"{share:.1%}" in messages[0]
+    assert "einsum" not in messages[0]
+    with pytest.raises(ste.errors.UnsupportedLayerError, match=r"strict=True.*attn \(BiasTable\)"):
+        TRANSFORMS[name](model, strict=True)
+
+
 @pytest.mark.parametrize("name", sorted(TRANSFORMS))
 def test_a_compiled_model_gives_an_uncompiled_result_with_the_original_untouched(name) -> None:
     """As TFMOT's: the result has new variables and structure, so it is compiled again."""
@@ -368,6 +493,27 @@ def test_unreachable_weights_and_unbuilt_models_are_refused_naming_the_fix(name)
         TRANSFORMS[name](Subclassed())
     with pytest.raises(ste.errors.ParameterError):
         TRANSFORMS[name]("model")
+
+
+@pytest.mark.filterwarnings("ignore:`build\\(\\)` was called on layer:UserWarning")  # Keras's, on the premise
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_subclassed_model_built_by_build_is_refused_with_a_fix_that_works(name) -> None:
+    """Keras's model.build(input_shape) on a subclassed model marks it built and builds none of its layers (no
+    weights). The error says so, naming the unbuilt layer and a call on a batch; doing what it says, the
+    transformation runs (the pruned model computes the float model's output before training)."""
+    model = Inner(name="inner")
+    model.build((None, 4))
+    assert model.built and not model.weights  # Keras's behaviour, the premise
+    with pytest.raises(
+        ste.errors.NotBuiltError, match=r"'inner_dense' \(Dense\).*Fix: .*model\(np\.zeros\(\(1, 4\)\)\)"
+    ):
+        TRANSFORMS[name](model)
+    model(np.zeros((1, 4)))
+    result = TRANSFORMS[name](model)
+    x = np.random.default_rng(7).normal(size=(2, 4)).astype(np.float32)
+    assert len(transformed_layers(result, name)) == 1
+    if name == "prune":
+        np.testing.assert_allclose(np.asarray(result(x)), np.asarray(model(x)), rtol=1e-5, atol=1e-6)
 
 
 class MadeInCall(L.Layer):
