@@ -204,10 +204,12 @@ def test_import_without_tensorflow_names_the_pip_command(tmp_path: Path) -> None
         f"ste needs TensorFlow {TF_FLOOR} or later, which is not installed. Fix: pip install 'ste[tensorflow]' (or "
         "the build you use: 'ste[tensorflow-cpu]', 'ste[tensorflow-macos]', 'ste[and-cuda]')."
     )
-    done = _without_tensorflow(tmp_path, "-c", "import ste")
+    done = _without_tensorflow(tmp_path, "-c", "import ste")  # imports nothing heavy
+    assert (done.returncode, done.stderr) == (0, "")
+    done = _without_tensorflow(tmp_path, "-c", "import ste; ste.forward")  # the first name used loads TensorFlow
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == f"ste.errors.MissingDependencyError: {message}"
-    probe = "try:\n    import ste\nexcept ImportError as error:\n    print(type(error).__name__)"
+    probe = "try:\n    from ste import forward\nexcept ImportError as error:\n    print(type(error).__name__)"
     done = _without_tensorflow(tmp_path, "-c", probe)  # code that probes for optional packages catches it
     assert (done.returncode, done.stdout) == (0, "MissingDependencyError\n")
     done = _without_tensorflow(tmp_path, "-m", "ste", "--help")  # answered without TensorFlow, as before

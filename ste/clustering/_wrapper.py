@@ -58,7 +58,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
     """``layer`` with its kernels clustered into ``number_of_clusters`` centroids (see the module docstring).
 
     Made by :func:`ste.clustering.cluster_weights`; named ``cluster_<layer name>`` as in TFMOT. Saved with the
-    layer's config, so a ``.keras`` file loads after ``import ste``.
+    layer's config, so a ``.keras`` file loads once ste is loaded.
     """
 
     #: The call that turns a trained model's wrappers back into plain layers: conversion and QAT ask for it first.

@@ -185,7 +185,7 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
         except (TypeError, ValueError) as error:
             raise SpecError(
                 f"cannot build a quantizer from the config {identifier!r} ({error}). Expected the output of "
-                f"keras.saving.serialize_keras_object(quantizer), e.g. for ste.quantizers.Sign(); after `import ste`."
+                f"keras.saving.serialize_keras_object(quantizer), e.g. for ste.quantizers.Sign(); once ste is loaded."
             ) from None
         if not callable(quantizer):
             raise SpecError(f"the quantizer config {identifier!r} did not give a callable but {quantizer!r}.")
