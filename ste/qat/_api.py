@@ -25,11 +25,11 @@ from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, TernaryScheme
 from ._preserve import ClusterPreserveScheme, PreservingWeightFakeQuant, PrunePreserveScheme
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
+from ._rewrite import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
 from ._scheme import Scheme
 from ._scheme_names import suggestion
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
-from ._transform import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention, QuantReversibleEmbedding
 from ._wrapper import QuantizeWrapper
 
