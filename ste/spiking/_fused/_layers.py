@@ -18,13 +18,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._common._arguments import check_bool
-from ..errors import CallError, InputError, ParameterError
-from ._cell import SpikingCell
-from ._fused import Stage, fused_stack
-from ._layer import SpikingRNN, time_mask
-from ._lif import LIFCell
-from ._synapse import Synapse
+from ..._common._arguments import check_bool
+from ...errors import CallError, InputError, ParameterError
+from .._cell import SpikingCell
+from .._layer import SpikingRNN, time_mask
+from .._lif import LIFCell
+from ._loop import Stage, fused_stack
+from ._synapses import Synapse
 
 __all__ = ["Fused", "SynapseLayer"]
 

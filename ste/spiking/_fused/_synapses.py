@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from .._core._xla import compiling_with_xla
+from ..._core._xla import compiling_with_xla
 
 __all__ = ["Conv2DSynapse", "DenseSynapse", "Synapse"]
 
