@@ -185,3 +185,20 @@ def run_or_skip_like_parent(ours: Callable[[], Any], parent: Callable[[], Any]) 
         with pytest.raises(type(error), match=phrase):
             parent()  # the Keras parent cannot run here either
         pytest.skip(missing_kernel_reason(kernel, error))
+
+
+def expect_ste_error(fn: Callable[[], Any], *words: str) -> Any:
+    """The ste error ``fn()`` raises, whose message holds every one of ``words``; any other outcome fails the test."""
+    import pytest
+
+    import ste
+
+    try:
+        fn()
+    except ste.STEError as error:
+        for word in words:
+            assert word in str(error), (word, str(error))
+        return error
+    except Exception as error:  # a raw traceback is a failure
+        pytest.fail(f"raw {type(error).__name__} instead of an ste.STEError: {error}")
+    pytest.fail("no error")
