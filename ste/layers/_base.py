@@ -141,12 +141,9 @@ def _ordered_gradients() -> bool:
 
     The order keeps one input-sized float tensor fewer alive (the rebuilt input is freed before the input gradient
     is allocated), and costs time where the two gradients would otherwise run side by side on cores one of them
-    leaves idle. Measured on ``benchmarks/binary_net.py``'s network (batch 64, 8 blocks, 2 cores; docs/performance.md,
-    "Binarized training against larq"): with oneDNN's kernels, which use every core per op, the ordered step took
-    282-284 ms against 315-401 ms, at a 101 MiB peak against 122; with TensorFlow's own kernels (oneDNN off, the
-    default without AVX-512), whose filter gradient leaves a core idle, it took 652-710 ms against 450-539 ms, at
-    127-140 MiB against 136-149. So: ordered with oneDNN on, on a GPU (a convolution fills the device; memory is the
-    scarce resource) and where TensorFlow does not say; side by side with oneDNN off."""
+    leaves idle. Ordered with oneDNN on, on a GPU (a convolution fills the device; memory is the scarce resource) and
+    where TensorFlow does not say; side by side with oneDNN off. The measurements: docs/performance.md, "Measurements
+    behind the code's choices"."""
     return onednn_enabled() is not False or has_gpu()
 
 
