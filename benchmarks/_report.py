@@ -67,7 +67,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             cells = [cell for cell in results["elementwise"]["cells"] if cell["jit_compile"] is jit]
             plain = _plain_ste(cells[0]["results"])
             ratios = [cell["results"][plain]["ratio"] for cell in cells]
-            twins = [cell["results"]["custom_gradient_copy"]["ratio"] for cell in cells]
             worst = max(cells, key=lambda cell: cell["results"][plain]["ratio"])
             same = sum(bool(cell["ste_graph_same_as_custom_gradient"]) for cell in cells)
             same_hlo = sum(bool(cell["ste_hlo_same_as_custom_gradient"]) for cell in cells)
@@ -87,8 +86,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "target": f"tf.function{'(jit_compile=True)' if jit else ''} forward+backward, ste with "
                     f"bit masks off ≤ {ELEMENTWISE_LIMIT}×",
                     "measured": f"geometric mean over {len(cells)} cells {mean:.2f}×; worst cell "
-                    f"{worst['results'][plain]['ratio']:.2f}× ({worst['dtype']} {worst['rule']}); A/A copy of the "
-                    f"baseline: {_geomean(twins):.2f}×, worst {max(twins):.2f}×; {identical}{default}",
+                    f"{worst['results'][plain]['ratio']:.2f}× ({worst['dtype']} {worst['rule']}); {identical}{default}",
                     "met": mean <= ELEMENTWISE_LIMIT,
                 }
             )
@@ -96,12 +94,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         for call in ("forward", "forward_backward"):
             entries = results["latency"][call]["results"]
             ratio = entries["ste"]["ratio"]
-            twin = entries.get("custom_gradient copy (A/A)")
             rows.append(
                 {
                     "target": f"eager latency ({call.replace('_', '+')}) ≤ {EAGER_LIMITS[call]}×",
-                    "measured": f"{ratio:.2f}×"
-                    + (f" (A/A copy of the baseline: {twin['ratio']:.2f}×)" if twin else ""),
+                    "measured": f"{ratio:.2f}×",
                     "met": ratio <= EAGER_LIMITS[call],
                 }
             )
@@ -213,11 +209,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 )
     if "spiking" in results:
         ratio = results["spiking"]["results"]["ste"]["ratio"]
-        twin = results["spiking"]["results"]["hand_written_copy"]["ratio"]
         rows.append(
             {
                 "target": f"BPTT through ste.spiking.LIF ≤ {SPIKING_LIMIT}× a hand-written custom_gradient LIF loop",
-                "measured": f"{ratio:.2f}× (A/A copy {twin:.2f}×)",
+                "measured": f"{ratio:.2f}×",
                 "met": ratio <= SPIKING_LIMIT,
             }
         )
@@ -280,7 +275,7 @@ def _binary_net(section: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
-        f"Ratios to `{section['baseline']}` (ste with `ste.bit_masks(False)`: the float inputs kept, as in ste 0.1). "
+        f"Ratios to `{section['baseline']}` (ste with `ste.bit_masks(False)`: the float inputs kept). "
         f"Step peak: TensorFlow's CPU allocator peak during one step minus the memory in use before it, the largest "
         f'of {section.get("peak_steps", 1)} steps (the smallest in parentheses). "ste BN": '
         f"`ste.layers.BatchNormalization` (fused kernel) instead of Keras's. "
@@ -292,9 +287,10 @@ def _binary_net(section: dict[str, Any]) -> list[str]:
     return lines
 
 
-def side_by_side(larq: dict[str, Any]) -> list[str]:
+def side_by_side(larq: dict[str, Any], profile: bool = True) -> list[str]:
     """The binarized network against larq (``binary_net.side_by_side``): step time and peak per network and oneDNN
-    setting, and, where the rounds were profiled, the op classes of one step."""
+    setting, and, where the rounds were profiled and ``profile`` is true (the report, not the documentation page), the
+    op classes of one step."""
     first = next(iter(larq["onednn"].values()))["rounds"]
     versions = first["larq"][0]
     lines = [
@@ -338,8 +334,7 @@ def side_by_side(larq: dict[str, Any]) -> list[str]:
         '"float": `keras.layers.Conv2D` in the blocks.',
         "",
     ]
-    lines += _op_classes(larq)
-    return lines
+    return lines + (_op_classes(larq) if profile else [])
 
 
 def _op_classes(larq: dict[str, Any]) -> list[str]:
@@ -394,8 +389,6 @@ def _spiking(section: dict[str, Any]) -> list[str]:
         "|---|---|---|",
         f"| hand-written tf.custom_gradient loop | {_ms(r['hand_written']['median_s'])} | 1.00× |",
         f"| ste.spiking.LIF | {_ms(r['ste']['median_s'])} | {r['ste']['ratio']:.2f}× |",
-        f"| hand-written, second copy (A/A) | {_ms(r['hand_written_copy']['median_s'])} | "
-        f"{r['hand_written_copy']['ratio']:.2f}× |",
         "",
         f"Largest gradient difference between the two: {section['max_gradient_difference']:.2g}.",
         "",
@@ -477,45 +470,41 @@ def _qat(section: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _identical(cell: dict[str, Any]) -> str:
-    graph = "same graph" if cell["ste_graph_same_as_custom_gradient"] else "graph differs"
-    if cell["ste_hlo_same_as_custom_gradient"] is None:
-        return f"{graph} ({cell['graph_ops']} ops)"
-    return f"{graph}, {'same' if cell['ste_hlo_same_as_custom_gradient'] else 'different'} HLO"
+def _times(entry: dict[str, Any]) -> str:
+    return f"{entry['ratio']:.2f}×"
 
 
 def _elementwise(section: dict[str, Any]) -> list[str]:
+    """One row per dtype, XLA setting and rule: the baseline's time, every other variant as a ratio to it (eight
+    columns fit the documentation's text column); whether the graphs and XLA's HLO are the same, counted below."""
     lines = [
-        f"### 1. Elementwise sign forward + backward ({section['size']:,} values, "
-        f"ms per call, ratio to custom_gradient)",
+        f"### 1. Elementwise sign forward + backward ({section['size']:,} values, ratio to custom_gradient)",
         "",
-        "| dtype | jit_compile | backward | custom_gradient | ste, bit masks off | ste (default) "
-        "| stop-gradient exact | stop-gradient naive | custom_gradient copy (A/A) | ste, bit masks off = "
-        "custom_gradient |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| dtype | XLA | rule | custom_gradient, ms | ste, bit masks off | ste | stop-gradient exact | "
+        "stop-gradient naive |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for cell in section["cells"]:
         r = cell["results"]
         plain = r.get("ste_bits_off")
         lines.append(
-            f"| {cell['dtype']} | {cell['jit_compile']} | {cell['rule']} | {_ms(r['custom_gradient']['median_s'])} | "
-            f"{_cell(plain, _ms) if plain else '–'} | {_cell(r['ste'], _ms)} | "
-            f"{_cell(r['stop_gradient_exact'], _ms)} | "
-            f"{_cell(r['stop_gradient_naive'], _ms)} | {_cell(r['custom_gradient_copy'], _ms)} | "
-            f"{_identical(cell)} |"
+            f"| {cell['dtype']} | {'yes' if cell['jit_compile'] else 'no'} | {cell['rule']} | "
+            f"{_ms(r['custom_gradient']['median_s'])} | {_times(plain) if plain else '–'} | {_times(r['ste'])} | "
+            f"{_times(r['stop_gradient_exact'])} | {_times(r['stop_gradient_naive'])} |"
         )
-    rules = sorted({cell["ste_rule"] for cell in section["cells"]})
+    cells = section["cells"]
+    same = sum(bool(cell["ste_graph_same_as_custom_gradient"]) for cell in cells)
+    jit = [cell for cell in cells if cell["jit_compile"]]
+    same_hlo = sum(bool(cell["ste_hlo_same_as_custom_gradient"]) for cell in jit)
+    rules = sorted({cell["ste_rule"] for cell in cells})
     lines += [
         "",
         f"{section['rounds']} alternating rounds × {section['inner']} calls; ratio = median over rounds of the "
-        f"per-round ratio. The A/A column is a second, independently built copy of the baseline: its distance from "
-        f"1.00× is the measurement noise. ste runs with `ste.bit_masks(False)` (it keeps its float input, as in ste "
-        f"0.1) and by default (a mask-only rule such as straight_through keeps a bit-packed mask, 1/32 of a float32 "
-        f"input, except where its input is the function's own input, as here: the caller holds it anyway, so the "
-        f"default keeps the float and the row matches bits off; the targets on time are the network's, section "
-        f"7). Last column: whether the traced graph of the ste step with bit masks off equals the "
-        f"hand-written one up to node names and, under jit_compile, whether XLA's optimized HLO is the same. "
-        f"ste rules: {'; '.join(rules)}. {section['larq']}",
+        f"per-round ratio. ste runs with `ste.bit_masks(False)` (it keeps its float input) and by default (a "
+        f"mask-only rule such as straight_through keeps a bit-packed mask, 1/32 of a float32 input, except where "
+        f"its input is the function's own input, as here: the caller holds it anyway). The traced graph of ste with "
+        f"bit masks off equals the hand-written one up to node names in {same}/{len(cells)} cells, and XLA's "
+        f"optimized HLO is the same in {same_hlo}/{len(jit)}. ste rules: {'; '.join(rules)}.",
         "",
     ]
     return lines
@@ -525,15 +514,14 @@ def _latency(section: dict[str, Any]) -> list[str]:
     lines = [
         f"### 2. Eager call latency ({section['size']:,} float32 values, {section['rule']}, µs per call)",
         "",
-        "| call | custom_gradient | ste | custom_gradient copy (A/A) | tf.sign (no custom gradient) |",
-        "|---|---|---|---|---|",
+        "| call | custom_gradient | ste | tf.sign (no custom gradient) |",
+        "|---|---|---|---|",
     ]
     for call in ("forward", "forward_backward"):
         r = section[call]["results"]
-        twin = r.get("custom_gradient copy (A/A)")  # results written before the A/A copy was timed lack it
         lines.append(
             f"| {call.replace('_', ' + ')} | {_us(r['custom_gradient']['median_s'])} | {_cell(r['ste'], _us)} | "
-            f"{_cell(twin, _us) if twin else '–'} | {_cell(r['tf.sign (no custom gradient)'], _us)} |"
+            f"{_cell(r['tf.sign (no custom gradient)'], _us)} |"
         )
     lines += ["", f"{section['rounds']} alternating rounds × {section['inner']} calls.", ""]
     return lines
@@ -570,8 +558,6 @@ def _training(section: dict[str, Any]) -> list[str]:
         "|---|---|---|",
         f"| hand-written tf.custom_gradient quantizers | {_ms(r['custom_gradient']['median_s'])} | 1.00× |",
         f"| ste | {_ms(r['ste']['median_s'])} | {r['ste']['ratio']:.2f}× |",
-        f"| hand-written, second copy (A/A) | {_ms(r['custom_gradient_copy']['median_s'])} | "
-        f"{r['custom_gradient_copy']['ratio']:.2f}× |",
         *(
             [
                 f"| ste with metrics=['flip_ratio'] | {_ms(r['ste_flip_ratio']['median_s'])} | "

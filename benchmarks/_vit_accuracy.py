@@ -136,6 +136,38 @@ def _kernel_ops(tf: Any, flatbuffer: bytes) -> dict[str, list[int]]:
     return out
 
 
+def kernel_op_types(flatbuffer: bytes) -> dict[str, dict[str, int]]:
+    """For each matrix-product op kind in the flatbuffer: how many take each pair of (input, weight) tensor types,
+    read from the schema (``"INT8 x INT8"``: an int8 kernel; ``"FLOAT32 x FLOAT32"``: float). A tensor that a
+    ``DEQUANTIZE`` op makes is named by that op's input (``"FLOAT32 x INT4 (dequantized)"``: float activations on
+    int4 weights, expanded to float at run time)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    types = {value: name for name, value in vars(schema.TensorType).items() if not name.startswith("_")}
+    ops = {value: name for name, value in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+    model = schema.Model.GetRootAsModel(flatbuffer, 0)
+    out: dict[str, dict[str, int]] = {}
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        named = []
+        for o in range(graph.OperatorsLength()):
+            op = graph.Operators(o)
+            code = model.OperatorCodes(op.OpcodeIndex())
+            named.append((ops.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), ""), op))
+        dequantized = {op.Outputs(0): op.Inputs(0) for name, op in named if name == "DEQUANTIZE"}
+        for name, op in named:
+            if name not in KERNEL_OPS or op.InputsLength() < 2:
+                continue
+            kinds = []
+            for tensor in (op.Inputs(0), op.Inputs(1)):
+                source = dequantized.get(tensor, tensor)
+                kinds.append(types.get(graph.Tensors(source).Type(), "?") + (" (dequantized)" * (source != tensor)))
+            pair = " x ".join(kinds)
+            counts = out.setdefault(name, {})
+            counts[pair] = counts.get(pair, 0) + 1
+    return out
+
+
 def constants(flatbuffer: bytes) -> dict[str, Any]:
     """Bytes of the flatbuffer's constant tensors by type, and how many int8 constants of 64 values or more take at
     most 3 distinct values (ternary kernels) out of how many."""
@@ -175,6 +207,7 @@ def flatbuffer_figures(tf: Any, converter: str, make: Callable[[], bytes], x: An
     }
     try:
         figures.update(constants(flatbuffer))
+        figures["kernel_op_types"] = kernel_op_types(flatbuffer)
     except Exception as error:  # a flatbuffer the schema cannot read: its sizes stand
         figures["constants"] = _short(error)
     try:

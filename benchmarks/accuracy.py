@@ -8,7 +8,11 @@
     python -m benchmarks.accuracy pruning --tfmot-venv VENV        # ste.sparsity vs TFMOT: 50 %, 80 %, 2:4
     python -m benchmarks.accuracy clustering --tfmot-venv VENV     # ste.clustering vs TFMOT: 16 and 32 clusters
     python -m benchmarks.accuracy vit                              # KerasHub ViT: Keras's PTQ vs ste's QAT, 2:4
-    python -m benchmarks.accuracy binary_cnn --quick               # a smoke run (under a minute, no peers)
+    python -m benchmarks.accuracy binary_cnn --quick               # a smoke test (about a minute, no peers)
+
+``--quick`` is a smoke test: 512 training and 500 test images, one epoch, ste's sides only, written under
+``benchmarks/results/accuracy/quick/``. It checks that a row runs end to end; its accuracy (often 20-70 %) means
+nothing. Without matplotlib a run still writes its JSON and says the plot was skipped.
 
 Options: ``--epochs N``, ``--data DIR`` (Fashion-MNIST's IDX files; otherwise ``benchmarks._fashion`` looks in the
 Debian package's folder, then Keras's cache, then downloads with Keras), ``--out DIR``, ``--train N`` (the first
@@ -60,6 +64,10 @@ WORKER = Path(__file__).resolve().parent / "_accuracy_worker.py"
 SEED = 0
 LIBS = ("ste", "tfmot")
 QUICK = {"train": 512, "test": 500, "epochs": 1, "float_epochs": 1}  # the reference sides ("float") are left out
+QUICK_NOTE = (
+    "--quick is a smoke test: 512 training images and one epoch check that the row runs end to end; its accuracy "
+    "means nothing (a full run takes 15-40 minutes)."
+)
 
 # sides: name -> the venv option it needs (None: this venv); epochs / float_epochs: the full run's defaults, sized
 # so that a row fits in 30 minutes on 2 loaded cores
@@ -156,7 +164,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("name", help=f"the row: one of {', '.join(ROWS)}")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs of every side (the QAT epochs)")
     parser.add_argument("--float-epochs", type=int, default=None, help="int8_qat, low_bit: epochs of the float start")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: a subset, one epoch, under a minute")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test: 512 training and 500 test images, one epoch, ste's sides only, results under quick/; "
+        "checks that the row runs end to end in about a minute, its accuracy means nothing",
+    )
     parser.add_argument("--train", type=int, default=None, help="train on the first N images only (shorter epochs)")
     parser.add_argument("--sides", default=None, help="some of the row's sides, e.g. ste_2_4,tfmot_2_4")
     parser.add_argument("--seeds", type=int, default=None, help="fine-tune every side with N seeds (their spread)")
@@ -383,52 +396,113 @@ def _summary(name: str, spec: dict[str, Any], sides: dict[str, Any], float_stage
     return summary
 
 
-def _plot(result: dict[str, Any], path: Path) -> None:
+# what the float stage of each row is, in the chart's legend
+FLOAT_LABELS = {
+    "int8_qat": "float, before QAT",
+    "low_bit": "float, before QAT",
+    "pruning": "dense float, before pruning",
+    "clustering": "dense float, before clustering",
+    "vit": "float start, before fine-tuning",
+}
+# one style per side, in the row's order: a peer's curve drawn exactly on ste's stays visible (hollow, larger marker,
+# dashed) under ste's (filled, smaller marker, solid)
+STYLES = (
+    {"marker": "o", "linestyle": "-", "markersize": 5, "linewidth": 2.6},
+    {"marker": "s", "linestyle": "--", "markersize": 9, "markerfacecolor": "none", "markeredgewidth": 1.5},
+    {"marker": "^", "linestyle": "-", "markersize": 6, "linewidth": 2.6},
+    {"marker": "D", "linestyle": ":", "markersize": 9, "markerfacecolor": "none", "markeredgewidth": 1.5},
+    {"marker": "v", "linestyle": "-", "markersize": 6, "linewidth": 2.6},
+    {"marker": "P", "linestyle": "--", "markersize": 9, "markerfacecolor": "none", "markeredgewidth": 1.5},
+    {"marker": "X", "linestyle": "-", "markersize": 6, "linewidth": 2.6},
+)
+
+
+def side_label(row: str, side: str, versions: str = "") -> str:
+    """A side as a reader names it: "ste, 50 %", "TFMOT, 2:4", "ste, 16 clusters", "larq 0.14.0"."""
+    library, _, setting = side.partition("_")
+    name = {"tfmot": "TFMOT", "snntorch": "snnTorch"}.get(library, library)
+    if row in ("pruning", "clustering") and setting:
+        if row == "clustering":
+            amount = f"{setting} clusters"
+        else:
+            amount = setting.replace("_", ":") if "_" in setting else f"{setting} %"
+        return f"{name}, {amount}"
+    first = versions.split(",")[0]
+    if first.lower().startswith(name.lower()):
+        return first
+    return f"{side} ({first})" if first else side
+
+
+def load_text(load: dict[str, Any]) -> str:
+    """The load averages of a run as a phrase: "load average 0.4 before, 1.2–2.3 during (median 1.8), 1.1 after"."""
+    parts = []
+    if load.get("before"):
+        parts.append(f"{load['before'][0]:.2f} before")
+    during = load.get("during") or {}
+    if during:
+        parts.append(f"{during['min']:.2f}–{during['max']:.2f} during (median {during['median']:.2f})")
+    if load.get("after"):
+        parts.append(f"{load['after'][0]:.2f} after")
+    return "1-minute load average " + ", ".join(parts) if parts else "load average not recorded"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """The test accuracy per epoch of every side (and of the float stage), legend under the axes, integer epochs;
+    sized to be read on a 390 px phone screen. Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    figure, axis = plt.subplots(figsize=(6, 3.6))
+    curves = []
+    offset = 0
     if result.get("float_stage"):
         curve = result["float_stage"]["curve"]
-        axis.plot(
-            [p["epoch"] for p in curve],
-            [100 * p["test_accuracy"] for p in curve],
-            "k:",
-            marker=".",
-            label="float start (before fine-tuning)" if result["row"] == "vit" else "float (before QAT)",
-        )
+        style = {"color": "0.45", "marker": ".", "linestyle": ":", "markersize": 8}
+        curves.append((FLOAT_LABELS.get(result["row"], "float"), curve, 0, style))
         offset = len(curve)
-    else:
-        offset = 0
-    for side, figures in result["sides"].items():
-        if "curve" not in figures:  # a side made from another's model (post-training), or pending
-            continue
-        curve = figures["curve"]
-        axis.plot(
-            [offset + p["epoch"] for p in curve],
-            [100 * p["test_accuracy"] for p in curve],
-            marker="o",
-            label=f"{side} ({figures['versions'].split(',')[0]})",
-        )
-    axis.set_xlabel("epoch")
-    axis.set_ylabel("Fashion-MNIST test accuracy (%)")
-    axis.set_title(f"{result['row']}{' (quick)' if result['quick'] else ''}")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    drawn = [(side, f) for side, f in result["sides"].items() if "curve" in f]  # post-training or pending: no curve
+    for index, (side, f) in enumerate(drawn):
+        label = side_label(result["row"], side, f.get("versions", ""))
+        curves.append((label, f["curve"], offset, {**STYLES[index % len(STYLES)], "color": f"C{index}"}))
+    with plt.rc_context({"font.size": 11}):
+        figure, axis = plt.subplots(figsize=(6.4, 4.2 + 0.28 * ((len(curves) + 1) // 2)))
+        for label, curve, start, style in curves:
+            epochs = [start + p["epoch"] for p in curve]
+            style = {"linewidth": 1.8, **style}
+            axis.plot(epochs, [100 * p["test_accuracy"] for p in curve], label=label, **style)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_xlabel("epoch (float epochs first, then fine-tuning)" if offset else "epoch")
+        axis.set_ylabel("test accuracy (%)")
+        axis.set_title(f"{result['row']}: Fashion-MNIST test accuracy{' (quick smoke run)' if result['quick'] else ''}")
+        axis.grid(alpha=0.3)
+        # under the axes, never over the data
+        axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False, fontsize=10.5)
+        figure.tight_layout()
+        figure.savefig(path, dpi=130, bbox_inches="tight")
+        plt.close(figure)
+
+
+def save(result: dict[str, Any], out: Path) -> str:
+    """Writes ``NAME.json``, then ``NAME.png`` where matplotlib is installed; says where the plot went, or why not."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{result['row']}.json").write_text(json.dumps(result, indent=1) + "\n")
+    try:
+        plot(result, out / f"{result['row']}.png")
+    except ImportError:
+        return "skipped, matplotlib is not installed (the JSON has the curves; pip install matplotlib to draw them)"
+    return str(out / f"{result['row']}.png")
 
 
 def _print_row(result: dict[str, Any]) -> None:
     print(
         f"{result['row']} ({'quick, ' if result['quick'] else ''}{result['epochs']} epochs, "
-        f"{result['train_samples']} training images, load {result['load_average']}):"
+        f"{result['train_samples']} training images; {load_text(result['load_average'])}):"
     )
     if result.get("float_stage"):
-        print(f"  float (before QAT): test accuracy {100 * result['float_stage']['test_accuracy']:.2f} %")
+        label = FLOAT_LABELS.get(result["row"], "float")
+        print(f"  {label}: test accuracy {100 * result['float_stage']['test_accuracy']:.2f} %")
     for side, f in result["sides"].items():
         extra = ""
         if "int8_accuracy" in f:
@@ -469,7 +543,7 @@ def _print_vit(result: dict[str, Any]) -> None:
     print(
         f"vit ({'quick, ' if result['quick'] else ''}{result['epochs']} epochs from the float start, "
         f"{len(result.get('seeds', [0]))} seed(s), {result['train_samples']} training images, "
-        f"load {result['load_average']}):"
+        f"{load_text(result['load_average'])}):"
     )
     if result.get("float_stage"):
         print(f"  float start: test accuracy {100 * result['float_stage']['test_accuracy']:.2f} %")
@@ -619,10 +693,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.name == "vit":
         result["summary"].update(_vit_summary(runs))
     out = Path(args.out) if args.out else OUT / ("quick" if args.quick else "")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    _plot(result, out / f"{args.name}.png")
+    plotted = save(result, out)
     (_print_vit if args.name == "vit" else _print_row)(result)
+    print(f"  results: {out / args.name}.json; plot {plotted}")
+    if args.quick:
+        print(f"  {QUICK_NOTE}")
     return result
 
 

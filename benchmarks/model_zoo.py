@@ -176,20 +176,25 @@ def _one(name: str, transform: str, make: Callable[[], keras.Model]) -> dict[str
     return entry
 
 
-def run(only: list[str] | None = None, transforms: list[str] | None = None) -> dict[str, Any]:
-    chosen = {name: make for name, make in models().items() if not only or name in only}
-    rows = []
+def run(only: list[str] | None = None, transforms: list[str] | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Every chosen model (in the order of ``only``) through every chosen transformation; with ``out``, the JSON is
+    written again after each row, so a run cut short keeps what it measured."""
+    every = models()
+    chosen = {name: every[name] for name in only if name in every} if only else every
+    rows: list[dict[str, Any]] = []
+    results = {"keras": keras.__version__, "load_average_end": load_average(), "rows": rows}
     for name, make in chosen.items():
         for transform in transforms or list(TRANSFORMS):
             rows.append(_one(name, transform, make))
             row = rows[-1]
             status = f"{row['coverage']:.1%}" if row["ok"] else row["error"][:100]
+            if row.get("measured") is not None:
+                status += f" (numpy: {row['measured']:.1%})"
             print(f"{name:24s} {transform:14s} {status} ({row.get('seconds', '-')} s)", flush=True)
-    return {
-        "keras": keras.__version__,
-        "load_average_end": load_average(),
-        "rows": rows,
-    }
+            if out is not None:
+                results["load_average_end"] = load_average()
+                out.write_text(json.dumps(results, indent=1))
+    return results
 
 
 def table(results: dict[str, Any]) -> str:
@@ -216,11 +221,10 @@ def table(results: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="*", help="model names (default: every model)")
+    parser.add_argument("--only", nargs="*", help="model names, run in this order (default: every model)")
     parser.add_argument("--transforms", nargs="*", choices=list(TRANSFORMS), help="default: every transformation")
     parser.add_argument("--out", default=str(RESULTS), help="where the JSON goes")
     arguments = parser.parse_args()
-    results = run(arguments.only, arguments.transforms)
     Path(arguments.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(arguments.out).write_text(json.dumps(results, indent=1))
+    results = run(arguments.only, arguments.transforms, Path(arguments.out))
     print(table(results))

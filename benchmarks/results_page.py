@@ -1,6 +1,7 @@
 """docs/results.md and the README's result lines, generated from ``benchmarks/results/accuracy/*.json`` only.
 
-    python -m benchmarks.results_page            # rewrite docs/results.md, docs/img/results/*.png and the README lines
+    python -m benchmarks.results_page            # rewrite docs/results.md, the README lines, and the charts (drawn
+                                                 # from the JSON into docs/img/results/ and benchmarks/results/)
     python -m benchmarks.results_page --check    # exit 1 if either file differs from what the JSON gives
 
 The README's lines sit between ``<!-- results:start -->`` and ``<!-- results:end -->``.
@@ -68,6 +69,80 @@ follow:
 
 
 FUSED_LINK = "spiking.md#fused-layers-spikingdense-spikingconv2d-and-fused"
+# Each row's network as benchmarks/_accuracy_worker.py and benchmarks/sparsity.py build it; the parameter count is the
+# JSON's (Keras's count_params(), batch-norm statistics included), which tests/benchmarks/test_accuracy.py checks
+# against the built networks
+SMALL_CNN = (
+    "Conv2D 32 3×3 → batch norm → ReLU → max-pool → DepthwiseConv2D 3×3 → batch norm → ReLU → Conv2D 64 1×1 → "
+    "batch norm → ReLU → max-pool → Dense 10 (`small_cnn`, a MobileNet-style separable block)"
+)
+SPARSITY_CNN = (
+    "Conv2D 16 3×3 → ReLU → max-pool → Conv2D 32 3×3 → ReLU → max-pool → Dense 128 → ReLU → Dense 10 "
+    "(`benchmarks.sparsity.cnn`)"
+)
+NETWORKS = {
+    "binary_cnn": (
+        'larq\'s "BinaryNet on MNIST" layout: a float stem (Conv2D 32 3×3 → batch norm → max-pool), two binary '
+        "blocks (QuantConv2D 64 3×3 with the sign of its input and of its kernel and a weight clip → max-pool → batch "
+        "norm) and a float Dense 10 head. **Float:** the first convolution, the batch norms and the head; **binary:** "
+        "the two 3×3 convolutions of the blocks. The float side has `Conv2D` in the blocks"
+    ),
+    "int8_qat": (
+        f"{SMALL_CNN}. **int8:** every convolution and the Dense layer (weights and activations), batch norm folded "
+        "into the convolutions, as TFMOT's default scheme does"
+    ),
+    "low_bit": (
+        f"{SMALL_CNN}. **Ternary or binary:** the 1×1 convolution's kernel only; **8 bits:** the first convolution "
+        "and the Dense head (`keep_ends=True`) and the depthwise convolution"
+    ),
+    "pruning": (
+        f"{SPARSITY_CNN}. **Pruned:** conv2, fc1 and fc2 (TFMOT's per-layer route, `prune_low_magnitude` on each); "
+        "**dense:** the first convolution. 50 % and 80 % follow PolynomialDecay from 0 over the first 60 % of the "
+        "steps; 2:4 is ConstantSparsity(0.5) with `sparsity_m_by_n=(2, 4)`"
+    ),
+    "clustering": (
+        f"{SPARSITY_CNN}. **Clustered:** every kernel (`cluster_weights` on the whole model, k-means++ centroids); "
+        "biases stay float"
+    ),
+}
+
+
+def _learning_rates(r: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The fine-tuning and float start's learning rates: the JSON's, else the row's settings (older results)."""
+    from .accuracy import ROWS
+
+    spec = ROWS.get(r["row"], {})
+    rate = r.get("learning_rate") or spec.get("learning_rate")
+    return rate, r.get("float_learning_rate") or spec.get("float_learning_rate")
+
+
+def _network_and_budget(r: dict[str, Any]) -> list[str]:
+    """What the network is (layers, what stays float, parameters) and what each row trained, saying where rows are
+    not on equal terms."""
+    row, sides = r["row"], r["sides"]
+    rate, float_rate = _learning_rates(r)
+    stage = r.get("float_stage")
+    lines = []
+    if row in NETWORKS:
+        count = (stage or {}).get("parameters") or next(iter(sides.values())).get("parameters")
+        lines.append(f"**Network.** {NETWORKS[row]}. {count:,} parameters (the float model's `count_params()`).")
+    adam = f"Adam ({rate:g})" if rate else "Adam"
+    if not stage:
+        lines.append(
+            f"**Budget.** Every side trains {_epochs(r['epochs'])} from the same initial weights with {adam}, batch "
+            f"{r['batch']}, seed {r['seed']}: the rows are on equal terms."
+        )
+        return [line + "\n" for line in lines]
+    start = len(stage["curve"])
+    what = {"int8_qat": "QAT", "low_bit": "QAT", "pruning": "pruning", "clustering": "clustering"}.get(row, "tuning")
+    lines.append(
+        f"**Budget.** The float start trains {_epochs(start)} with Adam ({float_rate:g}); every side then trains "
+        f"{_epochs(r['epochs'], what + ' ')} from those weights with {adam}, batch {r['batch']}, seed {r['seed']}. The "
+        f"sides are on equal terms with each other; **the float start is not**: it trained {_epochs(start)}, the "
+        f"sides {start + r['epochs']} in all, so a side above the float start may owe its gain to the "
+        f"{_epochs(r['epochs'], 'extra ')}, not to {'quantization' if what == 'QAT' else what}."
+    )
+    return [line + "\n" for line in lines]
 
 
 def results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
@@ -112,33 +187,64 @@ def _size(t: dict[str, Any], key: str) -> str:
     return f"{t[key]:,} B" if key in t else "refused"
 
 
+def table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table: the header, the rule, one line per row (short rows are padded with empty cells)."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cells in rows:
+        cells = [*cells, *[""] * (len(head) - len(cells))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _versions(r: dict[str, Any]) -> list[str]:
+    """The versions of every side, one phrase per distinct set of versions (a line under the tables)."""
+    by_versions: dict[str, list[str]] = {}
+    for side, f in r["sides"].items():
+        if f.get("versions"):
+            by_versions.setdefault(f["versions"], []).append(side)
+    if not by_versions:
+        return []
+    parts = [f"{', '.join(sides)}: {versions}" for versions, sides in by_versions.items()]
+    return ["Versions: " + "; ".join(parts) + ".", ""]
+
+
+def _skipped_rows(r: dict[str, Any]) -> list[list[str]]:
+    return [[side, f"not run ({why})"] for side, why in r.get("skipped_sides", {}).items()]
+
+
 def _compression_table(r: dict[str, Any]) -> list[str]:
-    """One line per side: accuracy, what the kernels hold, TFLite sizes raw and gzipped, step time and memory."""
-    what = "zeros in the pruned kernels" if r["row"] == "pruning" else "distinct values per kernel (most)"
-    lines = [
-        f"| side | versions | test accuracy (stripped) | {what} | float .tflite | gzip | int8 .tflite gzip | "
-        "EXPERIMENTAL_SPARSITY gzip | median step | CPU per step | allocator peak |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    """Two tables: each side's accuracy and what its stripped kernels and TFLite files hold; then its training step
+    (step time, CPU time, allocator peak). The versions go under them."""
+    held = "zeros in the pruned kernels" if r["row"] == "pruning" else "distinct values per kernel (most)"
     stage = r["float_stage"]
     dense = stage.get("tflite", {})
-    lines.append(
-        f"| dense float (trained first, the start of every side) | Keras {r['keras']} | {_pct(stage['test_accuracy'])} "
-        f"| | {_size(dense, 'float')} | {_size(dense, 'float_gz')} | {_size(dense, 'int8_gz')} | "
-        f"{_size(dense, 'sparse_gz')} | | | |"
-    )
+
+    def sizes(t: dict[str, Any]) -> list[str]:
+        return [_size(t, key) for key in ("float", "float_gz", "int8_gz", "sparse_gz")]
+
+    rows = [["dense float start", _pct(stage["test_accuracy"]), ""]]
+    size_rows = [["dense float start", *sizes(dense)]]
     for side, f in r["sides"].items():
-        held = f"{f['zeros']:.3f}" if "zeros" in f else str(f.get("distinct_values", ""))
-        t = f["tflite"]
-        lines.append(
-            f"| {side} | {f['versions']} | {_pct(f['stripped_accuracy'])} | {held} | {_size(t, 'float')} | "
-            f"{_size(t, 'float_gz')} | {_size(t, 'int8_gz')} | {_size(t, 'sparse_gz')} | "
-            f"{1000 * f['median_step_s']:.1f} ms | {1000 * f['cpu_per_step_s']:.1f} ms | "
-            f"{f['peak_bytes'] / 2**20:.1f} MiB |"
+        value = f"{f['zeros']:.3f}" if "zeros" in f else str(f.get("distinct_values", ""))
+        rows.append(
+            [
+                side,
+                _pct(f["stripped_accuracy"]),
+                value,
+                f"{1000 * f['median_step_s']:.1f} ms",
+                f"{1000 * f['cpu_per_step_s']:.1f} ms",
+                f"{f['peak_bytes'] / 2**20:.1f} MiB",
+            ]
         )
-    for side, why in r.get("skipped_sides", {}).items():
-        lines.append(f"| {side} | not run ({why}) |" + " |" * 9)
-    return lines
+        size_rows.append([side, *sizes(f["tflite"])])
+    rows += _skipped_rows(r)
+    head = ["side", "test accuracy (stripped)", held, "median step", "CPU per step", "allocator peak"]
+    sizes_head = ["side", "float .tflite", "gzip", "int8 .tflite, gzip", "sparse .tflite, gzip"]
+    note = (
+        "Sizes of the stripped model's TFLite files: float, int8 weights (`ste.to_tflite`; TFMOT's side "
+        "`Optimize.DEFAULT`) and sparse (`optimizations=[tf.lite.Optimize.EXPERIMENTAL_SPARSITY]`)."
+    )
+    return [*table(head, rows), "", note, "", *table(sizes_head, size_rows)]
 
 
 def _accuracy_cell(r: dict[str, Any], side: str, f: dict[str, Any]) -> str:
@@ -153,40 +259,43 @@ def _vit_table(r: dict[str, Any]) -> list[str]:
     """One line per flatbuffer of each side (the side's first line carries its accuracy); pending sides say why."""
     seeds = len(r.get("seeds", [0]))
     what = f"median of {seeds} seeds (range)" if seeds > 1 else "seed 0"
-    lines = [
-        f"| side | how | test accuracy in Keras, {what} | TFLite converter | .tflite bytes | gzip bytes | "
-        "TFLite test accuracy (seed 0) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    head = ["side", "how", f"test accuracy in Keras, {what}", "TFLite converter", ".tflite bytes", "gzip bytes"]
+    head.append("TFLite test accuracy (seed 0)")
+    rows: list[list[str]] = []
     stage = r.get("float_stage")
     if stage:
-        lines.append(
-            f"| float start | trained first, the start of every side | {_pct(stage['test_accuracy'])} | | | | |"
-        )
+        rows.append(["float start", "trained first, the start of every side", _pct(stage["test_accuracy"])])
     for side, f in r["sides"].items():
         if "pending" in f and "curve" not in f:
-            lines.append(f"| {side} | {f.get('recipe', '')} | **pending**: {f['pending']} | | | | |")
+            rows.append([side, f.get("recipe", ""), f"**pending**: {f['pending']}"])
             continue
-        first = f"| {side} | {f.get('recipe', '')} | {_accuracy_cell(r, side, f)} |"
+        first = [side, f.get("recipe", ""), _accuracy_cell(r, side, f)]
         if "pending" in f:
-            lines.append(f"{first} **pending**: {f['pending']} | | | |")
+            rows.append([*first, f"**pending**: {f['pending']}"])
             continue
         for index, t in enumerate(f.get("flatbuffers", [])):
-            head = first if index == 0 else "| | | |"
+            head_cells = first if index == 0 else ["", "", ""]
             if "refused" in t:
-                lines.append(f"{head} {t['converter']} | refused: {t['refused']} | | |")
+                rows.append([*head_cells, t["converter"], f"refused: {t['refused']}"])
                 continue
             why = str(t.get("interpreter", "")).split(". ")[0]  # the interpreter's first sentence
             accuracy = _pct(t["tflite_accuracy"]) if "tflite_accuracy" in t else f"not run: {why}"
-            lines.append(f"{head} {t['converter']} | {t['bytes']:,} | {t['gzip_bytes']:,} | {accuracy} |")
-    for side, why in r.get("skipped_sides", {}).items():
-        lines.append(f"| {side} | not run ({why}) |" + " |" * 5)
-    return lines
+            rows.append([*head_cells, t["converter"], f"{t['bytes']:,}", f"{t['gzip_bytes']:,}", accuracy])
+    rows += _skipped_rows(r)
+    return table(head, rows)
 
 
 def _int8_ops(t: dict[str, Any]) -> str:
     ops = t.get("kernel_ops", {})
     return ", ".join(f"{name} {ops[name][0]} of {ops[name][1]}" for name in sorted(ops))
+
+
+def _op_types(t: dict[str, Any]) -> str:
+    """The flatbuffer's matrix-product ops by (input × weight) type, e.g. ``FULLY_CONNECTED 25 INT8 x INT8``."""
+    ops = t.get("kernel_op_types", {})
+    return "; ".join(
+        f"{name} " + ", ".join(f"{count} {pair}" for pair, count in sorted(ops[name].items())) for name in sorted(ops)
+    )
 
 
 def _vit_verdict(r: dict[str, Any]) -> list[str]:
@@ -212,33 +321,46 @@ def _vit_verdict(r: dict[str, Any]) -> list[str]:
             )
             continue
         values = ", ".join(f"{v:+.2f}" for v in gap["values"])
-        if gap["median"] >= 0:
-            verdict = "matches or beats it"
-        elif gap["max"] >= 0:
-            verdict = f"**is below it** by {-gap['median']:.2f} points, less than the seeds' spread"
+        if gap["median"] > 0:
+            verdict = f"is **above** it by {gap['median']:.2f} points"
+        elif gap["median"] == 0:
+            verdict = "matches it"
         else:
-            verdict = "**is below it** in every seed"
+            verdict = f"**is below it** by {-gap['median']:.2f} points"
+        if len(gap["values"]) == 1:
+            lines.append(
+                f"{bits}: ste's QAT minus Keras's post-training quantization: {gap['median']:+.2f} points, one seed "
+                f"(the spread between seeds is not measured: `--seeds 2` or more): at equal bits ste's QAT {verdict}."
+            )
+            continue
+        if gap["min"] < 0 <= gap["max"]:
+            verdict += ", within the seeds' spread (the sign differs between seeds)"
+        else:
+            verdict += " in every seed"
         lines.append(
             f"{bits}: ste's QAT minus Keras's post-training quantization: {gap['median']:+.2f} points (median; per "
-            f"seed {values}): at equal bits ste's QAT {verdict}."
+            f"seed {values}; range {gap['min']:+.2f} to {gap['max']:+.2f}): at equal bits ste's QAT {verdict}."
         )
     float_file = next((t for t in sides.get("float", {}).get("flatbuffers", []) if "bytes" in t), None)
-    for side in ("ste_int8", "ste_ternary"):
+    for side in ("ste_int8", "ste_int4", "ste_ternary"):
         f = sides.get(side, {})
+        refused = next((t for t in f.get("flatbuffers", []) if "refused" in t), None)
+        if refused:
+            lines.append(f"{side}: `{refused['converter']}` refused the model: {refused['refused']}.")
         t = next((t for t in f.get("flatbuffers", []) if "kernel_ops" in t), None)
         if t:
-            text = f"{side}'s flatbuffer: ops with int8 inputs and weights: {_int8_ops(t)}"
+            ops = (
+                f"matrix-product ops by input × weight type: {_op_types(t)}"
+                if "kernel_op_types" in t
+                else f"ops with int8 inputs and weights: {_int8_ops(t)}"
+            )
+            text = f"{side}'s flatbuffer: {ops}"
             if side == "ste_ternary":
                 done, total = t.get("int8_constants_ternary", [0, 0])
                 text += f"; int8 constants with at most 3 distinct values (ternary kernels): {done} of {total}"
             text += f"; constants by type (bytes): {t.get('constant_bytes', {})}"
-            int8, total = t.get("kernel_ops", {}).get("FULLY_CONNECTED", [0, 0])
-            if float_file and int8 < total:
-                text += (
-                    f". {total - int8} of its {total} FULLY_CONNECTED ops do not run in int8 (their kernels are "
-                    "among the float32 constants), so the file is "
-                    f"{t['bytes'] / float_file['bytes']:.2f}× the float side's"
-                )
+            if float_file:
+                text += f"; the file is {t['bytes'] / float_file['bytes']:.2f}× the float side's"
             if side == "ste_ternary" and "ternary_kernels" in f:
                 ternary, listed = f["ternary_kernels"]
                 text += (
@@ -264,8 +386,13 @@ def _vit_verdict(r: dict[str, Any]) -> list[str]:
             f"{f['zeros']:.3f}; in the {len(zeros) - len(attention)} MLP and head kernels "
             f"{min(z for p, z in zeros.items() if '/mha/' not in p):.3f} at least"
         )
-        if attention:
+        if attention and f.get("attention_left_dense"):
             text += f", in the {len(attention)} attention projections {max(attention):.3f} at most"
+        elif attention:
+            text += (
+                f", in the {len(attention)} attention projections (2 of every 4 along the contracted axis) "
+                f"{min(attention):.3f} at least"
+            )
         if f.get("attention_left_dense"):
             text += f". The attention projections stay dense: {f['attention_left_dense'].rstrip('.')}"
         lines.append(text + ".")
@@ -304,55 +431,36 @@ def _compression_verdict(r: dict[str, Any]) -> list[str]:
 
 
 def _side_table(r: dict[str, Any]) -> list[str]:
+    """The row's table (the compression and ViT rows have their own); versions go on a line under it."""
     if r["row"] in COMPRESSION:
         return _compression_table(r)
     if r["row"] == "vit":
         return _vit_table(r)
-    sides = r["sides"]
-    int8 = r["row"] == "int8_qat"
-    low = r["row"] == "low_bit"
-    spiking = r["row"] in SPIKING
-    head = "| side | versions | test accuracy | median step | allocator peak |"
-    rule = "|---|---|---|---|---|"
-    if int8:
-        head += " int8 TFLite accuracy | Keras QAT = TFLite predictions | .tflite bytes |"
-        rule += "---|---|---|"
-    if low:
-        head += " packed weights | float32 weights |"
-        rule += "---|---|"
-    if spiking:
-        head = head.replace("allocator peak", "peak requested in a step") + " form | untrained: loss, output spikes |"
-        rule += "---|---|"
-    lines = [head, rule]
+    row = r["row"]
+    head = ["side", "test accuracy", "median step", "allocator peak"]
+    if row == "int8_qat":
+        head = ["side", "Keras QAT accuracy", "int8 TFLite accuracy", "same predictions", ".tflite bytes"]
+        head += ["median step", "allocator peak"]
+    if row == "low_bit":
+        head += ["packed weights", "float32 weights"]
+    if row in SPIKING:
+        head = ["side", "test accuracy", "median step", "peak requested in a step", "untrained: loss"]
+        head.append("untrained: output spikes")
+    rows = []
     if r.get("float_stage"):
-        cells = [
-            "float (trained first, the start of every side)",
-            f"Keras {r['keras']}",
-            _pct(r["float_stage"]["test_accuracy"]),
-            "",
-            "",
-        ]
-        cells += [""] * (3 if int8 else 2 if low else 0)
-        lines.append("| " + " | ".join(cells) + " |")
-    for side, f in sides.items():
-        cells = [
-            side,
-            f["versions"],
-            _pct(f["test_accuracy"]),
-            f"{1000 * f['median_step_s']:.1f} ms",
-            f"{f['peak_bytes'] / 2**20:.1f} MiB",
-        ]
-        if int8:
-            cells += [_pct(f["int8_accuracy"]), _pct(f["keras_tflite_agreement"]), str(f["tflite_bytes"])]
-        if low:
+        rows.append(["float start", _pct(r["float_stage"]["test_accuracy"])])
+    for side, f in r["sides"].items():
+        step, peak = f"{1000 * f['median_step_s']:.1f} ms", f"{f['peak_bytes'] / 2**20:.1f} MiB"
+        cells = [side, _pct(f["test_accuracy"]), step, peak]
+        if row == "int8_qat":
+            cells = [side, _pct(f["test_accuracy"]), _pct(f["int8_accuracy"]), _pct(f["keras_tflite_agreement"])]
+            cells += [f"{f['tflite_bytes']:,}", step, peak]
+        if row == "low_bit":
             cells += [f"{f['packed_bytes']:,} B", f"{f['float32_bytes']:,} B"]
-        if spiking:
-            cells += [f["form"], f"{f['initial']['loss']:.6f}, {f['initial']['output_spikes']:,}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    for side, why in r.get("skipped_sides", {}).items():
-        extra = 3 if int8 else 2 if low or spiking else 0
-        lines.append(f"| {side} | not run ({why}) |" + " |" * (3 + extra))
-    return lines
+        if row in SPIKING:
+            cells += [f"{f['initial']['loss']:.6f}", f"{f['initial']['output_spikes']:,}"]
+        rows.append(cells)
+    return table(head, rows + _skipped_rows(r))
 
 
 def _float_start(r: dict[str, Any]) -> str:
@@ -594,6 +702,10 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         "row comes from one command, `python -m benchmarks.accuracy NAME` (below each table, with its date, CPU and",
         "TensorFlow version).",
         "",
+        "**Smoke test.** `python -m benchmarks.accuracy NAME --quick` runs a row on 512 training images for one",
+        "epoch, ste's sides only, in about a minute: it checks that the row runs end to end, and its accuracy means",
+        "nothing. Without matplotlib a run still writes its JSON and says that the plot was skipped.",
+        "",
         "**Data.** `apt-get install dataset-fashion-mnist` (Debian, Ubuntu), Keras's cache",
         "(`keras.datasets.fashion_mnist.load_data()` fills it), or `--data DIR` with the four IDX files.",
         "",
@@ -627,7 +739,9 @@ def page(found: dict[str, dict[str, Any]]) -> str:
             out += ["Not measured yet.", ""]
             continue
         r = found[name]
-        out += [*_side_table(r), ""]
+        if name != "vit":
+            out += _network_and_budget(r)
+        out += [*_side_table(r), "", *_versions(r)]
         out += [line + "\n" for line in _verdict(r)]
         if name == "low_bit":
             for side, f in r["sides"].items():
@@ -652,7 +766,10 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
     if "binary_cnn" in found:
         r = found["binary_cnn"]
         sides = r["sides"]
-        line = f"- Binarized CNN ({_epochs(r['epochs'])}): ste {_pct(sides['ste']['test_accuracy'])}"
+        line = (
+            f"- Binarized CNN ({_epochs(r['epochs'])} each; float stem and head, two binary convolutions): ste "
+            f"{_pct(sides['ste']['test_accuracy'])}"
+        )
         if "larq" in sides:
             line += f", larq 0.14 {_pct(sides['larq']['test_accuracy'])}"
         if "float" in sides:
@@ -664,8 +781,9 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
         r = found["int8_qat"]
         sides = r["sides"]
         line = (
-            f"- Int8 QAT ({_epochs(r['epochs'], 'QAT ')}): float {_pct(r['float_stage']['test_accuracy'])}, ste int8 "
-            f"TFLite {_pct(sides['ste']['int8_accuracy'])}"
+            f"- Int8 QAT ({_epochs(r['epochs'], 'QAT ')} after {_epochs(len(r['float_stage']['curve']), 'float ')}; "
+            "int8 beats the unconverged float start by training longer, not by quantizing): float "
+            f"{_pct(r['float_stage']['test_accuracy'])}, ste int8 TFLite {_pct(sides['ste']['int8_accuracy'])}"
         )
         if "tfmot" in sides:
             line += f", TFMOT 0.8 int8 TFLite {_pct(sides['tfmot']['int8_accuracy'])}"
@@ -676,7 +794,11 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
             f"{side} {_pct(f['test_accuracy'])} ({f['packed_bytes'] / 1024:.1f} KiB packed)"
             for side, f in r["sides"].items()
         ]
-        lines.append(f"- quantize_model schemes ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
+        lines.append(
+            f"- quantize_model schemes ({_epochs(r['epochs'], 'QAT ')}; only the 1×1 convolution is low-bit): "
+            + ", ".join(parts)
+            + "."
+        )
     for name in COMPRESSION:
         if name in found:
             r = found[name]
@@ -685,16 +807,27 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
                 f"({f['tflite']['float_gz'] / 1024:.0f} KiB gzipped)"
                 for side, f in r["sides"].items()
             ]
-            lines.append(f"- {name.capitalize()} ({_epochs(r['epochs'])}): " + ", ".join(parts) + ".")
+            start = len(r["float_stage"]["curve"])
+            lines.append(
+                f"- {name.capitalize()} ({_epochs(r['epochs'])} after {_epochs(start, 'dense ')}: above the dense "
+                f"start's {_pct(r['float_stage']['test_accuracy'])} by training longer): " + ", ".join(parts) + "."
+            )
     lines += _spiking_readme(found)
     if "vit" in found:
         r = found["vit"]
         accuracy = r["summary"].get("accuracy", {})
         parts = [f"{side} {_pct(spread['median'])}" for side, spread in accuracy.items()]
         seeds = len(r.get("seeds", [0]))
+        gaps = [
+            f"{bits} {gap['median']:+.2f} points"
+            + (f" ({gap['min']:+.2f} to {gap['max']:+.2f})" if len(gap["values"]) > 1 else "")
+            for bits in ("int8", "int4")
+            if (gap := r["summary"].get(f"{bits}_qat_minus_ptq_points"))
+        ]
         lines.append(
             f"- KerasHub ViT ({_epochs(r['epochs'])} from a float start, median of {seeds} seed(s)): "
             + ", ".join(parts)
+            + ("; ste's QAT minus Keras's post-training quantization at equal bits: " + ", ".join(gaps) if gaps else "")
             + "."
         )
     return lines
@@ -707,7 +840,7 @@ def _spiking_readme(found: dict[str, dict[str, Any]]) -> list[str]:
             continue
         r = found[name]
         sides, summary = r["sides"], r["summary"]
-        line = f"- {label} ({_epochs(r['epochs'])}): ste {_pct(sides['ste']['test_accuracy'])}"
+        line = f"- {label} ({_epochs(r['epochs'])}, not converged): ste {_pct(sides['ste']['test_accuracy'])}"
         if "snntorch" in sides:
             line += (
                 f", snnTorch {_pct(sides['snntorch']['test_accuracy'])}; step time ste ÷ snnTorch "
@@ -749,10 +882,15 @@ def main(argv: list[str] | None = None) -> int:
     PAGE.write_text(want_page)
     README.write_text(want_readme)
     IMAGES.mkdir(parents=True, exist_ok=True)
-    for name in found:
-        png = RESULTS / f"{name}.png"
-        if png.is_file():
-            shutil.copyfile(png, IMAGES / f"{name}.png")
+    from .accuracy import plot
+
+    for name, r in found.items():  # the charts drawn again from the JSON: no training
+        try:
+            plot(r, IMAGES / f"{name}.png")
+        except ImportError:
+            print("benchmarks.results_page: matplotlib is not installed: the charts were not drawn", file=sys.stderr)
+            break
+        shutil.copyfile(IMAGES / f"{name}.png", RESULTS / f"{name}.png")
     return 0
 
 

@@ -266,7 +266,7 @@ def update_docs(table: str, path: Path, results: dict[str, Any] | None = None, w
                 f"Generated from `{results['command']}` ({results['date_utc']}, commit "  # type: ignore[index]
                 f"{results['machine']['git_commit']}, {_cpu(results['machine'])}).",  # type: ignore[index]
                 "",
-                *side_by_side(larq),
+                *side_by_side(larq, profile=False),  # the op classes stay in the report (latest.md)
             ]
         )
         text = _replace(text, LARQ_START, LARQ_END, generated, path)

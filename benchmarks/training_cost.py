@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = SMOKE if args.smoke else FULL
     from .run import machine
 
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     results: dict[str, Any] = {
         "command": "python -m benchmarks.training_cost"
         + (" --smoke" if args.smoke else "")
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["networks"][network] = r
             print(f"benchmarks.training_cost: {network} done", file=sys.stderr, flush=True)
     results["load_average_1min_during_run"] = sampler.summary()
-    results["minutes"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60, 1)
+    results["minutes"] = round((datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "training_cost.json").write_text(json.dumps(results, indent=1) + "\n")
     print(markdown(results))

@@ -24,6 +24,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 GALLERY_TITLE = "Surrogate gallery"
 _ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):<code>([^<]+)</code>")
 _ID = re.compile(r'\bid="([^"]+)"')
+# a highlighted block of code (not a language-text one, which keeps its columns), and in it the punctuation tokens
+# after which a long line may wrap: `.`, `(`, `[`, `{`, `,`, `=`, `:` (and runs of them, `([`)
+_CODE_BLOCK = re.compile(r'(<div class="language-(?!text)[^"]*highlight">.*?</pre>)', re.S)
+_BREAK_AFTER = re.compile(r'(<span class="(?:o|p)">[.(\[{,=:]+</span>)')
+_TEXT_SPAN = re.compile(r'(<span class="(?:c|s)\w*">)([^<]*)(</span>)')  # a comment or a string: a break inside
+# a table cell, the code spans in it, and the characters after which such a span may wrap
+_CELL = re.compile(r"(<td[^>]*>.*?</td>)", re.S)
+_CELL_CODE = re.compile(r"(<code>)(.*?)(</code>)", re.S)
+_CODE_BREAK = re.compile(r"([(\[{,=/]|\.(?!\d))(?=[^\s<)\]}])")  # not inside a number (1.0)
+_TAG = re.compile(r"(<[^>]*>)")  # a tag inside a code span (mkdocstrings' <autoref ...>): never broken into
 _FIGSIZE = (5.6, 3.6)
 _DPI = 100  # 560 x 360 px on the entry's page
 _THUMBNAIL_WIDTH = 448  # px in the overview's plot column (at least 240, so that each curve's shape reads)
@@ -173,4 +183,28 @@ def on_page_content(html: str, **kwargs: Any) -> str:
             print("unresolved role:", match.group(0), file=sys.stderr)
         return code
 
-    return _ROLE.sub(link, html)
+    return _break_opportunities(_ROLE.sub(link, html))
+
+
+def _break_opportunities(html: str) -> str:
+    """A code line too long for the column wraps after a `.`, `(`, `,` or `=` token, or after such a character in a
+    comment or a string (``<wbr>``, which copying ignores), never inside an identifier (``quantize_mo|del``):
+    stylesheets/ste.css breaks a word only where it is longer than a whole line."""
+
+    def text(match: re.Match[str]) -> str:  # a comment's or a string's text: the same punctuation, inside the token
+        return match.group(1) + _text_breaks(match.group(2)) + match.group(3)
+
+    def block(match: re.Match[str]) -> str:
+        return _TEXT_SPAN.sub(text, _BREAK_AFTER.sub(r"\1<wbr>", match.group(1)))
+
+    html = _CODE_BLOCK.sub(block, html)
+
+    def cell(match: re.Match[str]) -> str:  # code in a table cell: the same, so that a table fits its column
+        return _CELL_CODE.sub(lambda c: c.group(1) + _text_breaks(c.group(2)) + c.group(3), match.group(1))
+
+    return _CELL.sub(cell, html)
+
+
+def _text_breaks(code: str) -> str:
+    """``<wbr>`` after each `.`, `(`, `,`, `=`, `/` ... of ``code``'s text that more text follows, not in its tags."""
+    return "".join(part if part.startswith("<") else _CODE_BREAK.sub(r"\1<wbr>", part) for part in _TAG.split(code))

@@ -1,9 +1,12 @@
-"""Layout checks of the built site in headless Chromium: ``python -m tests.docs_layout SITE_DIR OUT_DIR``.
+"""Layout checks of the built site in headless Chromium: ``python -m tests.docs_layout SITE_DIR OUT_DIR [PAGE ...]``.
 
 Each page is loaded at a desktop size (1280×900) and a phone size (390×844) with a script that measures, in the
-browser's own layout: tables that overflow the page without a horizontal scroll bar (clipped), wrapped lines of
-code whose continuation starts at the line's left edge (a comment's end reading as code at column 0), a copy
-button over the text of a code block's first line, and, on the desktop, sidebar sections below the window. Chromium
+browser's own layout: on the desktop, tables wider than their column (a table that needs a scroll bar does not
+count as fitting); on the phone, tables that overflow the screen without a horizontal scroll bar (clipped) and a first
+column wider than the text column (out of view); at both sizes, lines of code (code blocks and the home page's
+cards) broken inside an identifier, wrapped lines of code whose continuation starts at the line's left edge (a
+comment's end reading as code at column 0), a copy button over the text of a code block's first line, and, on the
+desktop, sidebar sections below the window. Chromium
 prints the page's DOM after the script ran (``--dump-dom``), and the findings are read from it. The same launch writes
 a screenshot of every page at both sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build
 artifact, never committed.
@@ -20,40 +23,95 @@ import tempfile
 from pathlib import Path
 
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
-# the pages with wide tables or long code, those that grow a section at a time, and a gallery entry (a page outside
-# the navigation: the sidebar must still show every section)
-PAGES = (
-    "index",
-    "getting-started",
-    "deploying",
-    "qat",
-    "sparsity",
-    "clustering",
-    "performance",
-    "results",
-    "spiking",
-    "larq",
-    "api",
-    "gallery",
-    "gallery/atan",
-)
+# every page of the site, and of the generated gallery its overview and one entry (a page outside the navigation: the
+# sidebar must still show every section); the other entries are built from the same template
+GALLERY_ENTRY = "gallery/atan"
+
+
+def pages(site: Path) -> tuple[str, ...]:
+    """Every built page of ``site`` ("index", "qat", "recipes/activation-gradient", ...) but the gallery's entries
+    other than :data:`GALLERY_ENTRY`."""
+    found = ["index"]
+    for html in sorted(site.rglob("index.html")):
+        page = html.parent.relative_to(site).as_posix()
+        if page == "." or (page.startswith("gallery/") and page != GALLERY_ENTRY):
+            continue
+        found.append(page)
+    return tuple(found)
+
 
 CHECK = r"""
 <script>
 window.addEventListener("load", () => {
   const problems = [];
-  const content = document.querySelector(".md-content").getBoundingClientRect();
-  const where = (el) => (el.closest("[id]") || {}).id || el.tagName;
+  // the text column (the article, without the content area's padding)
+  const content = document.querySelector(".md-content .md-typeset").getBoundingClientRect();
+  const headings = [...document.querySelectorAll(".md-typeset :is(h1, h2, h3, h4)[id]")];
+  const where = (el) => {  // the id of the last heading before the element
+    const before = headings.filter((h) => h.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return before.length ? before[before.length - 1].id : el.tagName;
+  };
+  const desktop = window.innerWidth >= 1220;
   for (const table of document.querySelectorAll(".md-typeset table")) {
-    if (table.getBoundingClientRect().right <= content.right + 1) continue;
+    const rect = table.getBoundingClientRect();
+    const wrap = table.closest(".md-typeset__scrollwrap") || table.parentElement;
+    const width = Math.round(Math.max(rect.width, table.scrollWidth));
+    const column = Math.round(content.width);
+    if (desktop && (rect.right > content.right + 1 || wrap.scrollWidth > wrap.clientWidth + 1)) {
+      // on the desktop a table fits its column: one that needs a scroll bar does not count
+      problems.push(`table ${width} px wide in a ${column} px column near #${where(table)}`);
+      continue;
+    }
+    const first = table.querySelector("tr > :first-child");
+    if (first) {
+      const cell = first.getBoundingClientRect();
+      if (cell.right > window.innerWidth + 1 || cell.width > content.width + 1) {
+        const at = where(table);
+        problems.push(`first column ${Math.round(cell.width)} px, out of view in a ${column} px column near #${at}`);
+      }
+    }
+    if (rect.right <= content.right + 1) continue;
     let scroller = table.parentElement, scrolls = false;
     for (; scroller && scroller !== document.body; scroller = scroller.parentElement) {
       const style = getComputedStyle(scroller);
       if (["auto", "scroll"].includes(style.overflowX) && scroller.scrollWidth > scroller.clientWidth) {
-        scrolls = scroller.getBoundingClientRect().right <= content.right + 1; break;
+        scrolls = scroller.getBoundingClientRect().right <= window.innerWidth + 1; break;
       }
     }
     if (!scrolls) problems.push("clipped table near #" + where(table));
+  }
+  // a wrapped line of code (a code block's line, or the code of a home-page card) breaks between tokens, never
+  // inside an identifier (quantize_mo|del)
+  const word = /[A-Za-z0-9_]/;
+  const brokenInside = (element) => {
+    const whole = document.createRange();
+    whole.selectNodeContents(element);
+    const tops = new Set([...whole.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+    if (tops.size < 2) return null;
+    let previous = null;
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (let i = 0; i < node.textContent.length; i++) {
+        const ch = node.textContent[i];
+        if (/\s/.test(ch)) { previous = null; continue; }
+        const range = document.createRange();
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const r = [...range.getClientRects()].find((q) => q.width > 0);
+        if (!r) continue;
+        if (previous && r.top > previous.top + 2 && word.test(previous.ch) && word.test(ch)) {
+          return element.textContent.trim().slice(0, 60);
+        }
+        previous = { top: r.top, ch };
+      }
+    }
+    return null;
+  };
+  const lineSpans = [...document.querySelectorAll(".highlight pre > code > span[id^='__span']")];
+  const cardCode = [...document.querySelectorAll(".md-typeset .grid.cards code, .md-typeset .grid .card code")];
+  for (const element of [...lineSpans, ...cardCode.filter((c) => !c.closest("pre"))]) {
+    const broken = brokenInside(element);
+    if (broken) problems.push("code broken inside an identifier: " + broken);
   }
   for (const code of document.querySelectorAll(".highlight:not(.language-text) pre > code")) {
     const lines = [...code.children].filter((s) => s.id && s.id.startsWith("__span"));
@@ -92,7 +150,7 @@ window.addEventListener("load", () => {
       }
     }
   }
-  if (window.innerWidth >= 1220) {
+  if (desktop) {
     for (const item of document.querySelectorAll(".md-sidebar--primary .md-nav--primary > .md-nav__list > li")) {
       const r = item.getBoundingClientRect();
       if (r.height > 0 && r.top > window.innerHeight) {
@@ -105,6 +163,7 @@ window.addEventListener("load", () => {
   out.hidden = true;
   out.textContent = JSON.stringify(problems);
   document.body.appendChild(out);
+  if (window.parent !== window) window.parent.postMessage(out.textContent, "*");  // the phone's frame
 });
 </script>
 """
@@ -117,6 +176,17 @@ def chromium() -> str | None:
     return None
 
 
+# Chromium's headless window is at least 500 px wide whatever --window-size asks: the phone size is a frame of that
+# size in a page of its own, which the probe inside it reports to (postMessage)
+FRAME = """<!doctype html><html><body style="margin:0">
+<iframe src="_layout_probe.html" style="border:0;width:{width}px;height:{height}px"></iframe>
+<pre id="layout-problems" hidden></pre>
+<script>window.addEventListener("message", (e) => {{
+  document.getElementById("layout-problems").textContent = e.data;
+}});</script></body></html>
+"""
+
+
 def _run(browser: str, url: str, size: tuple[int, int], extra: list[str]) -> subprocess.CompletedProcess[str]:
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={size[0]},{size[1]}"]
     return subprocess.run(
@@ -124,35 +194,41 @@ def _run(browser: str, url: str, size: tuple[int, int], extra: list[str]) -> sub
     )
 
 
-def check(site: Path, out: Path, pages: tuple[str, ...] = PAGES) -> dict[str, list[str]]:
-    """{"PAGE at SIZE": [problems]} for every page and size; screenshots into ``out``."""
+def check(site: Path, out: Path, only: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+    """{"PAGE at SIZE": [problems]} for every page (or ``only`` those) and size; screenshots into ``out``."""
     browser = chromium()
     assert browser is not None, "no Chromium found"
     site, out = site.resolve(), out.resolve()  # file:// URIs need absolute paths ("site" is the usual argument)
     out.mkdir(parents=True, exist_ok=True)
     found: dict[str, list[str]] = {}
-    for page in pages:
+    for page in only or pages(site):
         html = site / page / "index.html" if page != "index" else site / "index.html"
         probe = html.with_name("_layout_probe.html")  # beside the page: its relative links and styles resolve
         probe.write_text(html.read_text().replace("</body>", CHECK + "</body>"))
+        frame = html.with_name("_layout_frame.html")
         try:
             for label, size in SIZES.items():
                 shot = out / f"{page.replace('/', '_')}-{label}.png"
+                url = probe.as_uri()
+                if size[0] < 500:
+                    frame.write_text(FRAME.format(width=size[0], height=size[1]))
+                    url = frame.as_uri()
                 # one launch: the DOM after the probe ran, and a screenshot (the probe's output is hidden: the
                 # screenshot shows the page as built)
-                dom = _run(browser, probe.as_uri(), size, ["--dump-dom", f"--screenshot={shot}"]).stdout
+                dom = _run(browser, url, size, ["--dump-dom", f"--screenshot={shot}"]).stdout
                 match = re.search(r'<pre id="layout-problems"[^>]*>(.*?)</pre>', dom, re.S)
                 problems = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&")) if match else None
                 found[f"{page} at {label}"] = problems if problems is not None else ["the probe did not run"]
         finally:
             probe.unlink()
+            frame.unlink(missing_ok=True)
     return found
 
 
 if __name__ == "__main__":
     site_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("site")
     out_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp(prefix="ste-layout-"))
-    results = check(site_dir, out_dir)
+    results = check(site_dir, out_dir, tuple(sys.argv[3:]) or None)
     for key, problems in results.items():
         print(f"{key}: {'ok' if not problems else '; '.join(problems)}")
     print(f"screenshots: {out_dir}")

@@ -34,7 +34,7 @@ def test_every_registry_entry_has_a_generated_page_and_plot(site):
     for name in ste.registry.names():
         png = site / "gallery" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-        page = (site / "gallery" / name / "index.html").read_text()
+        page = (site / "gallery" / name / "index.html").read_text().replace("<wbr>", "")  # break opportunities
         assert f"{name}.png" in page and name in index
         formula = ste.registry.lookup(name).formula
         assert formula and html.escape(formula, quote=False) in page

@@ -35,6 +35,7 @@ MAX_NOT_RUN = 4  # fragments are the exception: more than this means pages are d
 # Pages whose blocks need an optional tool: the module, and why the page is skipped without it.
 NEEDS = {
     "docs/deploying.md": ("larq_compute_engine", "deploying.md converts with larq-compute-engine (ste[deploy])"),
+    "docs/keras-hub.md": ("keras_hub", "keras-hub.md builds KerasHub backbones with keras-hub (ste[zoo])"),
     "docs/spiking.md": ("nir", "spiking.md's NIR section writes NIR files with nir (ste[nir])"),
 }
 # Blocks whose tool is optional: what is missing without it, and how a reader gets it.

@@ -44,6 +44,15 @@ def _broadcastable(a: tf.TensorShape, b: tf.TensorShape) -> bool:
     return True
 
 
+def _less_known(gshape: tf.TensorShape, xshape: tf.TensorShape) -> bool:
+    """Whether the gradient's static shape leaves unknown what the input's static shape knows."""
+    if gshape.rank is None:
+        return xshape.rank is not None
+    if xshape.rank is None:
+        return False
+    return any(g is None and x is not None for g, x in zip(gshape.as_list(), xshape.as_list()))
+
+
 def _runtime_shape_check(grad: tf.Tensor, spec: InputSpec, x_dynamic: tf.Tensor, message: str) -> tf.Tensor:
     """``grad`` as a tensor of its input's static shape that exists only once its run-time shape has been checked.
 
@@ -159,6 +168,15 @@ def check_gradients(result: Any, specs: Sequence[InputSpec], op: str, shape_hint
         if gshape.is_fully_defined() and xshape.is_fully_defined():
             checked.append(grad)
             continue
+        if compiling_with_xla() and _less_known(gshape, xshape):
+            # XLA pads a tensor whose length depends on the data to its bound: inside a function that a compiled
+            # caller inlines, no check of its length can fail, at compile time or at run time
+            raise GradientShapeError(
+                f"{where} has shape {gshape}, a length that depends on the data (as from tf.boolean_mask), where the "
+                f"input's is {xshape}; XLA (jit_compile=True) pads such a tensor and can check its length neither "
+                f"when it compiles nor when it runs. Fix: build the gradient with ops whose shapes do not depend on "
+                f"the data (tf.where(x > 0, dy, 0) rather than tf.boolean_mask), or run without jit_compile."
+            )
         x_dynamic = spec.dynamic_shape if spec.dynamic_shape is not None else tf.constant(xshape.as_list(), tf.int32)
         message = (
             f"{where} does not have the shape of its input (checked at run time: a dimension was unknown while "

@@ -13,7 +13,7 @@ import re
 
 from ..errors import MissingDependencyError
 
-__all__ = ["MIN_KERAS", "MIN_TENSORFLOW", "check_requirements"]
+__all__ = ["MIN_KERAS", "MIN_TENSORFLOW", "check_requirements", "release"]
 
 #: The oldest releases ste runs on (``pyproject.toml`` and the README say the same; CI runs the oldest).
 MIN_TENSORFLOW = (2, 16)
@@ -25,7 +25,7 @@ _INSTALL = (
 )
 
 
-def _release(version: str) -> tuple[int, int] | None:
+def release(version: str) -> tuple[int, int] | None:
     """(major, minor) of a version string such as ``2.21.0`` or ``2.22.0-dev20261101``; None if it has none."""
     found = re.match(r"(\d+)\.(\d+)", version)
     return (int(found.group(1)), int(found.group(2))) if found else None
@@ -47,8 +47,8 @@ def check_requirements() -> None:
         raise MissingDependencyError(
             f"ste needs TensorFlow {_dotted(MIN_TENSORFLOW)} or later, which {found}. Fix: {_INSTALL}."
         ) from error
-    release = _release(getattr(tf, "__version__", ""))
-    if release is not None and release < MIN_TENSORFLOW:
+    version = release(getattr(tf, "__version__", ""))
+    if version is not None and version < MIN_TENSORFLOW:
         raise MissingDependencyError(
             f"ste needs TensorFlow {_dotted(MIN_TENSORFLOW)} or later (with Keras 3); found TensorFlow "
             f"{tf.__version__}. Fix: pip install -U 'tensorflow>={_dotted(MIN_TENSORFLOW)}' (or the build you use: "
@@ -56,8 +56,8 @@ def check_requirements() -> None:
         )
     import keras
 
-    release = _release(getattr(keras, "__version__", ""))
-    if release is not None and release < MIN_KERAS:
+    version = release(getattr(keras, "__version__", ""))
+    if version is not None and version < MIN_KERAS:
         raise MissingDependencyError(
             f"ste needs Keras {_dotted(MIN_KERAS)} or later; found Keras {keras.__version__}. "
             f"Fix: pip install -U 'keras>={_dotted(MIN_KERAS)}'."

@@ -35,7 +35,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from ..errors import NotBuiltError, ParameterError, ParameterTypeError, UnsupportedLayerError
+from ..errors import NotBuiltError, ParameterError, ParameterTypeError, SerializationError, UnsupportedLayerError
 from ._versions import complete_config
 
 __all__ = [
@@ -287,6 +287,8 @@ def copy(layer: keras.layers.Layer, owner: str) -> tuple[keras.layers.Layer, lis
     """A new layer (or model) computing what ``layer`` computes, rebuilt from its config, built as it is, with a
     copy of its weights, and the :func:`pairs` of their inner layers. A model's compile state is left out; a
     ``Lambda`` keeps its function object."""
+    global _copying
+    _copying += 1  # a layer changed in place gives its own config here (see _describe_swaps)
     try:
         if type(layer) is keras.layers.Lambda:
             new = keras.layers.Lambda(
@@ -310,9 +312,41 @@ def copy(layer: keras.layers.Layer, owner: str) -> tuple[keras.layers.Layer, lis
             _build_as(new, layer)
     except Exception as error:  # a custom layer's own get_config/from_config/build: any exception
         raise _copy_error(owner, layer, error) from error
+    finally:
+        _copying -= 1
     matched = pairs(layer, new)
     _transfer(layer, new, matched)
     return new, matched
+
+
+#: How many calls of :func:`copy` are under way: a layer changed in place gives its class's config to them only.
+_copying = 0
+
+
+def _describe_swaps(layer: keras.layers.Layer, owner: str, swapped: list[tuple[str, keras.layers.Layer]]) -> None:
+    """Make ``layer``'s ``get_config`` (and so ``model.save`` to ``.keras``, ``keras.saving.save_model``,
+    ``to_json``, pickling) raise :class:`~ste.errors.SerializationError` naming the fix: ``swapped`` layers
+    (``(name, replacement)``) were swapped inside it in place, and its config, its class's constructor arguments,
+    rebuilds the layers it had before, so a ``.keras`` file of it would not load its weights. :func:`copy` still reads
+    the class's config, from which the rewriter pairs the layers of a copy (``strip_*`` of the model)."""
+    kind = type(layer).__name__
+    strips = sorted({str(getattr(new, "strip_with", "")) for _, new in swapped} - {""})
+    name, example = swapped[0]
+    strip = f"strip it first and save that ({strips[0]}(model).save('model.keras')), or " if strips else ""
+
+    def get_config() -> dict[str, Any]:
+        if _copying:
+            config: dict[str, Any] = type(layer).get_config(layer)
+            return config
+        raise SerializationError(
+            f"{owner} changed the {kind} '{layer.name}' in place ({len(swapped)} layer(s) swapped inside it, e.g. "
+            f"'{name}' is now a {type(example).__name__}), and its config ({kind}'s constructor arguments) rebuilds "
+            f"the layers it had before: a .keras file of it (model.save, keras.saving.save_model, get_config) would "
+            f"not load its weights. Fix: {strip}save its weights (model.save_weights('model.weights.h5')) and load "
+            f"them into the same call made again on the same model (load_weights)."
+        )
+
+    object.__setattr__(layer, "get_config", get_config)
 
 
 def copy_layer(layer: keras.layers.Layer, owner: str) -> keras.layers.Layer:
@@ -448,6 +482,7 @@ class Plan:
     covered: int = 0  # values of rank >= 2 weights inside claimed layers' computation
     total: int = 0  # values of every rank >= 2 weight of the model
     seen: set[int] = field(default_factory=set)
+    left: list[str] = field(default_factory=list)  # ``path (Class)`` of the claimable layers filters selected out
 
     @property
     def coverage(self) -> float:
@@ -473,6 +508,7 @@ class Rewriter:
         self.transform = transform
         self.owner = transform.owner
         self.select = layer_filter(self.owner, filters)
+        self.filters = filters
         self.strict = strict
         self.graph_class = graph_class or GraphRebuild
         self.plan = Plan()
@@ -516,6 +552,7 @@ class Rewriter:
         if self.transform.claims(layer):
             if not self.select(layer):
                 self._count(layer, layer.weights, set())
+                self.plan.left.append(f"{path} ({type(layer).__name__})")
                 return
             self.transform.check(layer, path)
             self.plan.claimed[id(layer)] = layer
@@ -550,6 +587,16 @@ class Rewriter:
         graph = is_graph_model(model)
         for child in sublayers(model):
             self._visit(child, child.name, graph)
+        if self.filters is not None and not self.plan.claimed and self.plan.left:
+            names = ", ".join(self.plan.left[:8]) + (
+                f" and {len(self.plan.left) - 8} more" if len(self.plan.left) > 8 else ""
+            )
+            raise ParameterError(
+                f"{self.owner}: filters={self.filters!r:.80} selected none of the {len(self.plan.left)} layer(s) this "
+                f"transformation can change ({names}), so the model would come back unchanged. A filter sees the "
+                f"layers listed (an attention layer as a whole, not its projections). Fix: a filter that matches some "
+                f"of them, or leave filters out."
+            )
         if self.strict and self.plan.floats:
             raise UnsupportedLayerError(
                 f"{self.owner}(strict=True): {self._float_sentence()}. Fix: {self.transform.float_fix()}; or pass "
@@ -627,7 +674,9 @@ class Rewriter:
 
     def inside(self, new: keras.layers.Layer, matched: list[tuple[Any, Any]]) -> keras.layers.Layer:
         """``new`` (a copy whose layers ``matched`` pairs with the original's) with each claimed layer swapped for
-        its replacement."""
+        its replacement. ``new`` then refuses to be saved by its config, which no longer describes it (see
+        :func:`_describe_swaps`)."""
+        swapped: list[tuple[str, keras.layers.Layer]] = []
         for source, target in matched:
             if self.claims(source):
                 replacement = self.transform.replace(target, source)
@@ -636,6 +685,9 @@ class Rewriter:
                 if not replacement.built and target.built:
                     _build_as(replacement, target)  # no graph call will build it
                 swap(new, target, replacement)
+                swapped.append((target.name, replacement))
+        if swapped:
+            _describe_swaps(new, self.owner, swapped)
         return new
 
     def in_place(self, model: keras.Model) -> keras.Model:

@@ -1,4 +1,5 @@
-"""What differs between the Keras releases ste supports (3.12 to 3.15), read the same way on each.
+"""What differs between the Keras (3.12 to 3.15) and TensorFlow (2.16 to 2.21) releases ste supports, read the same
+way on each.
 
 * Batch renormalization (``keras.layers.BatchNormalization(renorm=True)``) exists from Keras 3.14 on: before it, a
   batch norm has no ``renorm`` attribute, and never renormalizes. :func:`renormalizes` reads it with that default.
@@ -6,6 +7,9 @@
   it out, and a layer rebuilt from that config (a saved model loaded, a QAT copy) silently has another output shape
   (``Conv1DTranspose(3, 3, strides=2, output_padding=1)`` on 6 steps: 14 steps, 13 once rebuilt).
   :func:`complete_config` puts it back.
+* TFLite's converter makes a FULLY_CONNECTED whose int8 kernel has one scale per output channel from TensorFlow 2.20
+  on. Before it, a Dense kernel fake-quantized per output channel fails to convert ("'tfl.transpose' op has mismatched
+  quantized axes of input and output", in every conversion mode). :data:`PER_CHANNEL_MATMULS` says which.
 """
 
 from __future__ import annotations
@@ -13,8 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import tensorflow as tf
 
-__all__ = ["complete_config", "renormalizes"]
+from ._requirements import release
+
+__all__ = ["PER_CHANNEL_MATMULS", "complete_config", "renormalizes"]
+
+#: Whether this TensorFlow's TFLite converter takes Dense and EinsumDense kernels quantized per output channel
+#: (TensorFlow 2.20 or later).
+PER_CHANNEL_MATMULS = (release(tf.__version__) or (2, 20)) >= (2, 20)
 
 _TRANSPOSED = (keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose, keras.layers.Conv3DTranspose)
 

@@ -48,7 +48,8 @@ def _check_layer(layer: keras.layers.Layer, k: int, alone: bool) -> bool:
             what = "is not a layer ste.clustering covers" if layer.trainable_weights else "has no kernel to cluster"
             raise UnsupportedLayerError(
                 f"{_OWNER}: the layer '{layer.name}' ({type(layer).__name__}) {what}. Clustered layers: Dense, "
-                f"Conv1D/2D/3D (and transposed), DepthwiseConv2D, SeparableConv1D/2D, Embedding, or a layer "
+                f"EinsumDense, Conv1D/2D/3D (and transposed), DepthwiseConv1D/2D, SeparableConv1D/2D, Embedding, "
+                f"ReversibleEmbedding, or a layer "
                 f"deriving from ste.clustering.ClusterableLayer. Fix: pass one of those, or the whole model (layers "
                 f"without a kernel then stay as they are)."
             )

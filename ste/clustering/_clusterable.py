@@ -4,18 +4,24 @@
 A layer is *covered* when it is a :class:`ClusterableLayer`, a layer of the table below, or a layer without
 trainable weights (nothing to cluster, as TFMOT's registry). Only the kernels are clustered (never a bias):
 
-==========================================================  ==========================
-layer                                                       clustered
-==========================================================  ==========================
-Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose, DepthwiseConv2D  ``kernel``
-SeparableConv1D/2D                                          ``pointwise_kernel``
-Embedding                                                   ``embeddings``
-BatchNormalization, LayerNormalization                      nothing (left as is)
-==========================================================  ==========================
+==============================================================  ============================================
+layer                                                           clustered
+==============================================================  ============================================
+Dense, EinsumDense, Conv1D/2D/3D, Conv1D/2D/3DTranspose         ``kernel``
+DepthwiseConv1D/2D                                              ``kernel``
+SeparableConv1D/2D                                              ``depthwise_kernel``, ``pointwise_kernel``
+Embedding                                                       ``embeddings``
+ReversibleEmbedding (Keras 3.13+, KerasHub's too)               ``embeddings`` and, untied, ``reverse_embeddings``
+BatchNormalization, LayerNormalization                          nothing (left as is)
+==============================================================  ============================================
+
+A composite layer that is not in the table (``MultiHeadAttention``, a transformer block) is covered through the
+layers inside it, which the model rewriter reaches at any depth.
 
 The table holds Keras's own classes, matched exactly (a subclass may compute something else with the same
-attribute), as ``ste.sparsity``'s table does; ste's own subclasses (``ste.layers``' quantized layers) read their
-parent's weights and are covered with it.
+attribute), as ``ste.sparsity``'s table does: a subclass that overrides none of ``__init__``, ``build``, ``call`` and
+``get_config`` computes as its parent and is covered with it (KerasHub's ``ReversibleEmbedding``), and ste's own
+subclasses (``ste.layers``' quantized layers) read their parent's weights and are covered with it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 
 import keras
 
-from .._common._origin import defined_by_ste
+from .._common._origin import table_class
 
 __all__ = ["ClusterableLayer", "clusterable_weights", "covered", "has_kernel"]
 
@@ -46,9 +52,11 @@ class ClusterableLayer(abc.ABC):
         """``(name, variable)`` pairs of the weights to cluster (called once the layer is built)."""
 
 
+_REVERSIBLE: Any = getattr(keras.layers, "ReversibleEmbedding", None)  # Keras 3.13+
 _TABLE: tuple[tuple[type[keras.layers.Layer], tuple[str, ...]], ...] = (
-    (keras.layers.SeparableConv1D, ("pointwise_kernel",)),
-    (keras.layers.SeparableConv2D, ("pointwise_kernel",)),
+    (keras.layers.SeparableConv1D, ("depthwise_kernel", "pointwise_kernel")),
+    (keras.layers.SeparableConv2D, ("depthwise_kernel", "pointwise_kernel")),
+    (keras.layers.DepthwiseConv1D, ("kernel",)),
     (keras.layers.DepthwiseConv2D, ("kernel",)),
     (keras.layers.Conv1DTranspose, ("kernel",)),
     (keras.layers.Conv2DTranspose, ("kernel",)),
@@ -57,19 +65,20 @@ _TABLE: tuple[tuple[type[keras.layers.Layer], tuple[str, ...]], ...] = (
     (keras.layers.Conv2D, ("kernel",)),
     (keras.layers.Conv3D, ("kernel",)),
     (keras.layers.Dense, ("kernel",)),
+    (keras.layers.EinsumDense, ("kernel",)),
+    *([(_REVERSIBLE, ("embeddings", "reverse_embeddings"))] if _REVERSIBLE is not None else []),
     (keras.layers.Embedding, ("embeddings",)),
     (keras.layers.BatchNormalization, ()),
     (keras.layers.LayerNormalization, ()),
 )
 
 
+_NAMES = dict(_TABLE)
+
+
 def _names(layer: keras.layers.Layer) -> tuple[str, ...] | None:
-    for kind, names in _TABLE:
-        if type(layer) is kind:  # exact classes: a subclass may compute something else with the same attribute
-            return names
-    if defined_by_ste(type(layer)):  # ste's quantized layers keep their parent's weights
-        return next((names for kind, names in _TABLE if isinstance(layer, kind)), None)
-    return None
+    kind = table_class(type(layer), tuple(_NAMES))  # a subclass may compute something else with the same attribute
+    return None if kind is None else _NAMES[kind]
 
 
 def covered(layer: keras.layers.Layer) -> bool:
@@ -83,8 +92,8 @@ def clusterable_weights(layer: keras.layers.Layer) -> list[tuple[str, Any]]:
     """The ``(name, variable)`` pairs to cluster in a built ``layer`` (empty when there are none)."""
     if isinstance(layer, ClusterableLayer):
         return list(layer.get_clusterable_weights())
-    names = _names(layer) or ()
-    return [(name, getattr(layer, name)) for name in names]
+    names = _names(layer) or ()  # a tied ReversibleEmbedding has no reverse_embeddings
+    return [(name, getattr(layer, name)) for name in names if getattr(layer, name, None) is not None]
 
 
 def has_kernel(layer: keras.layers.Layer) -> bool:

@@ -17,6 +17,7 @@ import tensorflow as tf
 from .._common._arguments import check_bool
 from .._keras._rewrite import walk
 from .._keras._scopes import custom_object_scope
+from .._keras._versions import PER_CHANNEL_MATMULS
 from ..errors import ConversionError, ParameterError
 from ._attention import QuantSoftmax
 from ._config import QuantizeConfig
@@ -355,18 +356,31 @@ def _check_activation_bits(model: keras.Model) -> None:
             )
 
 
-def _per_channel_matmuls(model: keras.Model) -> bool:
-    """Whether a Dense, EinsumDense or reverse-embedding kernel of ``model`` is fake-quantized per output channel.
-    The converter's default path fails on such a kernel ("'tfl.transpose' op has mismatched quantized axes of input
-    and output": it transposes the kernel into FULLY_CONNECTED's (out, in) layout without moving the quantized axis);
-    its QDQ conversion mode ``"STATIC"`` (the one AI Edge Torch converts its quantized models with) makes the
-    per-channel int8 FULLY_CONNECTED kernel (quantized dimension 0)."""
+def _per_channel_matmul(model: keras.Model) -> keras.layers.Layer | None:
+    """The first Dense, EinsumDense or reverse-embedding layer of ``model`` whose kernel is fake-quantized per output
+    channel, or None. The converter's default path fails on such a kernel ("'tfl.transpose' op has mismatched
+    quantized axes of input and output": it transposes the kernel into FULLY_CONNECTED's (out, in) layout without
+    moving the quantized axis); from TensorFlow 2.20 on, its QDQ conversion mode ``"STATIC"`` (the one AI Edge Torch
+    converts its quantized models with) makes the per-channel int8 FULLY_CONNECTED kernel (quantized dimension 0)."""
     for layer in model._flatten_layers():
         if isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Embedding)):
             for slot in getattr(layer, "slots", ()):
                 if getattr(getattr(layer, slot.quantizer, None), "channel_axes", 0):
-                    return True
-    return False
+                    return layer
+    return None
+
+
+def _check_per_channel_matmuls(model: keras.Model) -> None:
+    """TensorFlow before 2.20 has no converter for a per-channel Dense kernel: refused here, naming the layer."""
+    layer = _per_channel_matmul(model)
+    if layer is not None and not PER_CHANNEL_MATMULS:
+        raise ConversionError(
+            f"ste.to_tflite: the kernel of layer '{layer.name}' ({type(layer).__name__}) of model '{model.name}' is "
+            f"quantized per output channel, which TFLite's converter takes from TensorFlow 2.20 on; this is "
+            f"TensorFlow {tf.__version__}. Fix: pip install -U 'tensorflow>=2.20', or quantize Dense and EinsumDense "
+            f"per tensor: ste.quantize_model(model, scheme=ste.qat.Int8Scheme(per_output_channel=False)) (the "
+            f"default under this TensorFlow)."
+        )
 
 
 def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Sequence[Any] | None = None) -> bytes:
@@ -394,6 +408,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
     _check_model(model, "ste.to_tflite")
     _check_stripped(model)
     _check_activation_bits(model)
+    _check_per_channel_matmuls(model)
     model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
@@ -401,7 +416,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
         with _quiet_inference_load():
             converter = tf.lite.TFLiteConverter.from_saved_model(path)
             converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)
-            if _per_channel_matmuls(model):
+            if _per_channel_matmul(model) is not None:
                 converter._experimental_qdq_conversion_mode = "STATIC"
             if int8_io:
                 converter.inference_input_type = tf.int8

@@ -3,7 +3,8 @@ and :class:`NBitScheme`, TFMOT's ``default_n_bit``: the same scheme with other n
 activations.
 
 Weights: symmetric, narrow-range int8 ([−127, 127]) on ±max|w|, per output channel for convolutions, depthwise
-convolutions, Dense and EinsumDense (TFMOT quantizes Dense per tensor: ``Int8Scheme(per_output_channel=False)``),
+convolutions, Dense and EinsumDense (TFMOT quantizes Dense per tensor: ``Int8Scheme(per_output_channel=False)``; so
+does the default under TensorFlow before 2.20, whose TFLite converter cannot take a per-channel Dense kernel),
 per tensor for embedding tables (TFLite's GATHER keeps one scale) (:class:`ste.qat.WeightFakeQuant`). Activations:
 asymmetric int8 per tensor with moving-average ranges (:class:`ste.qat.ActivationFakeQuant`).
 Conv2D/DepthwiseConv2D + BatchNormalization are folded (:class:`ste.qat.FoldedConv2D`); ReLU/ReLU6 run inside the
@@ -23,7 +24,7 @@ import keras
 from .. import layers as ste_layers
 from .._common._arguments import check_bool
 from .._keras._rewrite import is_weight, sublayers
-from .._keras._versions import complete_config, renormalizes
+from .._keras._versions import PER_CHANNEL_MATMULS, complete_config, renormalizes
 from ..quantizers import Quantizer
 from ..quantizers._base import check_bits
 from ._attention import IN_PLACE, is_attention, quantize_attention
@@ -124,16 +125,19 @@ def _relative_path(variable: Any, layer: keras.layers.Layer) -> str:
 
 class Int8Scheme(Scheme):
     """TFMOT's default 8-bit scheme (see the module docstring), with Dense and EinsumDense kernels per output
-    channel (``per_output_channel=False``: per tensor, as TFMOT)."""
+    channel (``per_output_channel=False``: per tensor, as TFMOT). The default, ``None``, is per output channel where
+    TensorFlow's TFLite converter takes such a kernel (TensorFlow 2.20 or later), per tensor before; ``True`` under an
+    older TensorFlow trains per channel, and :func:`ste.to_tflite` refuses the model."""
 
     name = "int8"
     weight_bits: int = 8
     activation_bits: int | None = 8
     per_axis: bool = True
-    per_output_channel: bool = True
+    per_output_channel: bool = PER_CHANNEL_MATMULS
 
-    def __init__(self, per_output_channel: bool = True) -> None:
-        self.per_output_channel = check_bool("ste.qat.Int8Scheme", "per_output_channel", per_output_channel)
+    def __init__(self, per_output_channel: bool | None = None) -> None:
+        if per_output_channel is not None:
+            self.per_output_channel = check_bool("ste.qat.Int8Scheme", "per_output_channel", per_output_channel)
 
     def compute_class(self, layer: Any) -> type | None:
         """The Keras class of :data:`_COMPUTE` that ``layer`` is: its own class, or the nearest one it subclasses

@@ -13,7 +13,15 @@ from .._common._arguments import check_bool
 from .._keras._rewrite import Rewriter, copy_layer
 from ..errors import ParameterError, ParameterTypeError, UnsupportedLayerError
 from ._arguments import check_arguments
-from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights, unsupported_reason
+from ._layers import (
+    check_weights,
+    has_m_by_n_axes,
+    input_channel_axis,
+    is_prunable,
+    m_by_n_axes,
+    prunable_weights,
+    unsupported_reason,
+)
 from ._rewrites import Prune, Strip, wrap
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
 from ._target import check_targets
@@ -36,9 +44,12 @@ def _check_layer(layer: keras.layers.Layer, settings: tuple[Any, ...]) -> int | 
     _, block, _, pattern, _, _ = settings
     axis = input_channel_axis(layer)
     if layer.built:
-        check_weights(layer, prunable_weights(layer), block, pattern, axis)
-    elif pattern is not None and axis is None:
-        check_weights(layer, [None], block, pattern, axis)  # refused for want of an axis, whatever its shape
+        weights = prunable_weights(layer, pattern is not None)
+        for weight, weight_axis in zip(weights, m_by_n_axes(layer, m_by_n=pattern is not None)):
+            check_weights(layer, [weight], block, pattern, weight_axis)
+        check_weights(layer, weights, block, None, None)  # a layer with no weight is refused
+    elif pattern is not None and not has_m_by_n_axes(layer):
+        check_weights(layer, [None], block, pattern, None)  # refused for want of an axis, whatever its shape
     return axis
 
 
@@ -63,8 +74,9 @@ def prune_low_magnitude(
       stays one (pruned) layer. The copy is not compiled (compile it, as TFMOT's result).
     * ``pruning_schedule``: when and how much (default ``ConstantSparsity(0.5, begin_step=0)``).
     * ``block_size``/``block_pooling_type``: prune blocks of a rank-2 weight, pooled by ``"AVG"`` or ``"MAX"``.
-    * ``sparsity_m_by_n=(m, n)``: zero ``m`` of every ``n`` consecutive weights along the input channels (2:4 is
-      ``(2, 4)``); the schedule then only says when the mask is recomputed.
+    * ``sparsity_m_by_n=(m, n)``: zero ``m`` of every ``n`` consecutive weights along the input channels, the
+      contracted axis of an EinsumDense kernel (2:4 is ``(2, 4)``); the schedule then only says when the mask is
+      recomputed.
     * ``gradient``: ``"masked"`` (TFMOT's) or ``"sr_ste"`` with ``decay`` (default 2e-4).
     * ``strict``: weights of rank >= 2 that no known way prunes stay dense, named in one warning; ``strict=True``
       makes it an error, raised before anything is built.
@@ -87,9 +99,9 @@ def prune_low_magnitude(
     )
     if isinstance(to_prune, keras.Model):
         rewriter = Rewriter(Prune(settings, _check_layer), filters, strict)
-        pruned = rewriter.run(to_prune)
+        model = rewriter.run(to_prune)
         rewriter.warn(stacklevel=2)
-        return pruned
+        return model
     if filters is not None:
         raise ParameterError(
             f"{_OWNER}: filters selects layers of a model; received a single layer with filters={filters!r:.60}. "

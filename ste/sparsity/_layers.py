@@ -2,8 +2,11 @@
 built-in table of Keras 3 layers (TFMOT's ``prune_registry``).
 
 * Dense, Conv1D/2D/3D, Conv1D/2D/3DTranspose, EinsumDense: ``kernel``;
-* DepthwiseConv1D/2D: their (depthwise) ``kernel``; SeparableConv1D/2D: ``pointwise_kernel`` (as TFMOT);
-* Embedding: ``embeddings``;
+* DepthwiseConv1D/2D: their (depthwise) ``kernel``; SeparableConv1D/2D: ``depthwise_kernel`` and
+  ``pointwise_kernel`` (TFMOT prunes the pointwise one only); with ``sparsity_m_by_n``, the ``pointwise_kernel`` only
+  (the one kernel that sums over input channels; the depthwise one stays dense, named in the warning);
+* Embedding: ``embeddings``; ReversibleEmbedding (Keras 3.13+, KerasHub's too): ``embeddings`` and, untied,
+  ``reverse_embeddings``;
 * MultiHeadAttention: the kernels of its query, key, value and output projections;
 * SimpleRNN, LSTM, GRU, and ``keras.layers.RNN`` over SimpleRNNCell, LSTMCell or GRUCell cells (stacked too): each
   cell's ``kernel`` and ``recurrent_kernel`` (TFMOT's ``_RNN_CELLS_WEIGHTS_MAP``). As in TFMOT, each of them gets one
@@ -11,11 +14,14 @@ built-in table of Keras 3 layers (TFMOT's ``prune_registry``).
   so a gate's columns can hold more or fewer zeros than another's.
 
 The table holds Keras's own classes, matched exactly, as TFMOT's registry matches them: a subclass of ``Dense`` may
-use its kernel differently, so it is refused until it says what to prune (derive it from :class:`PrunableLayer`).
-ste's own subclasses (``ste.layers``' quantized layers, ``ste.qat``'s ``QuantEinsumDense``, ``QuantEmbedding`` and
+use its kernel differently, so it is refused until it says what to prune (derive it from :class:`PrunableLayer`). A
+subclass that overrides none of ``__init__``, ``build``, ``call`` and ``get_config`` computes as its parent does and is
+covered with it (KerasHub's ``ReversibleEmbedding``, Keras's class under another name). ste's own subclasses
+(``ste.layers``' quantized layers, ``ste.qat``'s ``QuantEinsumDense``, ``QuantEmbedding`` and
 ``QuantMultiHeadAttention``) read their parent's weights and are covered with it. N:M sparsity runs along the
 input-channel axis of a Dense, convolution or RNN kernel (axis −2; −1 for a transposed convolution, whose kernel is
-``(..., out, in)``); other layers refuse it.
+``(..., out, in)``), and along the contracted axis of an EinsumDense kernel (:func:`contracted_axis`), so of each of
+MultiHeadAttention's projections; other layers refuse it.
 """
 
 from __future__ import annotations
@@ -25,14 +31,17 @@ from typing import Any
 
 import keras
 
-from .._common._origin import defined_by_ste
+from .._common._origin import table_class
 from ..errors import ParameterError, UnsupportedLayerError
 
 __all__ = [
     "PrunableLayer",
     "check_weights",
+    "contracted_axis",
+    "has_m_by_n_axes",
     "input_channel_axis",
     "is_prunable",
+    "m_by_n_axes",
     "prunable_weights",
     "unsupported_reason",
 ]
@@ -62,7 +71,18 @@ _DEPTHWISE = (keras.layers.DepthwiseConv1D, keras.layers.DepthwiseConv2D)
 _SEPARABLE = (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)
 _RNN = (keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU, keras.layers.RNN)
 _RNN_CELLS = (keras.layers.SimpleRNNCell, keras.layers.LSTMCell, keras.layers.GRUCell)
-_TABLE = (*_KERNEL, *_DEPTHWISE, *_SEPARABLE, keras.layers.Embedding, keras.layers.MultiHeadAttention, *_RNN)
+_REVERSIBLE: tuple[type, ...] = tuple(
+    kind for kind in [getattr(keras.layers, "ReversibleEmbedding", None)] if kind is not None
+)  # Keras 3.13+
+_TABLE = (
+    *_KERNEL,
+    *_DEPTHWISE,
+    *_SEPARABLE,
+    *_REVERSIBLE,
+    keras.layers.Embedding,
+    keras.layers.MultiHeadAttention,
+    *_RNN,
+)
 
 
 def _custom(layer: Any) -> bool:
@@ -70,13 +90,8 @@ def _custom(layer: Any) -> bool:
 
 
 def _kind(layer: Any) -> type | None:
-    """The table's class that ``layer`` is (exactly, or through one of ste's own subclasses), or None."""
-    cls = type(layer)
-    if cls in _TABLE:
-        return cls
-    if defined_by_ste(cls):
-        return next((kind for kind in _TABLE if isinstance(layer, kind)), None)
-    return None
+    """The table's class that ``layer`` computes as (:func:`~ste._common._origin.table_class`), or None."""
+    return table_class(type(layer), _TABLE)
 
 
 def _cells(layer: Any) -> list[Any]:
@@ -85,7 +100,7 @@ def _cells(layer: Any) -> list[Any]:
 
 
 def _cell_prunable(cell: Any) -> bool:
-    return type(cell) in _RNN_CELLS or (defined_by_ste(type(cell)) and isinstance(cell, _RNN_CELLS)) or _custom(cell)
+    return table_class(type(cell), _RNN_CELLS) is not None or _custom(cell)
 
 
 def is_prunable(layer: keras.layers.Layer) -> bool:
@@ -128,8 +143,8 @@ def unsupported_reason(layer: keras.layers.Layer) -> str:
     )
 
 
-def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
-    """The built layer's variables to prune."""
+def prunable_weights(layer: keras.layers.Layer, m_by_n: bool = False) -> list[Any]:
+    """The built layer's variables to prune (``m_by_n``: those N:M sparsity prunes, along input channels)."""
     if _custom(layer):
         return list(layer.get_prunable_weights())
     kind = _kind(layer)
@@ -138,9 +153,10 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
     if issubclass(kind, _KERNEL) or issubclass(kind, _DEPTHWISE):
         return [layer.kernel]
     if issubclass(kind, _SEPARABLE):
-        return [layer.pointwise_kernel]
+        return [layer.pointwise_kernel] if m_by_n else [layer.depthwise_kernel, layer.pointwise_kernel]
     if issubclass(kind, keras.layers.Embedding):
-        return [layer.embeddings]
+        reverse = getattr(layer, "reverse_embeddings", None) if issubclass(kind, _REVERSIBLE) else None
+        return [layer.embeddings] if reverse is None else [layer.embeddings, reverse]
     if issubclass(kind, keras.layers.MultiHeadAttention):
         return [sub.kernel for sub in (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)]
     weights: list[Any] = []
@@ -149,11 +165,36 @@ def prunable_weights(layer: keras.layers.Layer) -> list[Any]:
     return weights
 
 
+def contracted_axis(equation: str) -> int | None:
+    """The kernel axis (negative) that an EinsumDense ``equation`` sums with the innermost contracted axis of its
+    input, or None where it contracts none.
+
+    A contracted letter is one of both operands that the output does not hold. Of those, the one written last in the
+    input's subscripts is taken: the input's last axis in Keras's equations (``"ab,bc->ac"``: ``b``, axis −2;
+    ``"abc,cde->abde"``, MultiHeadAttention's query, key and value: ``c``, axis −3). Where several axes are
+    contracted (``"abcd,cde->abe"``, the attention output: ``c`` and ``d``, the heads and the head size), it is the
+    innermost, ``d`` (axis −2): a kernel reshaped to ``(K, N)`` for a matrix product flattens the contracted axes
+    ``c, d`` into ``K`` in that order, so where the innermost one's size is a multiple of ``n``, groups of ``n``
+    along it are exactly the groups of ``n`` consecutive entries of ``K`` that a sparse matrix-product kernel skips
+    along.
+    """
+    operands, _, output = equation.replace(" ", "").partition("->")
+    source, _, kernel = operands.partition(",")
+    source, kernel = source.replace("...", ""), kernel.replace("...", "")
+    contracted = [letter for letter in source if letter in kernel and letter not in output]
+    if not contracted:
+        return None
+    return kernel.index(contracted[-1]) - len(kernel)
+
+
 def input_channel_axis(layer: keras.layers.Layer) -> int | None:
-    """The kernel axis N:M groups run along, or None when the layer has no such axis."""
+    """The kernel axis N:M groups run along, or None when the layer has no such axis (or, as MultiHeadAttention,
+    one per weight: :func:`m_by_n_axes`)."""
     if isinstance(layer, _TRANSPOSED):
         return -1
-    if isinstance(layer, _DEPTHWISE) or isinstance(layer, keras.layers.EinsumDense):
+    if isinstance(layer, keras.layers.EinsumDense):
+        return contracted_axis(layer.equation)
+    if isinstance(layer, _DEPTHWISE):
         return None
     if isinstance(layer, (keras.layers.Dense, keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)):
         return -2
@@ -162,6 +203,22 @@ def input_channel_axis(layer: keras.layers.Layer) -> int | None:
     if isinstance(layer, _SEPARABLE):
         return -2
     return None
+
+
+def has_m_by_n_axes(layer: keras.layers.Layer) -> bool:
+    """Whether each of the layer's prunable weights has an N:M axis (known before the layer is built)."""
+    return isinstance(layer, keras.layers.MultiHeadAttention) or input_channel_axis(layer) is not None
+
+
+def m_by_n_axes(layer: keras.layers.Layer, axis: int | None = None, m_by_n: bool = False) -> list[int | None]:
+    """The N:M axis of each of the built layer's prunable weights (``m_by_n``: of those N:M sparsity prunes):
+    ``axis`` for all where given, else the layer's :func:`input_channel_axis`, or for MultiHeadAttention each
+    projection's :func:`contracted_axis`."""
+    weights = prunable_weights(layer, m_by_n)
+    if axis is None and isinstance(layer, keras.layers.MultiHeadAttention) and not _custom(layer):
+        projections = (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)
+        return [contracted_axis(projection.equation) for projection in projections]
+    return [input_channel_axis(layer) if axis is None else axis] * len(weights)
 
 
 def check_weights(
@@ -195,7 +252,7 @@ def check_weights(
             channels = weight.shape[axis]
             if channels % pattern[1]:
                 raise ParameterError(
-                    f"{where}: sparsity_m_by_n={pattern} groups {pattern[1]} input channels, but '{weight.path}' has "
-                    f"{channels} (shape {tuple(weight.shape)}), not a multiple of {pattern[1]}. Fix: give the layer "
-                    f"a multiple of {pattern[1]} input channels, or leave it dense."
+                    f"{where}: sparsity_m_by_n={pattern} groups {pattern[1]} input channels (kernel axis {axis}), "
+                    f"but '{weight.path}' has {channels} (shape {tuple(weight.shape)}), not a multiple of "
+                    f"{pattern[1]}. Fix: give the layer a multiple of {pattern[1]} input channels, or leave it dense."
                 )

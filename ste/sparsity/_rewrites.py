@@ -51,7 +51,7 @@ class Prune(LayerRewrite):
         self._check(layer, self.settings)  # raises for a layer pruned already, or that the settings cannot cover
 
     def computes_with(self, layer: keras.layers.Layer) -> list[Any]:
-        return prunable_weights(layer) if layer.built else []
+        return prunable_weights(layer, self.settings[3] is not None) if layer.built else []
 
     def replace(self, layer: keras.layers.Layer, original: keras.layers.Layer) -> keras.layers.Layer:
         return wrap(layer, self.settings, self._check(layer, self.settings))

@@ -40,7 +40,14 @@ from .._keras._forwarding import build_inner, take_call_signature
 from .._keras._stateless import call_with_values
 from ..errors import MissingCallbackError, NotBuiltError, ParameterError, ParameterTypeError, UnsupportedLayerError
 from ._arguments import check_arguments
-from ._layers import check_weights, input_channel_axis, is_prunable, prunable_weights, unsupported_reason
+from ._layers import (
+    check_weights,
+    input_channel_axis,
+    is_prunable,
+    m_by_n_axes,
+    prunable_weights,
+    unsupported_reason,
+)
 from ._mask import GRADIENTS, magnitude_keep, n_by_m_keep
 from ._schedule import ConstantSparsity, deserialize_schedule
 
@@ -131,15 +138,14 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
     def build(self, input_shape: Any = None, **shapes: Any) -> None:
         if not self.layer.built:  # a layer of several inputs (attention) is built from its shapes by name
             self.layer.build(**shapes) if shapes else self.layer.build(input_shape)
-        weights = prunable_weights(self.layer)
-        check_weights(
-            self.layer,
-            weights,
-            self.block_size,
-            self.sparsity_m_by_n,
-            self.m_by_n_axis,
-            "ste.sparsity.PruneLowMagnitude",
-        )
+        m_by_n = self.sparsity_m_by_n is not None
+        weights = prunable_weights(self.layer, m_by_n)
+        owner = "ste.sparsity.PruneLowMagnitude"
+        check_weights(self.layer, weights, self.block_size, None, None, owner)
+        axes = m_by_n_axes(self.layer, self.m_by_n_axis, m_by_n)
+        for weight, axis in zip(weights, axes):
+            check_weights(self.layer, [weight], self.block_size, self.sparsity_m_by_n, axis, owner)
+        object.__setattr__(self, "_m_by_n_axes", axes)  # each weight's N:M axis
         triples = []
         for index, weight in enumerate(weights):
             base = weight.path.split("/")[-1] if hasattr(weight, "path") else f"weight_{index}"
@@ -172,28 +178,28 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
                 f"weights do not exist yet. Fix: call the wrapper on data first (or build it, e.g. "
                 f"wrapper.build((None, 8))), or use it in a model with a keras.Input."
             )
-        return prunable_weights(self.layer)
+        return prunable_weights(self.layer, self.sparsity_m_by_n is not None)
 
     @property
     def prunable_weights(self) -> list[Any]:
         """TFMOT's attribute: the pruned variables, as :meth:`get_prunable_weights` gives them."""
         return self.get_prunable_weights()
 
-    def _new_mask(self, weight: Any, sparsity: Any, previous: Any = None) -> tuple[Any, Any]:
-        """The boolean mask of ``weight`` at ``sparsity`` and its threshold; with ``previous`` (the current mask), a
-        weight it prunes stays pruned while enough weights are kept."""
+    def _new_mask(self, weight: Any, sparsity: Any, previous: Any = None, axis: int | None = None) -> tuple[Any, Any]:
+        """The boolean mask of ``weight`` at ``sparsity`` and its threshold (N:M along ``axis``); with ``previous``
+        (the current mask), a weight it prunes stays pruned while enough weights are kept."""
         if self.sparsity_m_by_n is not None:
             zeros, group = self.sparsity_m_by_n
-            axis = -2 if self.m_by_n_axis is None else self.m_by_n_axis
-            return n_by_m_keep(weight, zeros, group, axis, previous), tf.zeros((), weight.dtype)
+            return n_by_m_keep(weight, zeros, group, -2 if axis is None else axis, previous), tf.zeros((), weight.dtype)
         return magnitude_keep(weight, sparsity, self.block_size, self.block_pooling_type, previous)
 
     def update_masks(self, sparsity: Any) -> None:
         """Recompute every mask at ``sparsity`` (and zero the pruned weights with ``gradient="masked"``, where a
         weight already pruned stays pruned; see the module docstring)."""
-        for weight, mask, threshold in self.pruning_vars:
+        axes = getattr(self, "_m_by_n_axes", [self.m_by_n_axis] * len(self.pruning_vars))
+        for (weight, mask, threshold), axis in zip(self.pruning_vars, axes):
             previous = mask.value if self.gradient == "masked" else None
-            keep, new_threshold = self._new_mask(weight.value, sparsity, previous)
+            keep, new_threshold = self._new_mask(weight.value, sparsity, previous, axis)
             mask.assign(keep)
             threshold.assign(new_threshold)
             if self.gradient == "masked":

@@ -163,6 +163,51 @@ def test_readme_figures_are_the_json_figures() -> None:
         assert f"({r['epochs']} " in line
 
 
+def test_the_page_describes_each_network_with_its_parameter_count() -> None:
+    """The parameter counts on the results page are those of the layers it names, counted by hand: weights and biases,
+    batch norm's 4 (3 without scale) per channel, the flattened size from 'same' and 'valid' convolutions and 2×2
+    pools."""
+    binary = 3 * 3 * 32 + 3 * 32 + 3 * 3 * 32 * 64 + 3 * 64 + 3 * 3 * 64 * 64 + 3 * 64 + (3 * 3 * 64) * 10 + 10
+    small = 3 * 3 * 32 + 4 * 32 + 3 * 3 * 32 + 4 * 32 + 32 * 64 + 4 * 64 + (7 * 7 * 64) * 10 + 10
+    sparse = (3 * 3 * 16 + 16) + (3 * 3 * 16 * 32 + 32) + (5 * 5 * 32 * 128 + 128) + (128 * 10 + 10)
+    page = (ROOT / "docs" / "results.md").read_text()
+    sections = {s.split("\n", 1)[0]: s for s in page.split("\n## ")[1:]}
+    for row, count in {"binary_cnn": binary, "int8_qat": small, "low_bit": small, "pruning": sparse}.items():
+        section = sections[results_page.TITLES[row]]
+        assert f"{count:,} parameters" in section, row
+        assert "**Budget.**" in section and "**Network.**" in section
+    for row in ("pruning", "clustering", "int8_qat"):  # the float start trained fewer epochs than the sides
+        assert "**the float start is not**" in sections[results_page.TITLES[row]]
+
+
+def test_without_matplotlib_the_json_is_saved_and_the_plot_said_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = json.loads((ROOT / "benchmarks" / "results" / "accuracy" / "pruning.json").read_text())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    said = accuracy.save(result, tmp_path)
+    assert "skipped" in said and "matplotlib" in said
+    assert json.loads((tmp_path / "pruning.json").read_text()) == result
+    assert not (tmp_path / "pruning.png").exists()
+    monkeypatch.undo()  # matplotlib back
+    assert accuracy.save(result, tmp_path).endswith("pruning.png")
+    assert (tmp_path / "pruning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_load_is_printed_as_text() -> None:
+    text = accuracy.load_text({"before": [1.5, 1, 1], "during": {"min": 0.5, "median": 2.0, "max": 3.25}, "after": []})
+    assert text == "1-minute load average 1.50 before, 0.50–3.25 during (median 2.00)"
+    assert "{" not in text
+
+
+def test_quick_is_documented_as_a_smoke_test() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.accuracy", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert "--quick" in done.stdout and "smoke test" in done.stdout and "means nothing" in " ".join(done.stdout.split())
+    assert "smoke test" in (ROOT / "docs" / "results.md").read_text().lower()
+
+
 def _int8_result(float_curve: list[float]) -> dict[str, Any]:
     return {
         "row": "int8_qat",
@@ -305,13 +350,19 @@ def test_quick_vit_row_reports_every_side_or_why_it_is_pending(tmp_path: Path) -
         assert f["flatbuffers"], side
         for t in f["flatbuffers"]:
             assert "refused" in t or 0 < t["gzip_bytes"] < t["bytes"] + 64, (side, t)
-    for side in ("float", "keras_int8", "keras_int4", "ste_int8", "ste_2_4"):
+    for side in ("float", "keras_int8", "keras_int4", "ste_int8", "ste_int4", "ste_2_4"):
         assert "pending" not in sides[side], sides[side]
-    # 2 of every 4 weights along the input channels of every pruned kernel are zero after stripping; the attention
-    # projections too, unless this ste left them dense and said so
+    # ste's int8 flatbuffer runs every FULLY_CONNECTED and BATCH_MATMUL on int8 inputs and int8 weights
+    types = sides["ste_int8"]["flatbuffers"][0]["kernel_op_types"]
+    for op in ("FULLY_CONNECTED", "BATCH_MATMUL"):
+        assert set(types[op]) == {"INT8 x INT8"}, types
+    # 2 of every 4 weights along the input channels (an EinsumDense's contracted axis) of every pruned kernel are zero
+    # after stripping, the attention projections' included
     pruned = sides["ste_2_4"]
+    assert "attention_left_dense" not in pruned
+    assert any("/mha/" in path for path in pruned["kernel_zeros"])
     for path, zeros in pruned["kernel_zeros"].items():
-        assert zeros == (0.0 if "/mha/" in path and pruned.get("attention_left_dense") else 0.5), path
+        assert zeros == 0.5, path
     summary = result["summary"]
     gap = 100 * (sides["ste_int8"]["test_accuracy"] - sides["keras_int8"]["test_accuracy"])
     assert summary["int8_qat_minus_ptq_points"]["median"] == pytest.approx(gap)

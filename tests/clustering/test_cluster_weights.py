@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import ste
 from ste.clustering import CentroidInitialization, ClusterWeights, cluster_scope, cluster_weights, strip_clustering
+from ste.clustering._clusterable import clusterable_weights
 
 LAYERS = {
     "dense": (lambda: keras.layers.Dense(6), (3, 10), "kernel"),
@@ -22,6 +23,8 @@ LAYERS = {
     "conv1d": (lambda: keras.layers.Conv1D(4, 3), (2, 8, 3), "kernel"),
     "conv2d_transpose": (lambda: keras.layers.Conv2DTranspose(4, 3), (2, 5, 5, 3), "kernel"),
     "separable2d": (lambda: keras.layers.SeparableConv2D(4, 3), (2, 6, 6, 3), "pointwise_kernel"),
+    "separable2d-depthwise": (lambda: keras.layers.SeparableConv2D(4, 3), (2, 6, 6, 3), "depthwise_kernel"),
+    "einsum": (lambda: keras.layers.EinsumDense("abc,cd->abd", output_shape=(None, 5)), (3, 4, 10), "kernel"),
     "embedding": (lambda: keras.layers.Embedding(20, 5), None, "embeddings"),
 }
 
@@ -50,18 +53,26 @@ def test_layer_forward_and_gradients_match_the_plain_layer_on_the_clustered_kern
     assert isinstance(wrapper, ClusterWeights) and wrapper.name == f"cluster_{layer.name}"
     wrapper(x)
     kernel = getattr(layer, attribute)
-    centroids = wrapper.weights[
-        [w.path for w in wrapper.weights].index(f"{wrapper.name}/cluster_centroids_{attribute}")
-    ]
+    paths = [w.path for w in wrapper.weights]
+
+    def centroids_of(name: str):
+        return wrapper.weights[paths.index(f"{wrapper.name}/cluster_centroids_{name}")]
+
+    centroids = centroids_of(attribute)
     w, c = kernel.numpy(), centroids.numpy()
     np.testing.assert_allclose(c, np.linspace(w.min(), w.max(), 5), rtol=1e-6)
     clustered, index = numpy_clustered(w, c)
+    others = {  # every other clustered weight of the layer (a separable convolution's other kernel)
+        id(variable): numpy_clustered(variable.numpy(), centroids_of(name).numpy())[0]
+        for name, variable in clusterable_weights(layer)
+        if variable is not kernel
+    }
 
-    # The reference: a plain copy of the layer holding the numpy-clustered kernel, differentiated by TensorFlow.
+    # The reference: a plain copy of the layer holding the numpy-clustered kernels, differentiated by TensorFlow.
     plain = type(layer).from_config(layer.get_config())
     plain(x)
     for new, old in zip(plain.weights, layer.weights):
-        new.assign(clustered if old is kernel else old.numpy())
+        new.assign(clustered if old is kernel else others.get(id(old), old.numpy()))
     upstream = np.random.default_rng(2).normal(size=plain(x).shape).astype(np.float32)
     with tf.GradientTape() as tape:
         y_ref = plain(x)

@@ -265,18 +265,33 @@ def test_second_order_gradients_equal_autodiff_of_gather_with_an_identity() -> N
 
 # -- promises: distinct values through save, load, strip and TFLite -------------------------------------------------
 
+#: Each layer kind of the docs' table: how to make it, its input shape (None: token ids), the weights it clusters.
 ALL_LAYERS = {
-    "Dense": (lambda: L.Dense(5), (6,)),
-    "Conv1D": (lambda: L.Conv1D(3, 2), (6, 2)),
-    "Conv2D": (lambda: L.Conv2D(3, 2), (5, 5, 2)),
-    "Conv3D": (lambda: L.Conv3D(2, 2), (3, 3, 3, 2)),
-    "Conv1DTranspose": (lambda: L.Conv1DTranspose(3, 2), (5, 2)),
-    "Conv2DTranspose": (lambda: L.Conv2DTranspose(3, 2), (4, 4, 2)),
-    "Conv3DTranspose": (lambda: L.Conv3DTranspose(2, 2), (3, 3, 3, 2)),
-    "DepthwiseConv2D": (lambda: L.DepthwiseConv2D(2, depth_multiplier=3), (5, 5, 2)),
-    "SeparableConv1D": (lambda: L.SeparableConv1D(4, 2), (6, 3)),
-    "SeparableConv2D": (lambda: L.SeparableConv2D(4, 2), (5, 5, 3)),
-    "Embedding": (lambda: L.Embedding(10, 4), None),
+    "Dense": (lambda: L.Dense(5), (6,), ("kernel",)),
+    "EinsumDense": (lambda: L.EinsumDense("abc,cd->abd", output_shape=(None, 5)), (4, 6), ("kernel",)),
+    "Conv1D": (lambda: L.Conv1D(3, 2), (6, 2), ("kernel",)),
+    "Conv2D": (lambda: L.Conv2D(3, 2), (5, 5, 2), ("kernel",)),
+    "Conv3D": (lambda: L.Conv3D(2, 2), (3, 3, 3, 2), ("kernel",)),
+    "Conv1DTranspose": (lambda: L.Conv1DTranspose(3, 2), (5, 2), ("kernel",)),
+    "Conv2DTranspose": (lambda: L.Conv2DTranspose(3, 2), (4, 4, 2), ("kernel",)),
+    "Conv3DTranspose": (lambda: L.Conv3DTranspose(2, 2), (3, 3, 3, 2), ("kernel",)),
+    "DepthwiseConv1D": (lambda: L.DepthwiseConv1D(2, depth_multiplier=3), (6, 2), ("kernel",)),
+    "DepthwiseConv2D": (lambda: L.DepthwiseConv2D(2, depth_multiplier=3), (5, 5, 2), ("kernel",)),
+    "SeparableConv1D": (lambda: L.SeparableConv1D(4, 2), (6, 3), ("depthwise_kernel", "pointwise_kernel")),
+    "SeparableConv2D": (lambda: L.SeparableConv2D(4, 2), (5, 5, 3), ("depthwise_kernel", "pointwise_kernel")),
+    "Embedding": (lambda: L.Embedding(10, 4), None, ("embeddings",)),
+    **(
+        {
+            "ReversibleEmbedding": (lambda: L.ReversibleEmbedding(10, 4), None, ("embeddings",)),
+            "ReversibleEmbedding-untied": (
+                lambda: L.ReversibleEmbedding(10, 4, tie_weights=False),
+                None,
+                ("embeddings", "reverse_embeddings"),
+            ),
+        }
+        if hasattr(L, "ReversibleEmbedding")  # Keras 3.13+
+        else {}
+    ),
 }
 
 
@@ -289,14 +304,13 @@ def _input(name: str, shape, batch: int = 2):
 
 @pytest.mark.parametrize("name", list(ALL_LAYERS))
 def test_every_documented_layer_kind_clusters_its_weight_as_numpy(name: str) -> None:
-    make, shape = ALL_LAYERS[name]
+    make, shape, attributes = ALL_LAYERS[name]
     keras.utils.set_random_seed(1)
     inputs = keras.Input((3,), dtype="int32") if shape is None else keras.Input(shape)
     layer = make()
     model = keras.Model(inputs, layer(inputs))
     before = {v.path: v.numpy().copy() for v in model.weights}
-    attribute = {"Embedding": "embeddings"}.get(name, "pointwise_kernel" if "Separable" in name else "kernel")
-    w = getattr(layer, attribute).numpy()
+    latent = {attribute: getattr(layer, attribute).numpy() for attribute in attributes}
     clustered = cluster_weights(model, 3, "LINEAR")
     assert len(wrappers_of(clustered)) == 1
     x = _input(name, shape)
@@ -305,10 +319,11 @@ def test_every_documented_layer_kind_clusters_its_weight_as_numpy(name: str) -> 
     np.testing.assert_allclose(stripped(x), out, rtol=1e-5, atol=1e-5)
     (plain,) = [la for la in stripped.layers if not isinstance(la, L.InputLayer)]
     assert type(plain) is type(layer) and plain.name == layer.name
-    expected = np_assign(w, np.linspace(w.min(), w.max(), 3))[0]
-    np.testing.assert_allclose(getattr(plain, attribute).numpy(), expected, rtol=1e-6)
-    for v in plain.weights:  # every other weight (biases, the depthwise half of a separable conv) is untouched
-        if v.path.split("/")[-1] != attribute:
+    for attribute, w in latent.items():
+        expected = np_assign(w, np.linspace(w.min(), w.max(), 3))[0]
+        np.testing.assert_allclose(getattr(plain, attribute).numpy(), expected, rtol=1e-6)
+    for v in plain.weights:  # every other weight (biases) is untouched
+        if v.path.split("/")[-1] not in attributes:
             (match,) = [b for p, b in before.items() if p.split("/")[-1] == v.path.split("/")[-1]]
             np.testing.assert_array_equal(v.numpy(), match)
 

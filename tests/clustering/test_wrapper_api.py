@@ -42,11 +42,13 @@ def test_tfmots_attributes_are_the_wrappers_variables(dtype: str) -> None:
     np.testing.assert_array_equal(clustered, c[np.argmin(np.abs(kernel[..., None] - c), axis=-1)])  # TFMOT's rule
 
 
-def test_a_separable_convolution_names_its_pointwise_kernel() -> None:
+def test_a_separable_convolution_names_both_its_kernels() -> None:
+    """Both kernels (TFMOT clusters the pointwise one only: docs/clustering.md says so)."""
     wrapper = cluster_weights(L.SeparableConv2D(4, 3), number_of_clusters=3)
     wrapper(np.ones((1, 6, 6, 2), np.float32))
-    assert list(wrapper.cluster_centroids) == ["pointwise_kernel"]
+    assert list(wrapper.cluster_centroids) == ["depthwise_kernel", "pointwise_kernel"]
     assert wrapper.original_clusterable_weights["pointwise_kernel"] is wrapper.layer.pointwise_kernel
+    assert wrapper.original_clusterable_weights["depthwise_kernel"] is wrapper.layer.depthwise_kernel
 
 
 def test_a_sequential_without_input_clusters_from_the_initial_kernel() -> None:

@@ -450,10 +450,14 @@ def test_quantize_model_zero_gamma_batch_norm_learns(kind: str, dtype: str) -> N
 
 
 def _np_weight_quant(w: np.ndarray) -> np.ndarray:
-    """Symmetric narrow-range int8 on ±max|w| (per tensor), TensorFlow's formula in float64."""
-    m = np.max(np.abs(w))
-    n_min, n_max, scale = nudge(-m, m, 8, True, np.float64)
-    return np.floor((np.clip(w, n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
+    """Symmetric narrow-range int8 on ±max|w| per output channel (a Dense kernel's columns, as LiteRT's
+    per-channel FULLY_CONNECTED), TensorFlow's formula in float64."""
+    out = np.empty_like(w)
+    for j in range(w.shape[-1]):
+        m = np.max(np.abs(w[..., j]))
+        n_min, n_max, scale = nudge(-m, m, 8, True, np.float64)
+        out[..., j] = np.floor((np.clip(w[..., j], n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
+    return out
 
 
 def _np_act_quant(x: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:

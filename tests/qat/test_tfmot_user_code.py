@@ -252,7 +252,7 @@ def test_remove_input_range_keeps_weights_and_drops_input_quantizer() -> None:
         (lambda m: qat.AllValuesQuantizer(num_bits=8, per_axis=True, symmetric=False, narrow_range=False), ()),
         (lambda m: qat.FixedQuantizer(num_bits=8, init_min=0.5, init_max=1.0, narrow_range=False), ()),
         (lambda m: qat.FixedQuantizer(num_bits=8, init_min=1.0, init_max=-1.0, narrow_range=False), ()),
-        (lambda m: qat.WeightFakeQuant(channel_axes=3), ("channel_axes",)),
+        (lambda m: qat.WeightFakeQuant(channel_axes=-1), ("channel_axes",)),
         (lambda m: qat.WeightFakeQuant(bits=1), ("bits",)),
         (lambda m: qat.ActivationFakeQuant(ema_decay=1.5), ("ema_decay",)),
         (lambda m: qat.ActivationFakeQuant(initial_min=1.0, initial_max=-1.0), ()),
@@ -389,12 +389,13 @@ def test_nbit_scheme_weights_take_at_most_15_levels() -> None:
     qmodel = ste.quantize_model(model, scheme=qat.NBitScheme(num_bits_weight=4))
     dense = next(layer for layer in qmodel.layers if "Dense" in type(layer).__name__)
     out = np.asarray(dense(np.eye(16, dtype="float32")))
-    m = float(np.max(np.abs(np.asarray(model.layers[0].kernel))))
-    n_min, n_max, scale = (float(v) for v in nudge(np.float32(-m), np.float32(m), 4, True, np.float32))
     k = np.asarray(model.layers[0].kernel)
-    want = np.floor((np.clip(k, n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
-    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
-    assert len(np.unique(np.round(out / scale))) <= 15
+    for j in range(k.shape[1]):  # per output channel, as LiteRT's per-channel FULLY_CONNECTED
+        m = float(np.max(np.abs(k[:, j])))
+        n_min, n_max, scale = (float(v) for v in nudge(np.float32(-m), np.float32(m), 4, True, np.float32))
+        want = np.floor((np.clip(k[:, j], n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
+        np.testing.assert_allclose(out[:, j], want, rtol=1e-6, atol=1e-6)
+        assert len(np.unique(np.round(out[:, j] / scale))) <= 15
 
 
 def test_nbit_four_bit_activations_refused_by_to_tflite() -> None:

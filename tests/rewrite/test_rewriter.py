@@ -301,6 +301,18 @@ def test_bad_filters_are_refused_naming_the_fix() -> None:
         S.prune_low_magnitude(L.Dense(2), filters="dense")
 
 
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+@pytest.mark.parametrize("filters", ["^no such layer$", [], lambda layer: None], ids=["regex", "empty", "none"])
+def test_a_filter_that_selects_nothing_is_refused_naming_what_it_could_select(name, filters) -> None:
+    """Not a model handed back unchanged with no word: the error lists the layers the filter was asked about."""
+    model = with_composite()
+    before = weights(model)
+    with pytest.raises(ste.errors.ParameterError, match=r"selected none of the \d+ layer\(s\).*Dense.*Fix"):
+        TRANSFORMS[name](model, filters=filters)
+    for old, now in zip(before, weights(model)):
+        np.testing.assert_array_equal(old, now)
+
+
 class Matrix(L.Layer):
     """A layer with a weight no transformation knows."""
 
@@ -356,3 +368,50 @@ def test_unreachable_weights_and_unbuilt_models_are_refused_naming_the_fix(name)
         TRANSFORMS[name](Subclassed())
     with pytest.raises(ste.errors.ParameterError):
         TRANSFORMS[name]("model")
+
+
+class MadeInCall(L.Layer):
+    """A layer that makes its weight with tf.Variable on its first call: Keras does not track it."""
+
+    def call(self, x: Any) -> Any:
+        if not hasattr(self, "scale"):
+            self.scale = tf.Variable(tf.ones((x.shape[-1], x.shape[-1])), name="scale")
+        return x @ self.scale
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_variable_made_in_call_is_refused_naming_add_weight(name) -> None:
+    layer = MadeInCall(name="made_in_call")
+    layer(np.ones((1, 3), np.float32))  # eager: the variable exists now, untracked
+    model = keras.Sequential([keras.Input((3,)), L.Dense(3), layer])
+    before = weights(model)
+    with pytest.raises(ste.errors.UnsupportedLayerError, match=r"'made_in_call'.*tf.Variable.*Fix: .*add_weight"):
+        TRANSFORMS[name](model)
+    for value, after in zip(before, weights(model)):
+        np.testing.assert_array_equal(value, after)
+
+
+#: For each transformation, a setting that one layer of the model cannot take, and what the error names.
+CANNOT_TAKE: dict[str, tuple[Callable[[keras.Model], Any], str]] = {
+    "qat": (lambda model: ste.quantize_model(model, scheme="binary"), r"'table'.*binary scheme cannot take.*Fix:"),
+    "prune": (
+        lambda model: S.prune_low_magnitude(model, sparsity_m_by_n=(2, 4)),
+        r"'table'.*sparsity_m_by_n needs an input-channel axis.*Fix:",
+    ),
+    "cluster": (
+        lambda model: C.cluster_weights(model, 100),
+        r"number_of_clusters=100 is more than the 40 values.*'table'.*Fix:",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CANNOT_TAKE))
+def test_a_setting_a_layer_cannot_take_is_refused_before_anything_is_built(name) -> None:
+    inputs = keras.Input((3,), dtype="int32")
+    x = L.Embedding(10, 4, name="table")(inputs)
+    model = keras.Model(inputs, L.Dense(4, name="head")(L.Flatten()(x)))
+    transform, message = CANNOT_TAKE[name]
+    uids = keras.backend.get_uid("dense")
+    with pytest.raises(ste.STEError, match=message):
+        transform(model)
+    assert keras.backend.get_uid("dense") == uids + 1  # raised before any layer was made (get_uid counts itself)

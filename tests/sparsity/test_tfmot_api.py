@@ -41,7 +41,11 @@ def test_get_prunable_weights_gives_the_pruned_variables_themselves() -> None:
     assert all(a is b for a, b in zip(mha.get_prunable_weights(), expected, strict=True))
     conv = S.prune_low_magnitude(L.SeparableConv2D(4, 3))
     conv.build((None, 8, 8, 2))
-    assert conv.get_prunable_weights() == [conv.layer.pointwise_kernel]  # TFMOT prunes the pointwise kernel only
+    # both kernels (TFMOT prunes the pointwise one only); with N:M the pointwise one, which sums over input channels
+    assert conv.get_prunable_weights() == [conv.layer.depthwise_kernel, conv.layer.pointwise_kernel]
+    conv = S.prune_low_magnitude(L.SeparableConv2D(4, 3), sparsity_m_by_n=(2, 4))
+    conv.build((None, 8, 8, 4))
+    assert conv.get_prunable_weights() == [conv.layer.pointwise_kernel]
 
 
 def test_a_list_of_layers_gives_a_list_of_wrappers_as_tfmot() -> None:
