@@ -4,20 +4,39 @@
 >>> binarize = ste.forward(tf.sign).backward("straight_through", clip=1.0)
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
 
-``import ste`` imports neither TensorFlow nor Keras and changes nothing outside ste, so ``python -m ste list`` answers
-at once. The first name used (``ste.forward``, ``ste.layers``, ...) loads TensorFlow, Keras and every family of ste,
-which registers ste's classes with Keras: a program that only loads a ``.keras`` file imports the family it holds
-(``import ste.qat``) or uses any name of ste first.
+``import ste`` imports TensorFlow, Keras and every family of ste, and so registers ste's classes with Keras, as every
+Keras plugin does: a process that has run ``import ste`` loads a ``.keras`` file of ste's layers, ops and wrappers
+without ``custom_objects`` (docs/saving.md). That is its one effect outside ste: it applies no patch to Keras or
+TensorFlow (``ste._patches`` lists them, each applied where it is needed), reads no command line and installs no
+import hook.
+
+Without TensorFlow (or with a TensorFlow or Keras older than ste supports), ``import ste`` still succeeds, so that
+``python -m ste list`` and ``show NAME`` answer from the catalog of the built-in registry; ``ste.__version__`` and
+``ste.errors`` are there, and every other name of ste raises :class:`ste.errors.MissingDependencyError` with the
+install command.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import NoReturn
 
+from ._keras._requirements import check_requirements as _check_requirements
 from ._version import __version__
+from .errors import MissingDependencyError as _MissingDependencyError
 
-if TYPE_CHECKING:
+
+def _missing_requirement() -> _MissingDependencyError | None:
+    """Why ste cannot load here (TensorFlow or Keras missing, broken or too old), or None."""
+    try:
+        _check_requirements()
+    except _MissingDependencyError as error:
+        return error
+    return None
+
+
+_MISSING = _missing_requirement()
+
+if _MISSING is None:
     from . import (
         activations,
         callbacks,
@@ -43,47 +62,6 @@ if TYPE_CHECKING:
     from ._tools._summary import LayerSummary, ModelSummary, summary
     from .errors import STEError
     from .qat import quantize_model, to_tflite
-
-#: The families, each a package or module of ste, loaded in this order at the first use of a name of ste.
-_FAMILIES = (
-    "errors",
-    "registry",
-    "activations",
-    "constraints",
-    "quantizers",
-    "layers",
-    "metrics",
-    "optimizers",
-    "callbacks",
-    "qat",
-    "sparsity",
-    "clustering",
-    "spiking",
-    "testing",
-    "larq",
-)
-
-#: The top-level names that are not families → the module that defines each.
-_NAMES = {
-    "Forward": "._core._dsl",
-    "RuleLike": "._core._dsl",
-    "STEFunction": "._core._dsl",
-    "backward": "._core._dsl",
-    "backward_like": "._core._dsl",
-    "forward": "._core._dsl",
-    "bit_masks": "._core._bitmask",
-    "set_bit_masks": "._core._bitmask",
-    "mask_rule": "._core._maskrule",
-    "export_quantized_weights": "._tools._export",
-    "unpack_quantized_weights": "._tools._export",
-    "plot": "._tools._plot",
-    "LayerSummary": "._tools._summary",
-    "ModelSummary": "._tools._summary",
-    "summary": "._tools._summary",
-    "STEError": ".errors",
-    "quantize_model": ".qat",
-    "to_tflite": ".qat",
-}
 
 __all__ = [
     "Forward",
@@ -123,25 +101,8 @@ __all__ = [
 ]
 
 
-def _load() -> None:
-    """Check TensorFlow and Keras, import every family (registering ste's Keras classes) and bind the top level."""
-    from ._keras._requirements import check_requirements
-
-    check_requirements()  # no TensorFlow, or one too old: ste.errors.MissingDependencyError with the pip command
-    namespace = globals()
-    for family in _FAMILIES:
-        namespace[family] = importlib.import_module(f".{family}", __name__)
-    for name, module in _NAMES.items():
-        namespace[name] = getattr(importlib.import_module(module, __name__), name)
-
-
-def __getattr__(name: str) -> Any:
-    """A name of ``__all__`` used for the first time: load ste (see the module docstring)."""
-    if name in _NAMES or name in _FAMILIES:
-        _load()
-        return globals()[name]
+def __getattr__(name: str) -> NoReturn:
+    """A name of ste asked for where ste could not load (no TensorFlow): the reason and the install command."""
+    if _MISSING is not None and name in __all__:
+        raise _MissingDependencyError(f"ste.{name} is not available: {_MISSING}") from _MISSING
     raise AttributeError(f"module 'ste' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})

@@ -1,5 +1,7 @@
-"""``import ste`` changes nothing outside ste: it imports neither TensorFlow nor Keras, and the Keras and TensorFlow
-functions ste patches (ste/_patches.py) are the same objects after it; the first op call installs the patches."""
+"""What ``import ste`` does: it registers ste's classes with Keras (tests/test_saved_files.py loads every family's file
+in a fresh process after it) and nothing else outside ste. Keras's saving functions, its TensorFlow trainer and
+``tf.distribute.MirroredStrategy`` are the same objects after it (ste/_patches.py installs its patches at the first op
+call, where the probe sees them change), ste reads no ``sys.argv`` and installs no import hook."""
 
 from __future__ import annotations
 
@@ -10,40 +12,90 @@ from tests.helpers import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Every attribute ste/_patches.py replaces, read in a process before and after ``import ste`` (and after the first
-#: op call, where they are ste's).
+#: In a fresh process: every attribute of the Keras and TensorFlow objects ste/_patches.py replaces (each module's and
+#: class's whole namespace, so any other change shows too), compared by identity before and after ``import ste`` and
+#: after the first op call; ``sys.argv`` and ``sys.orig_argv`` replaced by lists that record every read made with a
+#: module of ste on the stack.
 _PROBE = """
-import json, sys
+import json, sys, traceback
 import keras, tensorflow as tf
 from keras.src.backend.tensorflow import trainer
 from keras.src.legacy.saving import legacy_h5_format
-from keras.src.saving import saving_lib
+from keras.src.saving import saving_api, saving_lib
 
-def identities():
+def namespaces():
     return {
-        "saving_lib.save_model": id(saving_lib.save_model),
-        "legacy_h5_format.save_model_to_hdf5": id(legacy_h5_format.save_model_to_hdf5),
-        "TensorFlowTrainer._maybe_symbolic_build": id(trainer.TensorFlowTrainer.__dict__["_maybe_symbolic_build"]),
-        "trainer.reduce_per_replica": id(trainer.reduce_per_replica),
-        "MirroredStrategy._collective_key_base": id(tf.distribute.MirroredStrategy.__dict__["_collective_key_base"]),
+        "saving_lib": dict(vars(saving_lib)),
+        "saving_api": dict(vars(saving_api)),
+        "legacy_h5_format": dict(vars(legacy_h5_format)),
+        "keras.saving": dict(vars(keras.saving)),
+        "keras.models": dict(vars(keras.models)),
+        "keras.Model": dict(vars(keras.Model)),
+        "trainer": dict(vars(trainer)),
+        "TensorFlowTrainer": dict(vars(trainer.TensorFlowTrainer)),
+        "MirroredStrategy": dict(vars(tf.distribute.MirroredStrategy)),
+        "MultiWorkerMirroredStrategy": dict(vars(tf.distribute.MultiWorkerMirroredStrategy)),
     }
 
-before = identities()
+def changed(before, after):
+    return sorted(
+        f"{owner}.{name}"
+        for owner in before
+        for name in before[owner].keys() | after[owner].keys()
+        if before[owner].get(name, changed) is not after[owner].get(name, changed)
+    )
+
+reads = []
+
+class Tripwire(list):
+    def _read(self):
+        frames = [frame.filename for frame in traceback.extract_stack()[:-2]]
+        if any("/ste/" in name.replace("\\\\", "/") for name in frames):
+            reads.append(frames[-1])
+
+for method in ("__getitem__", "__iter__", "__len__", "__contains__", "__reversed__", "index", "count", "copy"):
+    def read(self, *args, _method=getattr(list, method)):
+        self._read()
+        return _method(self, *args)
+    setattr(Tripwire, method, read)
+
+sys.argv, sys.orig_argv = Tripwire(["list"]), Tripwire([sys.executable, "-m", "ste", "list"])
+hooks = list(sys.meta_path), list(sys.path_hooks)
+before = namespaces()
 import ste
-after_import = identities()
+after_import = namespaces()
+after_hooks = list(sys.meta_path), list(sys.path_hooks)
 ste.forward(tf.sign).backward("straight_through")(tf.ones([1]))
-after_call = identities()
-print(json.dumps([before, after_import, after_call]))
+after_call = namespaces()
+print(json.dumps({
+    "changed_by_import": changed(before, after_import),
+    "changed_by_first_op": changed(before, after_call),
+    "hooks_changed": [a != b for a, b in zip(hooks, after_hooks)],
+    "argv_reads": reads,
+    "ste_loaded": [hasattr(ste, name) for name in ("forward", "qat", "sparsity", "clustering", "spiking")],
+}))
 """
 
 
-def test_import_ste_leaves_keras_and_tensorflow_as_they_were():
-    before, after_import, after_call = json.loads(run_python(["-c", _PROBE], ROOT).stdout.splitlines()[-1])
-    assert after_import == before
-    assert all(after_call[name] != before[name] for name in before)  # the probe reads the patched attributes
+def test_import_ste_changes_nothing_in_keras_or_tensorflow_and_reads_no_argv():
+    found = json.loads(run_python(["-c", _PROBE], ROOT).stdout.splitlines()[-1])
+    assert found["ste_loaded"] == [True] * 5  # import ste loaded its families
+    assert found["changed_by_import"] == []
+    assert found["hooks_changed"] == [False, False]
+    assert found["argv_reads"] == []
+    # the probe sees a patch: the first op call installs ste/_patches.py's patches in these namespaces
+    assert found["changed_by_first_op"] == [
+        "MirroredStrategy._collective_key_base",
+        "TensorFlowTrainer._maybe_symbolic_build",
+        "legacy_h5_format.save_model_to_hdf5",
+        "saving_lib.save_model",
+        "trainer.reduce_per_replica",
+    ]
 
 
-def test_import_ste_imports_neither_tensorflow_nor_keras():
-    loaded = run_python(["-c", "import json, sys, ste; print(json.dumps(sorted(sys.modules)))"], ROOT).stdout
-    loaded = json.loads(loaded.splitlines()[-1])
-    assert not {"tensorflow", "keras", "numpy"} & set(loaded)
+def test_the_argv_probe_sees_a_read_by_ste():
+    """The tripwire of the probe above records a read of ``sys.argv`` made with code of ste on the stack (the command
+    line's ``main``, and argparse called by it)."""
+    probe = _PROBE.replace("import ste\n", "import ste\nfrom ste._tools._cli import main; main()\n", 1)
+    found = json.loads(run_python(["-c", probe], ROOT).stdout.splitlines()[-1])
+    assert any(Path(path).parts[-3:] == ("ste", "_tools", "_cli.py") for path in found["argv_reads"])

@@ -7,6 +7,7 @@ function a file names must still be found by its Keras registration name, with t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import keras
@@ -15,10 +16,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-import ste.clustering  # a program that only loads files imports the families they hold
-import ste.qat
-import ste.sparsity
-import ste.spiking
+from tests.helpers import run_python
 
 SAVED = Path(__file__).parent / "data" / "saved"
 EXPECTED = dict(np.load(SAVED / "expected.npz"))
@@ -56,3 +54,22 @@ def test_saved_ste_layers_and_wrappers_load_as_ste_classes():
     spiking = keras.models.load_model(SAVED / "spiking.keras")
     assert isinstance(spiking.get_layer("lif"), ste.spiking.LIF)
     assert spiking.get_layer("lif").surrogate == ste.registry.get("atan(alpha=2.0)")
+
+
+def test_every_saved_file_loads_in_a_fresh_process_after_a_plain_import_ste(tmp_path):
+    """``import ste`` registers the classes of every family with Keras (docs/saving.md): a new interpreter that imports
+    nothing else of ste loads each file, as a user's loading script does, and computes the stored outputs."""
+    names = ["ops", "layers", "qat", "pruned", "clustered", "spiking"]
+    script = (
+        "import sys, keras, numpy as np, ste\n"
+        "expected = np.load(sys.argv[1] + '/expected.npz')\n"
+        f"outputs = {{name: np.asarray(keras.models.load_model(f'{{sys.argv[1]}}/{{name}}.keras')"
+        f"(expected[name + '_x'], training=False)) for name in {names!r}}}\n"
+        "np.savez('outputs.npz', **outputs)\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = run_python(["-c", script, SAVED], tmp_path, env=env, timeout=300)
+    outputs = np.load(done.directory / "outputs.npz")
+    assert sorted(outputs) == sorted(names)
+    for name in names:
+        np.testing.assert_allclose(outputs[name], EXPECTED[f"{name}_y"], rtol=1e-6, atol=1e-6, err_msg=name)

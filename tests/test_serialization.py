@@ -121,15 +121,13 @@ def test_op_in_dense_round_trips_through_keras_file_with_safe_mode(name, tmp_pat
 _FRESH_X = np.linspace(-3.0, 3.0, 8, dtype=np.float32).reshape(2, 4)
 
 
-def test_keras_file_loads_in_a_fresh_process_once_ste_is_loaded(tmp_path):
-    """Nothing of this process (registrations, caches) helps: a new interpreter loads ste (``import ste`` alone loads
-    nothing: docs/saving.md) and loads the file."""
+def test_keras_file_loads_in_a_fresh_process_after_import_ste(tmp_path):
+    """Nothing of this process (registrations, caches) helps: a new interpreter imports ste and loads the file."""
     op = ste.forward(keras.activations.relu).backward("sigmoid_surrogate(beta=2.0)")
     inputs = keras.Input((4,))
     keras.Model(inputs, keras.layers.Activation(op)(inputs)).save(tmp_path / "fresh.keras")
     script = (
         "import numpy as np, keras, tensorflow as tf, ste\n"
-        "ste.forward  # the first name used loads ste and registers its classes with Keras\n"
         "m = keras.models.load_model('fresh.keras')\n"
         f"x = tf.constant(np.array({_FRESH_X.tolist()!r}, dtype=np.float32))\n"
         "with tf.GradientTape() as tape:\n"

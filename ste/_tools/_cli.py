@@ -7,12 +7,12 @@ names (``ste_sign``) as well as surrogates; a name that is both (``approx_sign``
 MODULE`` (repeatable) imports the user's modules first, so that the rules they register are listed, shown, plotted
 and checked.
 
-Answering ``--help``, ``--version``, usage errors, ``list`` and ``show NAME`` for a built-in entry needs no
-TensorFlow (``import ste`` loads none): :func:`main` parses the arguments, prints ``list`` and ``show`` of built-in
-names from the catalog ``ste/_tools/cli_catalog.json`` (package data: what these commands print with the registry
-loaded, written by :func:`write_catalog` and compared with the live registry by a test), and otherwise imports
-TensorFlow with its native start-up log lines hidden. ``--import MODULE`` always loads the registry, so that the
-user's entries are listed. This module imports nothing heavy at module level.
+``python -m ste`` runs ``import ste`` first, which imports TensorFlow when it is installed. Without TensorFlow,
+``--help``, ``--version``, usage errors, ``list`` and ``show NAME`` for a built-in entry still answer: :func:`main`
+prints ``list`` and ``show`` of built-in names from the catalog ``ste/_tools/cli_catalog.json`` (package data: what
+these commands print with the registry loaded, written by :func:`write_catalog` and compared with the live registry
+by a test), and any other command says what to install. TensorFlow's device discovery runs with its native log
+lines hidden. This module imports nothing heavy at module level.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null (TensorFlow's C++ start-up lines bypass Python's logging)."""
+    """Send file descriptor 2 to /dev/null (TensorFlow's C++ log lines bypass Python's logging)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -183,18 +183,17 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def _import_tensorflow_quietly(command: str) -> None:
+def _require_tensorflow(command: str) -> None:
+    """TensorFlow and Keras (loaded by ``import ste``) with their devices found, or a one-line error with the fix."""
     from .._keras._requirements import check_requirements
     from ..errors import MissingDependencyError
 
-    # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        with _native_stderr_silenced():
-            check_requirements()  # imports TensorFlow and Keras, or says which is missing and the pip command
-            import tensorflow as tf
+        check_requirements()  # TensorFlow and Keras, or which is missing and the pip command
+        import tensorflow as tf
 
-            tf.config.list_physical_devices()  # device discovery logs too (e.g. a failed cuInit)
+        with _native_stderr_silenced():
+            tf.config.list_physical_devices()  # device discovery logs natively (e.g. a failed cuInit)
     except MissingDependencyError as error:
         print(f"ste {command}: error: {error}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
@@ -419,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if static is not None:
         sys.stdout.write(static)
         return EXIT_OK
-    _import_tensorflow_quietly(args.command)
+    _require_tensorflow(args.command)
     from ..errors import STEError
 
     out, err = sys.stdout, sys.stderr
