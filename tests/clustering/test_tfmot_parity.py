@@ -422,7 +422,7 @@ def test_preserve_sparsity_zeros_survive_adam_save_load_strip_and_tflite(tmp_pat
 # -- cluster_scope --------------------------------------------------------------------------------------------------
 
 
-class OutsiderDense(L.Dense, ClusterableLayer):
+class UserClusterableDense(L.Dense, ClusterableLayer):
     def get_clusterable_weights(self):
         return [("kernel", self.kernel)]
 
@@ -430,19 +430,20 @@ class OutsiderDense(L.Dense, ClusterableLayer):
 def test_cluster_scope_loads_a_custom_clusterable_layer(tmp_path) -> None:
     keras.utils.set_random_seed(6)
     inputs = keras.Input((4,))
-    model = keras.Model(inputs, OutsiderDense(6, name="mine")(inputs))
+    model = keras.Model(inputs, UserClusterableDense(6, name="mine")(inputs))
     clustered = cluster_weights(model, 3)
     x = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
     path = os.path.join(tmp_path, "custom.keras")
     clustered.save(path)
-    with cluster_scope({"OutsiderDense": OutsiderDense}):
+    with cluster_scope({"UserClusterableDense": UserClusterableDense}):
         loaded = keras.models.load_model(path)
     np.testing.assert_array_equal(loaded(x), clustered(x))
     stripped = strip_clustering(loaded)
-    assert type(stripped.layers[-1]) is OutsiderDense and np.unique(stripped.layers[-1].kernel.numpy()).size <= 3
+    assert type(stripped.layers[-1]) is UserClusterableDense and np.unique(stripped.layers[-1].kernel.numpy()).size <= 3
     with cluster_scope():  # TFMOT's spelling, no arguments
         np.testing.assert_array_equal(
-            keras.models.load_model(path, custom_objects={"OutsiderDense": OutsiderDense})(x), clustered(x)
+            keras.models.load_model(path, custom_objects={"UserClusterableDense": UserClusterableDense})(x),
+            clustered(x),
         )
 
 
