@@ -1,8 +1,10 @@
 """Every patch ste applies to Keras and TensorFlow, the upstream behaviour each works around, and its version guard.
 
-``import ste`` applies none of them. :func:`apply` installs them at the first call of an ste op
-(:class:`ste.STEFunction`), the first moment a program can save an op, build a model of ste's layers or fit one
-under a strategy; each patch installs only on the releases in its guard and only when the patched name has the
+``import ste`` applies none of them. :func:`apply` installs them when one of ste's Keras layers (a quantized layer,
+a quantizer, a neuron, a pruning, clustering or QAT wrapper, ...) is created or an ste op
+(:class:`ste.STEFunction`) is first called: before a program can save an op, build a model of ste's layers or fit
+one under a strategy (``fit`` builds a model that has no ``keras.Input`` itself, after its multi-worker fix would
+be needed); each patch installs only on the releases in its guard and only when the patched name has the
 expected form, and :func:`installed` says which are in place. To drop a patch, delete its line in :data:`PATCHES`.
 
 * ``save_check``: Keras's ``saving_lib.save_model`` (and the legacy ``.h5`` saver) opens, and so truncates, the file

@@ -27,6 +27,7 @@ import tensorflow as tf
 from .._common._arguments import check_bool
 from .._keras._forwarding import build_inner, take_call_signature
 from .._keras._stateless import call_with_values
+from .._patches import apply as apply_patches
 from ..errors import NotBuiltError, ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered
 from ._config import CentroidInitialization, GradientAggregation, member
@@ -73,6 +74,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
         cluster_gradient_aggregation: Any = GradientAggregation.SUM,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         owner = "ste.clustering.ClusterWeights"
         if isinstance(layer, dict):
             layer = keras.saving.deserialize_keras_object(layer)

@@ -26,6 +26,7 @@ from .._core._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_
 from .._core._cpu import has_gpu, onednn_enabled
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
+from .._patches import apply as apply_patches
 from ..activations import LARQ_ACTIVATIONS
 from ..errors import InputError, NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
@@ -225,6 +226,7 @@ class QuantLayerMixin:
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
             check_bool_arguments(type(self).__name__, type(self), args, kwargs)  # use_bias="no" is refused
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
             self._refuse_larq_keywords(kwargs)

@@ -24,6 +24,7 @@ from .._common._names import NameTable, build
 from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
 from .._keras._lookup import publish_activation
+from .._patches import apply as apply_patches
 from ..errors import ParameterError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
@@ -52,6 +53,7 @@ class Quantizer(keras.layers.Layer):  # type: ignore[misc]
     precision: int | None = None
 
     def __init__(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         # larq's per-quantizer training metrics (["flip_ratio"]): the layer quantizing a kernel with this quantizer

@@ -92,7 +92,7 @@ def scaleout_worker(out: str, backup: str, marker: str) -> None:
             "fit": scaleout.as_lists(scaleout.fit(kind, strategy)),
             "loop": scaleout.as_lists(scaleout.custom_loop(kind, strategy)),
         }
-    results["fit_fixes_installed"] = ste._patches.installed()["multi_worker_fit"]  # by the first op call
+    results["fit_fixes_installed"] = ste._patches.installed()["multi_worker_fit"]  # by the first layer of ste
     _dump(out, results)
     _backup_fit(strategy, backup, FAULT_EPOCHS, _HangMidEpoch(marker, FAULT_EPOCHS - 1, 4))
     raise SystemExit("the fault run was expected to be killed mid-epoch")

@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from ..._common._arguments import check_bool
+from ..._patches import apply as apply_patches
 from ...errors import CallError, InputError, ParameterError
 from .._cell import SpikingCell
 from .._layer import SpikingRNN, time_mask
@@ -73,6 +74,7 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
         jit_compile: bool,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(**kwargs)
         self.supports_masking = True  # a [batch, time] mask skips steps (as the neuron layers do) and passes on
         label = type(self).__name__
@@ -244,6 +246,7 @@ class Fused(_Loop, keras.layers.Layer):  # type: ignore[misc]
     def __init__(
         self, layers: Sequence[SynapseLayer], *, segment: int | None = None, jit_compile: bool = True, **kwargs: Any
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(**kwargs)
         self.supports_masking = True  # a [batch, time] mask skips steps (as the neuron layers do) and passes on
         label = type(self).__name__
