@@ -3,52 +3,65 @@
 >>> import ste, tensorflow as tf
 >>> binarize = ste.forward(tf.sign).backward("straight_through", clip=1.0)
 >>> relu_as_sigmoid = ste.forward(tf.nn.relu).backward_like(tf.nn.sigmoid)
+
+``import ste`` imports TensorFlow, Keras and every family of ste, and so registers ste's classes with Keras, as every
+Keras plugin does: a process that has run ``import ste`` loads a ``.keras`` file of ste's layers, ops and wrappers
+without ``custom_objects`` (docs/saving.md). That is its one effect outside ste: it applies no patch to Keras or
+TensorFlow (``ste._patches`` lists them, each applied where it is needed), reads no command line and installs no
+import hook.
+
+Without TensorFlow (or with a TensorFlow or Keras older than ste supports), ``import ste`` still succeeds, so that
+``python -m ste list`` and ``show NAME`` answer from the catalog of the built-in registry; ``ste.__version__`` and
+``ste.errors`` are there, and every other name of ste raises :class:`ste.errors.MissingDependencyError` with the
+install command.
 """
 
-from ._tools._cli import answer_without_tensorflow as _answer_without_tensorflow
+from __future__ import annotations
 
-_answer_without_tensorflow()  # `python -m ste --help` (and usage errors) exit here, before TensorFlow is imported
+from typing import NoReturn
 
-from ._deprecated import install_old_module_paths as _install_old_module_paths
-from ._deprecated import moved_name as _moved_name
 from ._keras._requirements import check_requirements as _check_requirements
-
-_check_requirements()  # no TensorFlow, or one too old: ste.errors.MissingDependencyError with the pip command
-
-from . import (
-    activations,
-    callbacks,
-    clustering,
-    constraints,
-    errors,
-    larq,
-    layers,
-    metrics,
-    optimizers,
-    qat,
-    quantizers,
-    registry,
-    sparsity,
-    spiking,
-    testing,
-)
-from ._core._bitmask import bit_masks, set_bit_masks
-from ._core._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
-from ._core._maskrule import mask_rule
-from ._core._serialization import install_save_check as _install_save_check
-from ._keras._collective_keys import install as _install_fresh_collective_keys
-from ._keras._distribute import install as _install_multi_worker_fixes
-from ._tools._export import export_quantized_weights, unpack_quantized_weights
-from ._tools._plot import plot
-from ._tools._summary import LayerSummary, ModelSummary, summary
 from ._version import __version__
-from .errors import STEError
-from .qat import quantize_model, to_tflite
+from .errors import MissingDependencyError as _MissingDependencyError
 
-_install_old_module_paths()  # pickles written before a private module moved name its old path
-_install_save_check()
-_install_multi_worker_fixes()  # Keras's fit under MultiWorkerMirroredStrategy (docs/distributed.md)
-_install_fresh_collective_keys()  # a second MirroredStrategy in one process (docs/distributed.md)
+
+def _missing_requirement() -> _MissingDependencyError | None:
+    """Why ste cannot load here (TensorFlow or Keras missing, broken or too old), or None."""
+    try:
+        _check_requirements()
+    except _MissingDependencyError as error:
+        return error
+    return None
+
+
+_MISSING = _missing_requirement()
+
+if _MISSING is None:
+    from . import (
+        activations,
+        callbacks,
+        clustering,
+        constraints,
+        errors,
+        larq,
+        layers,
+        metrics,
+        optimizers,
+        qat,
+        quantizers,
+        registry,
+        sparsity,
+        spiking,
+        testing,
+    )
+    from ._core._bitmask import bit_masks, set_bit_masks
+    from ._core._dsl import Forward, RuleLike, STEFunction, backward, backward_like, forward
+    from ._core._maskrule import mask_rule
+    from ._tools._export import export_quantized_weights, unpack_quantized_weights
+    from ._tools._plot import plot
+    from ._tools._summary import LayerSummary, ModelSummary, summary
+    from .errors import STEError
+    from .qat import quantize_model, to_tflite
 
 __all__ = [
     "Forward",
@@ -88,6 +101,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """A name that moved elsewhere (``ste.errors.ParameterError`` → ``ste.errors.ParameterError``), with a warning."""
-    return _moved_name(name)
+def __getattr__(name: str) -> NoReturn:
+    """A name of ste asked for where ste could not load (no TensorFlow): the reason and the install command."""
+    if _MISSING is not None and name in __all__:
+        raise _MissingDependencyError(f"ste.{name} is not available: {_MISSING}") from _MISSING
+    raise AttributeError(f"module 'ste' has no attribute {name!r}")

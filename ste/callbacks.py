@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ._common._arguments import check_bool
-from ._keras._distribute import multi_worker
+from ._patches import multi_worker
 from .errors import BackupError, ParameterError
 
 __all__ = ["BackupAndRestore", "HyperparameterScheduler"]

@@ -135,6 +135,32 @@ def run_python(
     return finished
 
 
+_NO_TENSORFLOW = """
+import sys
+
+
+class NoTensorFlow:  # as if TensorFlow were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tensorflow":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoTensorFlow())
+"""
+
+
+def without_tensorflow(directory: Path) -> dict[str, str]:
+    """This process's environment for a fresh interpreter that finds this checkout's ste and no TensorFlow, as if it
+    were not installed: a ``sitecustomize.py`` written to ``directory`` refuses every ``tensorflow`` module."""
+    import os
+
+    (directory / "sitecustomize.py").write_text(_NO_TENSORFLOW)
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (str(directory), root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def run_example(name: str, directory: Path, *args: str) -> Finished:
     """``python examples/<name>.py ARGS`` as a user runs it: a fresh process, in ``directory``, which must succeed."""
     import os
@@ -185,3 +211,20 @@ def run_or_skip_like_parent(ours: Callable[[], Any], parent: Callable[[], Any]) 
         with pytest.raises(type(error), match=phrase):
             parent()  # the Keras parent cannot run here either
         pytest.skip(missing_kernel_reason(kernel, error))
+
+
+def expect_ste_error(fn: Callable[[], Any], *words: str) -> Any:
+    """The ste error ``fn()`` raises, whose message holds every one of ``words``; any other outcome fails the test."""
+    import pytest
+
+    import ste
+
+    try:
+        fn()
+    except ste.STEError as error:
+        for word in words:
+            assert word in str(error), (word, str(error))
+        return error
+    except Exception as error:  # a raw traceback is a failure
+        pytest.fail(f"raw {type(error).__name__} instead of an ste.STEError: {error}")
+    pytest.fail("no error")

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any
 
 import pytest
 import tensorflow as tf
 
 import ste
-import ste._deprecated as deprecated
 import ste.errors as errors
 
 ERROR_CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, Exception)]
@@ -31,39 +29,10 @@ def test_the_top_level_keeps_ste_error_and_no_other_error() -> None:
     assert set(errors.__all__) == {cls.__name__ for cls in ERROR_CLASSES}
 
 
-def test_every_error_the_top_level_exported_before_the_move_keeps_its_old_spelling() -> None:
-    added_after_the_move = {"STEError", "MissingCallbackError", "PruningTargetError", "MissingMethodError"}
-    before = {cls.__name__ for cls in ERROR_CLASSES} - added_after_the_move
-    assert before <= set(deprecated.MOVED_NAMES)
-
-
-@pytest.mark.parametrize(
-    "cls",
-    [c for c in ERROR_CLASSES if c.__name__ in deprecated.MOVED_NAMES],
-    ids=lambda c: c.__name__,
-)
-def test_an_old_top_level_spelling_works_and_warns_once_with_the_new_path(cls: type[Exception]) -> None:
-    import ste._deprecated
-
-    ste._deprecated._warned.discard(cls.__name__)
-    with pytest.warns(DeprecationWarning, match=rf"ste\.{cls.__name__} moved to ste\.errors\.{cls.__name__}"):
-        assert getattr(ste, cls.__name__) is cls  # old path
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert getattr(ste, cls.__name__) is cls  # old path, second time: no warning
-
-
 def test_an_unknown_top_level_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         ste.NoSuchName  # noqa: B018
     assert not hasattr(ste, "ParameterErrors")
-
-
-def test_an_old_private_module_path_imports_the_moved_module() -> None:
-    import importlib
-
-    assert importlib.import_module("ste._errors") is errors  # old path
-    assert errors.__spec__ is not None and errors.__spec__.name == "ste.errors"
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)

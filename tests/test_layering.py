@@ -2,7 +2,7 @@
 
 The layers, from the bottom (each ``ste/*/__init__.py`` docstring says what its package holds):
 
-0. ``ste.errors`` and the modules that import nothing of ste (the version, the table of moved names);
+0. ``ste.errors`` and the modules that import nothing else of ste (the version, the patches of Keras and TensorFlow);
 1. ``ste._common``: argument checks and name tables;
 2. ``ste.registry``: the surrogate gradients;
 3. ``ste._core``: the op machinery (the DSL, rules, compilation, op serialization);
@@ -27,7 +27,7 @@ from tests.imports import import_edges, package_modules
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, ...]] = [
-    ("ste.errors", "ste._version", "ste._deprecated"),
+    ("ste.errors", "ste._version", "ste._patches"),
     ("ste._common",),
     ("ste.registry",),
     ("ste._core",),

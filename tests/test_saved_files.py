@@ -1,13 +1,13 @@
-"""Models and pickles written by an earlier ste (``tests/data/saved``) load, and compute what they computed then.
+"""``.keras`` files written by ste 0.1.0 (``tests/data/saved``) load in this ste and compute what they computed then.
 
 The expected outputs and input gradients in ``expected.npz`` were computed by the ste that wrote the files
-(``tests/data/saved/write.py``), so they are a reference independent of the code that loads them: a class or a
-function that moved to another module must still be found, by its Keras registration name or its pickled path.
+(``tests/data/saved/write.py``), so they are a reference independent of the code that loads them: every class and
+function a file names must still be found by its Keras registration name, with the same weights and state.
 """
 
 from __future__ import annotations
 
-import pickle
+import os
 from pathlib import Path
 
 import keras
@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import ste
+from tests.helpers import run_python
 
 SAVED = Path(__file__).parent / "data" / "saved"
 EXPECTED = dict(np.load(SAVED / "expected.npz"))
@@ -31,7 +32,7 @@ def _output_and_gradient(fn, x):
     return y.numpy(), tape.gradient(loss, xt).numpy()
 
 
-@pytest.mark.parametrize("name", ["ops", "layers", "qat", "spiking"])
+@pytest.mark.parametrize("name", ["ops", "layers", "qat", "pruned", "clustered", "spiking"])
 def test_a_saved_keras_file_loads_with_safe_mode_and_computes_as_before(name):
     model = keras.models.load_model(SAVED / f"{name}.keras")  # safe_mode: only registered names, no code
     x = EXPECTED[f"{name}_x"]
@@ -42,38 +43,33 @@ def test_a_saved_keras_file_loads_with_safe_mode_and_computes_as_before(name):
     np.testing.assert_allclose(dx, EXPECTED[f"{name}_dx"], rtol=1e-4, atol=1e-6)
 
 
-def test_saved_ste_layers_load_as_ste_classes():
+def test_saved_ste_layers_and_wrappers_load_as_ste_classes():
     model = keras.models.load_model(SAVED / "layers.keras")
     kinds = {type(layer) for layer in model.layers}
     assert {ste.layers.QuantConv2D, ste.layers.QuantDense, ste.layers.BatchNormalization} <= kinds
+    pruned = keras.models.load_model(SAVED / "pruned.keras")
+    assert any(isinstance(layer, ste.sparsity.PruneLowMagnitude) for layer in pruned.layers)
+    clustered = keras.models.load_model(SAVED / "clustered.keras")
+    assert any(isinstance(layer, ste.clustering.ClusterWeights) for layer in clustered.layers)
     spiking = keras.models.load_model(SAVED / "spiking.keras")
     assert isinstance(spiking.get_layer("lif"), ste.spiking.LIF)
     assert spiking.get_layer("lif").surrogate == ste.registry.get("atan(alpha=2.0)")
 
 
-def _pickled():
-    with open(SAVED / "objects.pickle", "rb") as file:
-        return pickle.load(file)
-
-
-def test_pickled_objects_load_as_the_same_kinds():
-    objects = _pickled()
-    assert isinstance(objects["op"], ste.STEFunction)
-    assert objects["surrogate"] == ste.registry.get("atan(alpha=2.0)")
-    assert isinstance(objects["quantizer"], ste.quantizers.LSQ)
-    assert isinstance(objects["layer"], ste.layers.QuantDense)
-
-
-@pytest.mark.parametrize("name", ["op", "op_like", "op_surrogate", "quantizer", "layer"])
-def test_a_pickled_object_computes_as_before(name):
-    obj = _pickled()[name]
-    call = (lambda t: obj(t, training=False)) if name in ("quantizer", "layer") else obj
-    y, dx = _output_and_gradient(call, EXPECTED["pickle_x"])
-    np.testing.assert_allclose(y, EXPECTED[f"pickle_{name}_y"], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(dx, EXPECTED[f"pickle_{name}_dx"], rtol=1e-5, atol=1e-6)
-
-
-def test_a_pickled_surrogate_has_the_same_derivative():
-    surrogate = _pickled()["surrogate"]
-    dx = surrogate.derivative(tf.constant(EXPECTED["pickle_x"])).numpy()
-    np.testing.assert_allclose(dx, EXPECTED["pickle_surrogate_dx"], rtol=1e-6)
+def test_every_saved_file_loads_in_a_fresh_process_after_a_plain_import_ste(tmp_path):
+    """``import ste`` registers the classes of every family with Keras (docs/saving.md): a new interpreter that imports
+    nothing else of ste loads each file, as a user's loading script does, and computes the stored outputs."""
+    names = ["ops", "layers", "qat", "pruned", "clustered", "spiking"]
+    script = (
+        "import sys, keras, numpy as np, ste\n"
+        "expected = np.load(sys.argv[1] + '/expected.npz')\n"
+        f"outputs = {{name: np.asarray(keras.models.load_model(f'{{sys.argv[1]}}/{{name}}.keras')"
+        f"(expected[name + '_x'], training=False)) for name in {names!r}}}\n"
+        "np.savez('outputs.npz', **outputs)\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = run_python(["-c", script, SAVED], tmp_path, env=env, timeout=300)
+    outputs = np.load(done.directory / "outputs.npz")
+    assert sorted(outputs) == sorted(names)
+    for name in names:
+        np.testing.assert_allclose(outputs[name], EXPECTED[f"{name}_y"], rtol=1e-6, atol=1e-6, err_msg=name)

@@ -6,17 +6,16 @@
   Here each older release is imitated on the installed Keras; CI's pass on the oldest combination runs these
   tests, and the layer, QAT and saving tests, on the real one.
 * The floors that ``pyproject.toml``, the README, ``ste`` and ``.ci/run`` state are the same.
-* TensorFlow is no requirement of the package (a user keeps the build installed), and ``import ste`` without it
-  raises ``ste.errors.MissingDependencyError`` with the pip command.
+* TensorFlow is no requirement of the package (a user keeps the build installed). Without it ``import ste``
+  succeeds (the command line's ``list`` and ``show`` answer from their catalog), and every name of ste but
+  ``__version__`` and ``errors`` raises ``ste.errors.MissingDependencyError`` with the pip command.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import tensorflow as tf
 
 import ste
 from ste._keras._requirements import MIN_KERAS, MIN_TENSORFLOW, check_requirements
-from tests.helpers import extra_requirements, pyproject
+from tests.helpers import extra_requirements, pyproject, without_tensorflow
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_FLOOR = ".".join(map(str, MIN_TENSORFLOW))
@@ -179,23 +178,8 @@ def test_too_old_tensorflow_or_keras_is_refused_with_the_fix(monkeypatch: pytest
         check_requirements()
 
 
-_NO_TENSORFLOW = """
-    import sys
-
-    class NoTensorFlow:  # as if TensorFlow were not installed
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "tensorflow":
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-
-    sys.meta_path.insert(0, NoTensorFlow())
-"""
-
-
 def _without_tensorflow(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent(_NO_TENSORFLOW))
-    path = os.pathsep.join(p for p in (str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
+    env = without_tensorflow(tmp_path)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
 
 
@@ -204,10 +188,18 @@ def test_import_without_tensorflow_names_the_pip_command(tmp_path: Path) -> None
         f"ste needs TensorFlow {TF_FLOOR} or later, which is not installed. Fix: pip install 'ste[tensorflow]' (or "
         "the build you use: 'ste[tensorflow-cpu]', 'ste[tensorflow-macos]', 'ste[and-cuda]')."
     )
-    done = _without_tensorflow(tmp_path, "-c", "import ste")
+    # import ste succeeds (the command line answers list and show from its catalog); its version and errors are there
+    check = "import ste; print(ste.__version__, ste.errors.MissingDependencyError.__name__)"
+    done = _without_tensorflow(tmp_path, "-c", check)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{ste.__version__} MissingDependencyError\n", "")
+    done = _without_tensorflow(tmp_path, "-c", "import ste; ste.forward")  # any other name: the reason and the fix
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == f"ste.errors.MissingDependencyError: {message}"
-    probe = "try:\n    import ste\nexcept ImportError as error:\n    print(type(error).__name__)"
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ste.errors.MissingDependencyError: ste.forward is not available: {message}"
+    )
+    done = _without_tensorflow(tmp_path, "-c", "import ste; ste.no_such_name")  # not a name of ste: as before
+    assert done.stderr.strip().splitlines()[-1] == "AttributeError: module 'ste' has no attribute 'no_such_name'"
+    probe = "try:\n    from ste import forward\nexcept ImportError as error:\n    print(type(error).__name__)"
     done = _without_tensorflow(tmp_path, "-c", probe)  # code that probes for optional packages catches it
     assert (done.returncode, done.stdout) == (0, "MissingDependencyError\n")
     done = _without_tensorflow(tmp_path, "-m", "ste", "--help")  # answered without TensorFlow, as before

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["check_bool", "check_bool_arguments", "check_number"]
+__all__ = ["check_bool", "check_bool_arguments", "check_number", "short_repr"]
 
 
 def check_bool(owner: str, name: str, value: Any) -> bool:
@@ -54,7 +54,7 @@ def check_bool_arguments(
 def check_number(owner: str, field: str, value: Any, *, positive: bool = False) -> float:
     """``value`` as a finite float (> 0 when ``positive``) or :class:`ste.errors.ParameterError`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
-        raise ParameterError(f"{owner}: {field} must be a finite number; received {_short(value)}.")
+        raise ParameterError(f"{owner}: {field} must be a finite number; received {short_repr(value)}.")
     if positive and float(value) <= 0:
         raise ParameterError(f"{owner}: {field} must be > 0; received {value!r}.")
     return float(value)
@@ -67,6 +67,7 @@ def _finite(value: numbers.Real) -> bool:
         return False
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to its first 20 characters and its length when it is longer than 40 (for messages)."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"

@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .._patches import apply as apply_patches
 from ..errors import CallError, MissingBackwardError, RuleError
 from ..registry import Surrogate
 from ._compile import compile_op
@@ -280,6 +281,7 @@ class STEFunction(Generic[P, R]):
         # AutoGraph must not convert the library's own code (plain Python around TensorFlow ops). While a function
         # is traced the call goes through tf.autograph.experimental.do_not_convert; eagerly there is nothing to
         # convert, and that wrapper's context switch would cost more than this test.
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         if tf.executing_eagerly():
             return self._call(args, kwargs)
         return self._traced_call(args, kwargs)

@@ -14,32 +14,29 @@ registration needs its module imported) and is never one of the standard library
 list of TensorFlow/Keras namespaces of tensor functions. A function without such a name (a lambda, a local function, a
 closure) makes saving raise :class:`ste.errors.SerializationError`.
 
-Keras opens the ``.keras`` file before it serializes the model, so an error there would leave an empty file (or
-truncate an existing one). :func:`install_save_check` makes Keras's ``save_model`` serialize the model's config first
-and raise ste's errors before any file is touched.
+Keras opens the ``.keras`` file before it serializes the model; :mod:`ste._patches` makes its savers serialize the
+config first, so ste's errors come before any file is touched.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import pickle
 import sys
 import threading
 import types
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from ..errors import SerializationError, STEError
+from ..errors import SerializationError
 from ..registry import Surrogate
 from ._describe import callable_name
 from ._rules import RuleParts
 
-__all__ = ["OpParts", "install_save_check", "op_config", "op_parts", "op_parts_from_config"]
+__all__ = ["OpParts", "op_config", "op_parts", "op_parts_from_config"]
 
 #: An op's parts: its forward function, the rule's kind (``"surrogate"``, ``"like"``, ``"function"``), the rule, the
 #: hyperparameters bound to a function rule, the declared JVP (or None).
@@ -311,39 +308,3 @@ def op_parts(op: Any) -> OpParts:
     if jvp is not None:
         _check_picklable(jvp, "declared jvp", op)
     return (op.forward_fn, kind, rule, params, jvp)
-
-
-# -- saving: fail before the file is opened ----------------------------------------------------------------------
-
-
-def _checked_first(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``original`` (a Keras saver taking the model first) preceded by a config check that raises ste's errors."""
-
-    @functools.wraps(original)
-    def save_model(model: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # Keras repeats its warnings when it serializes for real
-                keras.saving.serialize_keras_object(model)
-        except STEError:
-            raise
-        except Exception:  # Keras's own errors: raised as before, by the real save below
-            pass
-        return original(model, *args, **kwargs)
-
-    save_model._ste_checks_first = True  # type: ignore[attr-defined]
-    return save_model
-
-
-def install_save_check() -> None:
-    """Make Keras's savers (``.keras``, and the legacy ``.h5``) raise ste's errors before they open (and truncate)
-    the file."""
-    try:
-        from keras.src.legacy.saving import legacy_h5_format
-        from keras.src.saving import saving_lib
-    except ImportError:  # pragma: no cover - another Keras layout: ste's errors then come from inside the save
-        return
-    for module, name in ((saving_lib, "save_model"), (legacy_h5_format, "save_model_to_hdf5")):
-        original = getattr(module, name)
-        if not getattr(original, "_ste_checks_first", False):
-            setattr(module, name, _checked_first(original))

@@ -2,7 +2,8 @@
 
 TensorFlow is not a requirement of the package (``pyproject.toml``): a user keeps the build installed
 (``tensorflow``, ``tensorflow-cpu``, ``tensorflow-macos``, ``tensorflow[and-cuda]``), and the extras of the same
-names install one. So ``import ste`` without TensorFlow, or with a release older than ste supports, raises
+names install one. So without TensorFlow, or with a release older than ste supports, ``import ste`` succeeds (the
+command line's ``list`` and ``show`` answer from their catalog) and the first name of ste used raises
 :class:`ste.errors.MissingDependencyError` naming the command, instead of Python's bare ``ModuleNotFoundError`` from
 deep inside Keras. This module imports nothing heavy at module level.
 """

@@ -7,14 +7,12 @@ names (``ste_sign``) as well as surrogates; a name that is both (``approx_sign``
 MODULE`` (repeatable) imports the user's modules first, so that the rules they register are listed, shown, plotted
 and checked.
 
-Answering ``--help``, ``--version``, usage errors, ``list`` and ``show NAME`` for a built-in entry needs no
-TensorFlow: ``ste/__init__.py`` calls :func:`answer_without_tensorflow` before it imports anything heavy. That
-function acts only in the process ``python -m ste`` (or the ``ste`` console script), while Python imports ``ste`` to
-start it: it parses the arguments (argparse exits there on help and usage errors), prints ``list`` and ``show`` of
-built-in names from the static catalog ``ste/_tools/_cli_catalog.py`` (what these commands print with the registry
-loaded, written by :func:`write_catalog` and compared with the live registry by a test), and otherwise hides
-TensorFlow's native start-up log lines for the command. ``--import MODULE`` always loads the registry, so that the
-user's entries are listed. This module imports nothing heavy at module level.
+``python -m ste`` runs ``import ste`` first, which imports TensorFlow when it is installed. Without TensorFlow,
+``--help``, ``--version``, usage errors, ``list`` and ``show NAME`` for a built-in entry still answer: :func:`main`
+prints ``list`` and ``show`` of built-in names from the catalog ``ste/_tools/cli_catalog.json`` (package data: what
+these commands print with the registry loaded, written by :func:`write_catalog` and compared with the live registry
+by a test), and any other command says what to install. TensorFlow's device discovery runs with its native log
+lines hidden. This module imports nothing heavy at module level.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ import importlib
 import importlib.util
 import inspect
 import io
+import json
 import math
 import os
 import sys
@@ -31,14 +30,17 @@ import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
-__all__ = ["answer_without_tensorflow", "main"]
+__all__ = ["main", "render_catalog", "write_catalog"]
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CANNOT_CHECK = 3
+
+#: What ``list`` and ``show NAME`` print for the built-in registry (package data written by :func:`write_catalog`).
+CATALOG = Path(__file__).with_name("cli_catalog.json")
 
 #: File types ``plot -o`` writes: matplotlib's standard savefig formats (tested against matplotlib's own list).
 IMAGE_TYPES = ("png", "svg", "svgz", "pdf", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf")
@@ -167,33 +169,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def _launched_as_command_line() -> bool:
-    """Whether this process is the command line and ``ste`` is being imported to start it.
-
-    ``python -m ste``: while ``-m`` locates its module, ``sys.argv[0]`` is ``"-m"`` (documented for the ``-m``
-    option) and ``sys.orig_argv`` says which module was asked for. The ``ste`` console script: the ``__main__``
-    module is the launcher that pip writes, which imports ``ste.__main__``.
-    """
-    if sys.argv[:1] == ["-m"]:
-        original: list[str] = list(getattr(sys, "orig_argv", []))
-        for index, item in enumerate(original[1:], start=1):
-            if item == "-m":
-                return original[index + 1 : index + 2] == ["ste"]
-            if item.startswith("-m"):
-                return item == "-mste"
-        return False
-    script = getattr(sys.modules.get("__main__"), "__file__", None)
-    if not isinstance(script, str) or Path(script).stem not in ("ste", "ste-script"):
-        return False
-    try:
-        return "from ste.__main__ import main" in Path(script).read_text(errors="replace")[:4096]
-    except OSError:
-        return False
-
-
 @contextmanager
 def _native_stderr_silenced() -> Iterator[None]:
-    """Send file descriptor 2 to /dev/null (TensorFlow's C++ start-up lines bypass Python's logging)."""
+    """Send file descriptor 2 to /dev/null (TensorFlow's C++ log lines bypass Python's logging)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -205,48 +183,31 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def _import_tensorflow_quietly(command: str) -> None:
+def _require_tensorflow(command: str) -> None:
+    """TensorFlow and Keras (loaded by ``import ste``) with their devices found, or a one-line error with the fix."""
     from .._keras._requirements import check_requirements
     from ..errors import MissingDependencyError
 
-    # 3, not 2: TensorFlow also logs at error level when it runs (oneDNN's float16 fallback in `check`)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        with _native_stderr_silenced():
-            check_requirements()  # imports TensorFlow and Keras, or says which is missing and the pip command
-            import tensorflow as tf
+        check_requirements()  # TensorFlow and Keras, or which is missing and the pip command
+        import tensorflow as tf
 
-            tf.config.list_physical_devices()  # device discovery logs too (e.g. a failed cuInit)
+        with _native_stderr_silenced():
+            tf.config.list_physical_devices()  # device discovery logs natively (e.g. a failed cuInit)
     except MissingDependencyError as error:
         print(f"ste {command}: error: {error}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
 
 
-def answer_without_tensorflow() -> None:
-    """In ``python -m ste ...`` (or ``ste ...``) only: exit on help and usage errors before TensorFlow loads.
-
-    Otherwise (a command will run), import TensorFlow with its native start-up log lines hidden. In any other
-    process (``import ste``) this does nothing.
-    """
-    if not _launched_as_command_line() or "tensorflow" in sys.modules:
-        return
-    args = _parse(sys.argv[1:])  # argparse exits with status 0 (help, version) or 2 (usage error)
-    static = _static_answer(args)
-    if static is not None:
-        sys.stdout.write(static)
-        sys.stdout.flush()
-        raise SystemExit(EXIT_OK)
-    _import_tensorflow_quietly(args.command)
-
-
 def _static_answer(args: argparse.Namespace) -> str | None:
-    """What ``list`` or ``show NAME`` prints for the built-in registry, from the static catalog; None where the live
-    registry is needed (``--import``, a spec string with arguments, a name that is not built in, other commands)."""
-    if args.imports or args.command not in ("list", "show"):
+    """What ``list`` or ``show NAME`` prints for the built-in registry, from the catalog; None where the live registry
+    is needed (``--import``, a spec string with arguments, a name that is not built in, other commands) or already
+    loaded in this process (it may hold entries registered since)."""
+    if args.imports or args.command not in ("list", "show") or "ste.registry" in sys.modules:
         return None
-    from ._cli_catalog import LIST, SHOW
-
-    return LIST if args.command == "list" else SHOW.get(args.name)
+    catalog: dict[str, Any] = json.loads(CATALOG.read_text(encoding="utf-8"))
+    answer = catalog["list"] if args.command == "list" else catalog["show"].get(args.name)
+    return None if answer is None else str(answer)
 
 
 def _render(command: str, name: str = "") -> str:
@@ -258,7 +219,7 @@ def _render(command: str, name: str = "") -> str:
 
 def render_catalog() -> tuple[str, dict[str, str]]:
     """What ``list`` prints and what ``show NAME`` prints for every built-in surrogate and quantizer name, from the
-    live registry (imports TensorFlow): the content of ``ste/_tools/_cli_catalog.py``."""
+    live registry (imports TensorFlow): the content of ``ste/_tools/cli_catalog.json``."""
     from ..quantizers import names as quantizer_names
     from ..registry import names
 
@@ -266,38 +227,12 @@ def render_catalog() -> tuple[str, dict[str, str]]:
 
 
 def write_catalog(path: str | Path | None = None) -> None:
-    """Write ``ste/_tools/_cli_catalog.py`` from the live registry:
-    ``python -c "from ste._tools._cli import write_catalog; write_catalog()"``, then ``ruff format`` it. Run it after
-    changing a built-in entry (a test says when)."""
-
-    def literal(text: str) -> str:
-        lines = text.splitlines(keepends=True)
-        return "(\n" + "".join(f"        {line!r}\n" for line in lines) + "    )"
-
+    """Write ``ste/_tools/cli_catalog.json`` from the live registry:
+    ``python -c "from ste._tools._cli import write_catalog; write_catalog()"``. Run it after changing a built-in
+    entry (a test says when)."""
     listing, shows = render_catalog()
-    first: dict[str, str] = {}  # text -> the first name that shows it; an alias reuses that entry
-    for name, text in shows.items():
-        first.setdefault(text, name)
-    source = [
-        '"""What ``python -m ste list`` and ``show NAME`` print for the built-in registry, so that they answer',
-        "without importing TensorFlow. Generated by ``ste._tools._cli.write_catalog()`` from the live registry;",
-        'tests/test_cli.py checks that it is current."""',
-        "",
-        "# ruff: noqa: E501",
-        "",
-        "from __future__ import annotations",
-        "",
-        f"LIST = {literal(listing)}",
-        "",
-        "SHOW = {",
-        *(f"    {name!r}: {literal(text)}," for name, text in shows.items() if first[text] == name),
-        "}",
-        "# names that print the same as another (aliases)",
-        *(f"SHOW[{name!r}] = SHOW[{first[text]!r}]" for name, text in shows.items() if first[text] != name),
-        "",
-    ]
-    target = Path(path) if path is not None else Path(__file__).with_name("_cli_catalog.py")
-    target.write_text("\n".join(source))
+    text = json.dumps({"list": listing, "show": shows}, indent=1, ensure_ascii=False, sort_keys=True)
+    (Path(path) if path is not None else CATALOG).write_text(text + "\n", encoding="utf-8")
 
 
 def _import_user_modules(modules: Sequence[str]) -> None:
@@ -479,6 +414,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as done:  # argparse: --help, --version (0) or a usage error (2), already printed
         return done.code if isinstance(done.code, int) else EXIT_USAGE
+    static = _static_answer(args)
+    if static is not None:
+        sys.stdout.write(static)
+        return EXIT_OK
+    _require_tensorflow(args.command)
     from ..errors import STEError
 
     out, err = sys.stdout, sys.stderr

@@ -151,7 +151,7 @@ def strip_clustering(to_strip: Any) -> Any:
 @contextlib.contextmanager
 def cluster_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
     """TFMOT's ``cluster_scope``: ste's clustering classes as Keras custom objects, plus the ``{name: class}`` dicts
-    given (your own :class:`ClusterableLayer` classes). ``import ste`` already registers :class:`ClusterWeights`,
+    given (your own :class:`ClusterableLayer` classes). Loading ste registers :class:`ClusterWeights`,
     so a ``.keras`` file of built-in layers loads without the scope."""
     with custom_object_scope(
         "ste.clustering.cluster_scope",

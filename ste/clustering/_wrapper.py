@@ -27,6 +27,7 @@ import tensorflow as tf
 from .._common._arguments import check_bool
 from .._keras._forwarding import build_inner, take_call_signature
 from .._keras._stateless import call_with_values
+from .._patches import apply as apply_patches
 from ..errors import NotBuiltError, ParameterError, UnsupportedLayerError
 from ._clusterable import clusterable_weights, covered
 from ._config import CentroidInitialization, GradientAggregation, member
@@ -59,7 +60,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
     """``layer`` with its kernels clustered into ``number_of_clusters`` centroids (see the module docstring).
 
     Made by :func:`ste.clustering.cluster_weights`; named ``cluster_<layer name>`` as in TFMOT. Saved with the
-    layer's config, so a ``.keras`` file loads after ``import ste``.
+    layer's config, so a ``.keras`` file loads once ste is loaded.
     """
 
     #: The call that turns a trained model's wrappers back into plain layers: conversion and QAT ask for it first.
@@ -74,6 +75,7 @@ class ClusterWeights(keras.layers.Layer):  # type: ignore[misc]
         cluster_gradient_aggregation: Any = GradientAggregation.SUM,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         owner = "ste.clustering.ClusterWeights"
         if isinstance(layer, dict):
             layer = keras.saving.deserialize_keras_object(layer)

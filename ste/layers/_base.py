@@ -26,6 +26,7 @@ from .._core._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_
 from .._core._cpu import has_gpu, onednn_enabled
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
+from .._patches import apply as apply_patches
 from ..activations import LARQ_ACTIVATIONS
 from ..errors import InputError, NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
@@ -141,12 +142,9 @@ def _ordered_gradients() -> bool:
 
     The order keeps one input-sized float tensor fewer alive (the rebuilt input is freed before the input gradient
     is allocated), and costs time where the two gradients would otherwise run side by side on cores one of them
-    leaves idle. Measured on ``benchmarks/binary_net.py``'s network (batch 64, 8 blocks, 2 cores; docs/performance.md,
-    "Binarized training against larq"): with oneDNN's kernels, which use every core per op, the ordered step took
-    282-284 ms against 315-401 ms, at a 101 MiB peak against 122; with TensorFlow's own kernels (oneDNN off, the
-    default without AVX-512), whose filter gradient leaves a core idle, it took 652-710 ms against 450-539 ms, at
-    127-140 MiB against 136-149. So: ordered with oneDNN on, on a GPU (a convolution fills the device; memory is the
-    scarce resource) and where TensorFlow does not say; side by side with oneDNN off."""
+    leaves idle. Ordered with oneDNN on, on a GPU (a convolution fills the device; memory is the scarce resource) and
+    where TensorFlow does not say; side by side with oneDNN off. The measurements: docs/performance.md, "Measurements
+    behind the code's choices"."""
     return onednn_enabled() is not False or has_gpu()
 
 
@@ -228,6 +226,7 @@ class QuantLayerMixin:
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
             check_bool_arguments(type(self).__name__, type(self), args, kwargs)  # use_bias="no" is refused
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
             self._refuse_larq_keywords(kwargs)

@@ -32,6 +32,7 @@ from .._core._xla import compiling_with_xla
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
 from .._keras._versions import renormalizes
+from .._patches import apply as apply_patches
 from ..errors import InputError
 
 __all__ = ["BatchNormalization", "hint_fused_batch_norm"]
@@ -95,6 +96,7 @@ class BatchNormalization(keras.layers.BatchNormalization):  # type: ignore[misc]
     if not TYPE_CHECKING:  # static tools see Keras's __init__ and its parameters
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
             check_bool_arguments("BatchNormalization", keras.layers.BatchNormalization, args, kwargs)
             super().__init__(*args, **kwargs)
 

@@ -24,11 +24,11 @@ from ._config import QuantizeConfig
 from ._folded import FoldedConv2D, FoldedDepthwiseConv2D
 from ._preserve import PreservingWeightFakeQuant
 from ._quantizers import ActivationFakeQuant, WeightFakeQuant
+from ._rewrite import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
 from ._scheme import Scheme
 from ._scheme_names import SCHEMES, schemes, suggestion
 from ._separable import SplitSeparableConv1D, SplitSeparableConv2D
 from ._tfmot_quantizers import AllValuesQuantizer, FixedQuantizer, LastValueQuantizer, MovingAverageQuantizer
-from ._transform import ANNOTATION, FIX_INPUTS, Quantize, adapted_layers, quantize
 from ._transformer import QuantEinsumDense, QuantEmbedding, QuantMultiHeadAttention, QuantReversibleEmbedding
 from ._wrapper import QuantizeWrapper
 
@@ -248,7 +248,7 @@ def quantize_scope(*custom_objects: Mapping[str, Any]) -> Iterator[None]:
     (a custom layer, a :class:`ste.qat.QuantizeConfig` subclass, a custom quantizer), e.g.
     ``with ste.qat.quantize_scope({"MyConfig": MyConfig, "MyLayer": MyLayer}): keras.models.load_model(path)``.
 
-    ``import ste`` already registers ste's classes (as ``"ste>FoldedConv2D"`` ...), so loading a ``.keras`` file of
+    Loading ste registers ste's classes (as ``"ste>FoldedConv2D"`` ...), so loading a ``.keras`` file of
     built-in layers needs only that import; a model with your own classes needs them here (or registered with
     ``keras.saving.register_keras_serializable``). ste copies layers without cloning the model, so
     :func:`quantize_model` and :func:`quantize_apply` need no scope.

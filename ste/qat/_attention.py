@@ -33,6 +33,7 @@ import keras
 
 from .. import quantizers as ste_quantizers
 from .._keras._rewrite import sublayers, swap
+from .._patches import apply as apply_patches
 from ..quantizers._sharing import claim
 
 __all__ = [
@@ -124,6 +125,7 @@ class QuantSoftmax(keras.layers.Softmax):  # type: ignore[misc]
     quantizer spec or config, ``ste.quantizers.get``; ``None`` for none)."""
 
     def __init__(self, axis: int = -1, *, output_quantizer: Any = None, **kwargs: Any) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(axis=axis, **kwargs)
         self.output_quantizer = ste_quantizers.get(output_quantizer)
 

@@ -1,6 +1,6 @@
 """What a quantization scheme is: which layers it covers, and how it quantizes each.
 
-A :class:`Scheme` answers two questions for the graph rewrite of :mod:`ste.qat._transform`, which never branches on
+A :class:`Scheme` answers two questions for the graph rewrite of :mod:`ste.qat._rewrite`, which never branches on
 a scheme's concrete class:
 
 * :meth:`Scheme.role` — how a layer takes part: ``"compute"`` (it has weights to quantize and gets a quantized

@@ -30,6 +30,7 @@ import keras
 
 from .. import quantizers as ste_quantizers
 from .._keras._signatures import forwarding_signature
+from .._patches import apply as apply_patches
 from ..layers._base import KernelSlot, QuantLayerMixin
 from ..layers._dense import flat_matmul, unflatten
 from ..quantizers._sharing import claim
@@ -254,6 +255,7 @@ class QuantMultiHeadAttention(keras.layers.MultiHeadAttention):  # type: ignore[
         probability_quantizer: Any = None,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(num_heads, key_dim, **kwargs)
         self._specs = {
             "kernel_quantizer": ste_quantizers.serialize(ste_quantizers.get(kernel_quantizer)),

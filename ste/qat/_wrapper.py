@@ -41,6 +41,7 @@ import keras
 import tensorflow as tf
 
 from .._keras._stateless import call_with_values
+from .._patches import apply as apply_patches
 from ..errors import ParameterError, ParameterTypeError
 from ..quantizers import Quantizer
 
@@ -179,6 +180,7 @@ class QuantizeWrapper(keras.layers.Layer):  # type: ignore[misc]
     registered with Keras, or passed to ``ste.qat.quantize_scope({...})``."""
 
     def __init__(self, layer: Any, quantize_config: Any, **kwargs: Any) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         if isinstance(layer, dict):
             layer = keras.saving.deserialize_keras_object(layer)
         if isinstance(quantize_config, dict):

@@ -26,6 +26,7 @@ from .._common._names import NameTable, build
 from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
 from .._keras._lookup import publish_activation
+from .._patches import apply as apply_patches
 from ..errors import ParameterError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
@@ -64,6 +65,7 @@ class Quantizer(keras.layers.Layer, Extension):  # type: ignore[misc]
     has_weights: ClassVar[bool] = False
 
     def __init__(self, metrics: Sequence[str] | None = None, **kwargs: Any) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         # larq's per-quantizer training metrics (["flip_ratio"]): the layer quantizing a kernel with this quantizer
@@ -205,7 +207,7 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
         except (TypeError, ValueError) as error:
             raise SpecError(
                 f"cannot build a quantizer from the config {identifier!r} ({error}). Expected the output of "
-                f"keras.saving.serialize_keras_object(quantizer), e.g. for ste.quantizers.Sign(); after `import ste`."
+                f"keras.saving.serialize_keras_object(quantizer), e.g. for ste.quantizers.Sign(); once ste is loaded."
             ) from None
         if not callable(quantizer):
             raise SpecError(f"the quantizer config {identifier!r} did not give a callable but {quantizer!r}.")

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from .._common._abstract import Extension
+from .._common._arguments import short_repr
 from ..errors import ParameterError, RegistrationError, SpecError
 from ._numerics import smallest_normal
 from ._table import TABLE
@@ -43,11 +44,6 @@ _NO_DEFAULT = inspect.Parameter.empty
 def _is_classvar(annotation: Any) -> bool:
     text = annotation if isinstance(annotation, str) else repr(annotation)
     return "ClassVar" in text
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _importable(cls: type) -> bool:
@@ -225,7 +221,7 @@ class Surrogate(Extension):
             number = float(value)
         except OverflowError:
             raise ParameterError(
-                f"surrogate '{label}': parameter '{field}' = {_short(value)} is too large for a float. Fix: pass a "
+                f"surrogate '{label}': parameter '{field}' = {short_repr(value)} is too large for a float. Fix: pass a "
                 f"finite number, e.g. {label}({field}={default!r})."
             ) from None
         if isinstance(default, float) and not isinstance(value, float):

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from .._keras._forwarding import build_inner, take_call_signature
 from .._keras._stateless import call_with_values
+from .._patches import apply as apply_patches
 from ..errors import MissingCallbackError, NotBuiltError, ParameterError, ParameterTypeError, UnsupportedLayerError
 from ._arguments import check_arguments
 from ._layers import (
@@ -86,6 +87,7 @@ class PruneLowMagnitude(keras.layers.Layer):  # type: ignore[misc]
         m_by_n_axis: int | None = None,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         owner = "ste.sparsity.PruneLowMagnitude"
         if isinstance(layer, dict):
             layer = keras.saving.deserialize_keras_object(layer)

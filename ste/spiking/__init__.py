@@ -11,7 +11,8 @@ from ._constraint import Interval
 from ._conv import SpikingConv2D
 from ._dense import SpikingDense
 from ._encoders import delta_encode, latency_encode, rate_encode
-from ._fuse import fuse
+from ._fused._fuse import fuse
+from ._fused._layers import Fused
 from ._if import IF, IFCell
 from ._layer import SpikingRNN
 from ._leaky import LeakyCell
@@ -24,7 +25,6 @@ from ._plot import plot_membrane, plot_raster
 from ._readouts import Readout, last_membrane, max_membrane, spike_count, spike_rate
 from ._recurrent import RLIF, RLIFCell, RSynaptic, RSynapticCell
 from ._spike import heaviside
-from ._stack import Fused
 from ._synaptic import Synaptic, SynapticCell
 from ._time import TimeDistributed
 

@@ -30,6 +30,7 @@ import tensorflow as tf
 from .._common._abstract import Extension
 from .._common._arguments import check_bool
 from .._keras._signatures import forwarding_signature, init_signature
+from .._patches import apply as apply_patches
 from ..errors import ParameterError
 from ..registry import Surrogate, SurrogateLike
 from ._constraint import Interval
@@ -144,6 +145,7 @@ class SpikingCell(keras.layers.Layer, Extension):  # type: ignore[misc]
         units: int | None = None,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(**kwargs)
         label = type(self).__name__
         if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 1):

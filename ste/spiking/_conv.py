@@ -1,4 +1,4 @@
-"""``SpikingConv2D``: a convolution and spiking neurons over time, fused into one loop (``_stack``, ``_fused``).
+"""``SpikingConv2D``: a convolution and spiking neurons over time, fused into one loop (``_fused``).
 
 ``SpikingConv2D(filters, kernel_size, neuron=LIFCell(...))`` computes what
 ``ste.spiking.TimeDistributed(keras.layers.Conv2D(filters, kernel_size))`` followed by the neuron's layer over time
@@ -14,9 +14,9 @@ import keras
 
 from ..errors import CallError, ParameterError
 from ._cell import SpikingCell
+from ._fused._layers import SynapseLayer
+from ._fused._synapses import Conv2DSynapse, Synapse
 from ._layer import SpikingRNN
-from ._stack import SynapseLayer
-from ._synapse import Conv2DSynapse, Synapse
 
 __all__ = ["SpikingConv2D"]
 

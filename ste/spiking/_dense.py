@@ -1,4 +1,4 @@
-"""``SpikingDense``: a dense synapse and spiking neurons over time, fused into one loop (``_stack``, ``_fused``).
+"""``SpikingDense``: a dense synapse and spiking neurons over time, fused into one loop (``_fused``).
 
 ``SpikingDense(units, neuron=LIFCell(...))`` computes what ``keras.layers.Dense(units)`` followed by the neuron's
 layer over time computes (``ste.spiking.LIF``, ``Synaptic``, ...), with the same weights: ``[batch, time, features]``
@@ -14,9 +14,9 @@ import keras
 
 from ..errors import CallError, ParameterError
 from ._cell import SpikingCell
+from ._fused._layers import SynapseLayer
+from ._fused._synapses import DenseSynapse, Synapse
 from ._layer import SpikingRNN
-from ._stack import SynapseLayer
-from ._synapse import DenseSynapse, Synapse
 
 __all__ = ["SpikingDense"]
 

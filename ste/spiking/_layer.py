@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from .._common._arguments import check_bool
 from .._keras._signatures import forwarding_signature, init_signature
+from .._patches import apply as apply_patches
 from ..errors import CallError, InputError, MissingMethodError
 from ._cell import SpikingCell
 from ._loop import time_loop
@@ -125,6 +126,7 @@ class SpikingRNN(keras.layers.RNN):  # type: ignore[misc]
                 f"...), or set cell_class in {type(self).__qualname__} to a cell that implements {missing} (see "
                 f'"Write your own neuron" in docs/spiking.md).'
             )
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         for key, value in locals().items():  # return_sequences="no" etc.: refused, not read with bool()
             if key in _RNN_SWITCHES:
                 check_bool(type(self).__name__, key, value)

@@ -12,6 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._patches import apply as apply_patches
 from ..errors import CallError, ParameterError
 
 __all__ = ["Readout", "last_membrane", "max_membrane", "spike_count", "spike_rate"]
@@ -61,6 +62,7 @@ class Readout(keras.layers.Layer):  # type: ignore[misc]
     """Reduce the time axis: ``mode`` is ``"count"`` (default), ``"rate"``, ``"last"`` or ``"max"``."""
 
     def __init__(self, mode: str = "count", **kwargs: Any) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         if mode not in _MODES:
             raise ParameterError(f"Readout: mode must be one of {sorted(_MODES)}; received {mode!r}.")
         super().__init__(**kwargs)

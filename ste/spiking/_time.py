@@ -18,6 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .._patches import apply as apply_patches
 from ..errors import CallError
 
 __all__ = ["TimeDistributed"]
@@ -35,6 +36,7 @@ class TimeDistributed(keras.layers.TimeDistributed):  # type: ignore[misc]
     """
 
     def __init__(self, layer: keras.layers.Layer, **kwargs: Any) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         if isinstance(layer, keras.layers.Layer):
             kwargs.setdefault("dtype", layer.dtype_policy)
         super().__init__(layer, **kwargs)

@@ -1,5 +1,5 @@
 """Writes tests/data/tfmot_collab.npz: what TFMOT 0.8.1's own PQAT, CQAT and PCQAT do, for
-tests/qat/test_collab_outsider.py.
+tests/qat/test_collab_tfmot_parity.py.
 
 Run it with a Python that has TensorFlow, tf-keras and tensorflow-model-optimization 0.8.1 (never a dependency of
 ste): ``TF_USE_LEGACY_KERAS=1 python tests/qat/make_tfmot_collab.py``. For each case (``pqat``, ``cqat``,

@@ -20,7 +20,7 @@ import pytest
 import ste
 from ste._keras._rewrite import Rewriter, is_weight
 from ste.qat._api import _scheme
-from ste.qat._transform import Quantize, QuantizedGraph
+from ste.qat._rewrite import Quantize, QuantizedGraph
 
 from .helpers import interpreter, numpy_fake_quant, ops
 

@@ -1,4 +1,4 @@
-"""Hyperparameters valid in float64 but not in the computation dtype (issue 11 item 5): a ParameterError naming the
+"""Hyperparameters valid in float64 but not in the computation dtype: a ParameterError naming the
 entry, the parameter and the dtype when the op's gradient is traced, or a finite gradient equal to the independent
 numpy reference, never NaN; every parameterised entry of ``ste.registry.names()``, all four float dtypes.
 """
@@ -102,7 +102,7 @@ def test_refused_in_tf_function_too_with_its_type() -> None:
     np.testing.assert_allclose(step(tf.constant([0.5, -1.0], tf.float64)).numpy(), [0.0, 0.0])  # fits float64
 
 
-def test_issue_examples() -> None:
+def test_values_outside_float32s_range_are_refused_naming_the_parameter() -> None:
     x = tf.constant([0.0, 0.5, -1.0])
     with pytest.raises(ste.errors.ParameterError, match=r"'beta'.*float32"):
         _gradient(ste.forward(tf.sign).backward("sigmoid_surrogate", beta=1e39), x)

@@ -1,4 +1,4 @@
-"""Every boolean argument of the public API is refused unless it is a real bool (issue 22.A3).
+"""Every boolean argument of the public API is refused unless it is a real bool.
 
 ``bool("no")`` is True: a switch read with ``bool()`` silently inverts what the user wrote. The walk below finds
 every public class and function whose signature has a parameter with a bool default and passes ``"no"`` (and ``1``)
@@ -111,7 +111,7 @@ def _concrete(obj: Any) -> Any:
     return obj
 
 
-def test_the_walk_finds_the_switches_named_in_the_issue():
+def test_the_walk_finds_the_switches_of_quantizers_layers_and_tools():
     found = {(label.rsplit(".", 1)[-1], switch) for label, _, switch in CASES}
     for expected in [
         ("LSQ", "signed"),

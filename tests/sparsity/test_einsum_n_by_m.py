@@ -11,7 +11,7 @@ import pytest
 
 import ste
 
-from .test_outsider import assert_good_error, np_n_by_m
+from .test_tfmot_parity import assert_good_error, np_n_by_m
 
 S = ste.sparsity
 L = keras.layers

@@ -1,5 +1,5 @@
-"""Bad input to ste.sparsity beyond the outsider's cases: an ste error, raised before anything changes, that names
-the op, what it received and the fix."""
+"""Bad input to ste.sparsity beyond the TFMOT parity cases (test_tfmot_parity.py): an ste error, raised before
+anything changes, that names the op, what it received and the fix."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def test_a_pruned_weight_never_comes_back_and_each_update_follows_the_rule(dtype
 
 
 def test_in_fit_with_momentum_no_pruned_weight_comes_back() -> None:
-    """The outsider's case: fit, SGD with momentum, masks recomputed at every step after a dense start."""
+    """A user's case: fit, SGD with momentum, masks recomputed at every step after a dense start."""
     pruned = S.prune_low_magnitude(model_of("float32", seed=3), S.ConstantSparsity(0.5, begin_step=5, frequency=1))
     pruned.compile(keras.optimizers.SGD(0.05, momentum=0.9), "mse")
     rng = np.random.default_rng(4)

@@ -1,4 +1,4 @@
-"""``SpikingDense`` and ``Fused`` (the fused dense + neuron loop, spiking/_fused.py) against the numpy BPTT models of
+"""``SpikingDense`` and ``Fused`` (the fused dense + neuron loop, ste/spiking/_fused/) against the numpy BPTT models of
 reference.py (every neuron case of test_gradients.py and test_neurons.py) and against the unfused network
 (``keras.layers.Dense`` then the neuron layer) in a graph, under XLA, in the four float dtypes, in a
 MirroredStrategy step and through .keras saving; gradients of gradients are refused."""
@@ -553,7 +553,7 @@ def test_the_convolution_products_under_xla_are_conv2d_and_its_autodiff(frame, k
     # Under XLA the kernel's gradient is a sum of per-position products, the input's a flipped convolution and a
     # single channel's convolution broadcast multiply-adds (XLA:CPU's own lowerings are 5-25x slower): they must be
     # tf.nn.conv2d and its derivatives.
-    from ste.spiking._synapse import Conv2DSynapse
+    from ste.spiking._fused._synapses import Conv2DSynapse
 
     synapse = Conv2DSynapse(frame, 3, kernel_size, strides, padding)
     rng = np.random.default_rng(10)
@@ -580,7 +580,7 @@ def test_the_convolution_products_under_xla_are_conv2d_and_its_autodiff(frame, k
 @pytest.mark.parametrize(("inputs", "units"), [(7, 3), (3, 7), (5, 5)], ids=["fewer-units", "more-units", "square"])
 def test_the_dense_products_summed_over_steps_are_matmul_and_its_autodiff(inputs, units) -> None:
     # with fewer units than inputs the kernel's gradient is summed transposed (a faster product under XLA:CPU)
-    from ste.spiking._synapse import DenseSynapse
+    from ste.spiking._fused._synapses import DenseSynapse
 
     synapse = DenseSynapse(inputs, units)
     rng = np.random.default_rng(12)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ste
-from ste.spiking._nir_layers import ChannelsFirstFlatten
+from ste.spiking._nir._layers import ChannelsFirstFlatten
 
 from . import reference
 

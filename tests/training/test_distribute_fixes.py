@@ -1,5 +1,5 @@
-"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy (ste/_keras/_distribute.py), fresh collective keys
-for every MirroredStrategy (ste/_keras/_collective_keys.py), and the saved training state a resumed run needs
+"""ste's fixes to Keras's ``fit`` under MultiWorkerMirroredStrategy and fresh collective keys for every
+MirroredStrategy (both in ste/_patches.py), and the saved training state a resumed run needs
 (FlipRatio's state, ste.callbacks.BackupAndRestore). The multi-worker runs themselves are in
 tests/reliability/test_processes.py; here: what holds in one process."""
 
@@ -14,15 +14,16 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste._keras import _distribute
+from ste import _patches
 
 from . import _models
 
 
 def test_the_fixes_are_installed_on_this_keras() -> None:
-    assert _distribute.CHECKED_KERAS[0] <= _distribute._keras_version() <= _distribute.CHECKED_KERAS[1]
-    assert _distribute.installed()
-    assert _distribute.install()  # idempotent: installing again wraps nothing twice
+    ste.forward(tf.sign).backward("straight_through")(tf.ones([1]))  # the first op call installs the patches
+    assert _patches.CHECKED_KERAS[0] <= _patches._keras_version() <= _patches.CHECKED_KERAS[1]
+    assert _patches.installed() == {"save_check": True, "multi_worker_fit": True, "fresh_collective_keys": True}
+    assert _patches._install_fit_fixes()  # idempotent: installing again wraps nothing twice
     from keras.src.backend.tensorflow import trainer
 
     assert not hasattr(trainer.reduce_per_replica.__wrapped__, "__wrapped__")
@@ -30,9 +31,9 @@ def test_the_fixes_are_installed_on_this_keras() -> None:
 
 def test_an_unchecked_keras_runs_its_own_code(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keras, "__version__", "3.99.0")
-    assert not _distribute.install()
+    assert not _patches._install_fit_fixes()
     monkeypatch.setattr(keras, "__version__", "3.5.0")  # before _maybe_symbolic_build existed
-    assert not _distribute.install()
+    assert not _patches._install_fit_fixes()
 
 
 def test_one_worker_is_keras_unchanged() -> None:
@@ -42,7 +43,7 @@ def test_one_worker_is_keras_unchanged() -> None:
 
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
     strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-    assert not _distribute.multi_worker(strategy) and not _distribute.multi_worker(tf.distribute.get_strategy())
+    assert not _patches.multi_worker(strategy) and not _patches.multi_worker(tf.distribute.get_strategy())
     values = strategy.run(lambda: tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32))
     logs = trainer.reduce_per_replica({"loss": values}, strategy, "auto")
     assert float(logs["loss"]) == np.mean([0.0, 1.0])
@@ -54,7 +55,7 @@ def test_one_worker_is_keras_unchanged() -> None:
 
 def test_a_single_worker_multi_worker_strategy_is_not_multi_worker() -> None:
     """MultiWorkerMirroredStrategy without TF_CONFIG is one local worker: Keras's code runs."""
-    assert not _distribute.multi_worker(tf.distribute.MultiWorkerMirroredStrategy())
+    assert not _patches.multi_worker(tf.distribute.MultiWorkerMirroredStrategy())
 
 
 def _net(metrics: list[str] | None) -> keras.Model:
@@ -249,9 +250,8 @@ def test_a_second_mirrored_strategy_with_collective_ops_fits_after_a_first() -> 
     fits under the first, then a QAT model (whose activation ranges are gathered across replicas) under the second.
     Each strategy numbered its collectives from the same keys, and the second one's first collective failed against
     the first one's record; with its own keys it runs, and one step on two replicas equals one step on one device."""
-    from ste._keras import _collective_keys
-
-    assert _collective_keys.installed() and _collective_keys.install()  # idempotent
+    ste.forward(tf.sign).backward("straight_through")(tf.ones([1]))  # the first op call installs the patches
+    assert _patches._fresh_keys_installed() and _patches._install_fresh_keys()  # idempotent
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
     x, _, y, _ = _models.digits()
     with tf.distribute.MirroredStrategy(devices).scope():  # no cross_device_ops: collective all-reduce

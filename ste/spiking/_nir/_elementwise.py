@@ -7,10 +7,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from .._nir_layers import ElementwiseScale, ThresholdSpike
 from ._export_context import _Export
 from ._graph import LAYER_KEY, SURROGATE_KEY, _nir
 from ._import_context import _Import
+from ._layers import ElementwiseScale, ThresholdSpike
 from ._layout import _channels_last, _nir_array
 
 

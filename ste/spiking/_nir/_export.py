@@ -11,11 +11,11 @@ import numpy as np
 
 from ...errors import ConversionError
 from .._layer import SpikingRNN
-from .._nir_layers import ChannelsFirstFlatten, ElementwiseScale, SumPooling, ThresholdSpike
 from ._elementwise import _export_scale, _export_threshold
 from ._export_context import PASS, _Export, _refuse
 from ._flatten import _export_flatten
 from ._graph import _checked_dt, _nir
+from ._layers import ChannelsFirstFlatten, ElementwiseScale, SumPooling, ThresholdSpike
 from ._layout import _nir_shape
 from ._neuron_export import _export_neuron
 from ._pooling import _export_avg_pool, _export_sum_pool

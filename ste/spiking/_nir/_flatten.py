@@ -8,10 +8,10 @@ from typing import Any
 import keras
 import numpy as np
 
-from .._nir_layers import ChannelsFirstFlatten
 from ._export_context import _Export
 from ._graph import _nir
 from ._import_context import _Import
+from ._layers import ChannelsFirstFlatten
 from ._layout import _nir_shape
 
 

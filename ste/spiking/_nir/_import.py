@@ -11,6 +11,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from ..._patches import apply as apply_patches
 from ...errors import ConversionError
 from ._elementwise import _import_scale, _import_threshold
 from ._flatten import _import_flatten
@@ -79,6 +80,7 @@ def from_nir(graph_or_path: Any, dt: float = 1.0) -> keras.Model:
     Raises :class:`ste.errors.ConversionError` for a node with no exact ste counterpart, a parameter that is not an
     array of numbers (integers are read as float64) and an edge that names no node, naming it and saying why.
     """
+    apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
     nir = _nir()
     dt = _checked_dt(dt, "from_nir")
     graph = nir.read(os.fspath(graph_or_path)) if isinstance(graph_or_path, (str, os.PathLike)) else graph_or_path

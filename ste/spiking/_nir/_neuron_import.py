@@ -13,11 +13,11 @@ from ...errors import ConversionError
 from .._if import IF
 from .._li import LI
 from .._lif import LIF
-from .._nir_layers import ElementwiseScale
 from .._synaptic import Synaptic
 from ._discretization import _beta, _if_gain, _lif_gain
 from ._graph import ALPHA_KEY, BETA_KEY
 from ._import_context import _Import
+from ._layers import ElementwiseScale
 from ._layout import _channels_last
 
 

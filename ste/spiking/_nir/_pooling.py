@@ -8,11 +8,11 @@ from typing import Any
 import keras
 import numpy as np
 
-from .._nir_layers import SumPooling
 from .._time import TimeDistributed
 from ._export_context import _Export, _refuse
 from ._graph import _nir
 from ._import_context import _Import
+from ._layers import SumPooling
 from ._layout import _pair
 
 

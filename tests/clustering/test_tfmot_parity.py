@@ -1,5 +1,5 @@
-"""An outsider's checks of ``ste.clustering`` against independent references: TFMOT 0.8.1 run on tf-keras (its
-outputs stored in tests/data/tfmot_cluster_outsider.npz by tests/clustering/make_tfmot_outsider.py), numpy written
+"""``ste.clustering`` against independent references: TFMOT 0.8.1 run on tf-keras (its
+outputs stored in tests/data/tfmot_cluster_parity.npz by tests/clustering/make_tfmot_parity.py), numpy written
 here, and TensorFlow's own autodiff of ``tf.gather`` with a straight-through identity."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ste.clustering import (
 )
 
 L = keras.layers
-DATA = Path(__file__).resolve().parents[1] / "data" / "tfmot_cluster_outsider.npz"
+DATA = Path(__file__).resolve().parents[1] / "data" / "tfmot_cluster_parity.npz"
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_three_sgd_steps_and_strip_equal_tfmot(tfmot, case: str) -> None:
     model = keras.Sequential([keras.Input((6,)), L.Dense(10, activation="tanh", name="d1"), L.Dense(3, name="d2")])
     model.layers[0].kernel.assign(tfmot[f"{case}|d1|kernel0"])
     model.layers[1].kernel.assign(tfmot[f"{case}|d2|kernel0"])
-    rng = np.random.default_rng(11)  # the biases of make_tfmot_outsider.model_weights
+    rng = np.random.default_rng(11)  # the biases of make_tfmot_parity.model_weights
     rng.normal(0, 0.5, (6, 10)), rng.normal(0, 0.5, (10, 3))
     model.layers[0].bias.assign(rng.normal(0, 0.1, (10,)).astype(np.float32))
     model.layers[1].bias.assign(rng.normal(0, 0.1, (3,)).astype(np.float32))
@@ -422,7 +422,7 @@ def test_preserve_sparsity_zeros_survive_adam_save_load_strip_and_tflite(tmp_pat
 # -- cluster_scope --------------------------------------------------------------------------------------------------
 
 
-class OutsiderDense(L.Dense, ClusterableLayer):
+class UserClusterableDense(L.Dense, ClusterableLayer):
     def get_clusterable_weights(self):
         return [("kernel", self.kernel)]
 
@@ -430,19 +430,20 @@ class OutsiderDense(L.Dense, ClusterableLayer):
 def test_cluster_scope_loads_a_custom_clusterable_layer(tmp_path) -> None:
     keras.utils.set_random_seed(6)
     inputs = keras.Input((4,))
-    model = keras.Model(inputs, OutsiderDense(6, name="mine")(inputs))
+    model = keras.Model(inputs, UserClusterableDense(6, name="mine")(inputs))
     clustered = cluster_weights(model, 3)
     x = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
     path = os.path.join(tmp_path, "custom.keras")
     clustered.save(path)
-    with cluster_scope({"OutsiderDense": OutsiderDense}):
+    with cluster_scope({"UserClusterableDense": UserClusterableDense}):
         loaded = keras.models.load_model(path)
     np.testing.assert_array_equal(loaded(x), clustered(x))
     stripped = strip_clustering(loaded)
-    assert type(stripped.layers[-1]) is OutsiderDense and np.unique(stripped.layers[-1].kernel.numpy()).size <= 3
+    assert type(stripped.layers[-1]) is UserClusterableDense and np.unique(stripped.layers[-1].kernel.numpy()).size <= 3
     with cluster_scope():  # TFMOT's spelling, no arguments
         np.testing.assert_array_equal(
-            keras.models.load_model(path, custom_objects={"OutsiderDense": OutsiderDense})(x), clustered(x)
+            keras.models.load_model(path, custom_objects={"UserClusterableDense": UserClusterableDense})(x),
+            clustered(x),
         )
 
 

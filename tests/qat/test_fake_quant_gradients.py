@@ -1,4 +1,4 @@
-"""Round-4 outsider review of QAT's gradients, written from docs/qat.md and the ``ste.qat`` docstrings only.
+"""QAT's fake-quant and folded batch-norm gradients, checked from docs/qat.md and the ``ste.qat`` docstrings only.
 
 References are independent of ste's code: a numpy transcription of TensorFlow's fake-quant nudging (the
 ``Nudge`` function of ``fake_quant_ops_functor.h``), autodiff of the unfolded batch-norm formula in float64, and

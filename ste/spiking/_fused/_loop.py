@@ -37,10 +37,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._core._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
-from .._core._xla import compiling_with_xla
-from ._cell import SpikingCell
-from ._synapse import Synapse
+from ..._core._bitmask import higher_order_witness, pack_bits, refuse_higher_order, unpack_values
+from ..._core._xla import compiling_with_xla
+from .._cell import SpikingCell
+from ._synapses import Synapse
 
 __all__ = ["Stage", "default_segment", "fused_stack"]
 
@@ -463,7 +463,7 @@ def _refuse_forward_mode(tensors: Sequence[tf.Tensor], where: str) -> None:
     silently give no JVP (in a graph the refusal comes from the backward pass, which forward mode transposes)."""
     from tensorflow.python.eager import forwardprop_util
 
-    from ..errors import HigherOrderError
+    from ...errors import HigherOrderError
 
     if tf.executing_eagerly() and forwardprop_util.pack_tangents([tf.convert_to_tensor(t) for t in tensors]).tangents:
         raise HigherOrderError(

@@ -1,4 +1,4 @@
-"""Collaborative optimization (PQAT, CQAT, PCQAT) from outside: against TFMOT 0.8.1 itself, recorded in
+"""Collaborative optimization (PQAT, CQAT, PCQAT) against TFMOT 0.8.1 itself, recorded in
 tests/data/tfmot_collab.npz by tests/qat/make_tfmot_collab.py (TFMOT is never imported here), against numpy, and
 against the same training run on one device.
 

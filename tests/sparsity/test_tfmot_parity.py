@@ -1,4 +1,4 @@
-"""An outsider's checks of ``ste.sparsity`` against independent references: TFMOT 0.8.1's formulas (its
+"""``ste.sparsity`` against independent references: TFMOT 0.8.1's formulas (its
 ``pruning_schedule``, ``pruning_impl`` and ``pruning_wrapper`` code), numpy written here, finite differences, and,
 where a TFMOT virtual environment is named by ``STE_TFMOT_VENV``, the same scenario run in TFMOT itself."""
 
@@ -851,7 +851,7 @@ def test_nested_model_inner_layers_pruned_and_original_untouched():
 
 def test_to_tflite_of_an_unpruned_wrapper_names_strip_pruning():
     """Converting before ``strip_pruning`` would ship the float latent kernel beside its mask: refused, with the fix,
-    as the unstripped clustered model is (tests/clustering/test_outsider.py)."""
+    as the unstripped clustered model is (tests/clustering/test_tfmot_parity.py)."""
     model = keras.Sequential([keras.Input((8,)), L.Dense(4)])
     pruned = S.prune_low_magnitude(model)
     with pytest.raises(ste.errors.ConversionError, match=r"strip_pruning\(model\)"):

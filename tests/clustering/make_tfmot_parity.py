@@ -1,7 +1,7 @@
-"""Writes tests/data/tfmot_cluster_outsider.npz: what TFMOT 0.8 itself does, for tests/clustering/test_outsider.py.
+"""Writes tests/data/tfmot_cluster_parity.npz: what TFMOT 0.8 itself does, for tests/clustering/test_tfmot_parity.py.
 
 Run it with a Python that has TensorFlow, tf-keras and tensorflow-model-optimization 0.8 (never a dependency of ste):
-``TF_USE_LEGACY_KERAS=1 python tests/clustering/make_tfmot_outsider.py``. Keys:
+``TF_USE_LEGACY_KERAS=1 python tests/clustering/make_tfmot_parity.py``. Keys:
 
 * ``init|<tensor>|<method>|<k>|<preserve_sparsity>``: TFMOT's initial centroids of ``w_<tensor>``;
 * ``<case>|x``, ``<case>|y``, ``<case>|<layer>|kernel0`` ...: a two-Dense model clustered by ``cluster_weights``
@@ -26,7 +26,7 @@ from tensorflow_model_optimization.python.core.clustering.keras.cluster_config i
 from tensorflow_model_optimization.python.core.clustering.keras.experimental import cluster as experimental_cluster
 
 keras = tf.keras
-OUT = Path(__file__).resolve().parents[1] / "data" / "tfmot_cluster_outsider.npz"
+OUT = Path(__file__).resolve().parents[1] / "data" / "tfmot_cluster_parity.npz"
 LR = 0.05
 STEPS = 3
 

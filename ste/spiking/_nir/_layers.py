@@ -12,8 +12,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ..registry import SurrogateLike
-from ._spike import DEFAULT_SURROGATE, resolve_surrogate, spike_op
+from ...registry import SurrogateLike
+from .._spike import DEFAULT_SURROGATE, resolve_surrogate, spike_op
 
 __all__ = ["ChannelsFirstFlatten", "ElementwiseScale", "SumPooling", "ThresholdSpike"]
 

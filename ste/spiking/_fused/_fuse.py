@@ -14,12 +14,12 @@ from typing import Any
 
 import keras
 
-from .._common._arguments import check_bool
-from ..errors import ParameterError
-from ._cell import SpikingCell
-from ._dense import SpikingDense
-from ._layer import SpikingRNN
-from ._stack import Fused
+from ..._common._arguments import check_bool
+from ...errors import ParameterError
+from .._cell import SpikingCell
+from .._dense import SpikingDense
+from .._layer import SpikingRNN
+from ._layers import Fused
 
 __all__ = ["fuse"]
 

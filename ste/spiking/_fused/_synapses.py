@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from .._core._xla import compiling_with_xla
+from ..._core._xla import compiling_with_xla
 
 __all__ = ["Conv2DSynapse", "DenseSynapse", "Synapse"]
 
@@ -63,10 +63,9 @@ class DenseSynapse(Synapse):
     """``h·W`` with ``W`` ``[inputs, units]`` (``keras.layers.Dense``).
 
     The kernel's gradient is summed as ``[units, inputs]`` (``dIᵀ·h``) when there are fewer units than inputs:
-    XLA:CPU's product for a ``[inputs, units]`` result with few units is 3-4x slower than for its transpose
-    (25 steps of a 128-row product: 1.1 against 0.27 ms for 256 -> 10, 4.8 against 1.4 ms for 4096 -> 10 at 32 rows),
-    and the other way round when the units are more (0.96 against 1.7 ms for 64 -> 256); XLA folds a transpose of
-    the product back into it, so the sum itself is kept transposed.
+    XLA:CPU's product for a ``[inputs, units]`` result with few units is slower than for its transpose, and the other
+    way round when the units are more; XLA folds a transpose of the product back into it, so the sum itself is kept
+    transposed. The measurements: docs/performance.md, "Measurements behind the code's choices".
     """
 
     def __init__(self, inputs: int, units: int) -> None:
@@ -129,8 +128,8 @@ class Conv2DSynapse(Synapse):
     def apply(self, h: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         maps = self._maps(h, self.frame)
         if compiling_with_xla() and self.frame[-1] == 1:
-            # XLA:CPU convolves a single input channel at ~2 GFLOP/s (11 ms for 800 16×16 frames, 3×3×1×8): the
-            # kernel's positions as broadcast multiply-adds instead, which XLA fuses into one loop (2.2 ms)
+            # XLA:CPU convolves a single input channel slowly: the kernel's positions as broadcast multiply-adds
+            # instead, which XLA fuses into one loop (docs/performance.md, "Measurements behind the code's choices")
             out = tf.add_n([window * kernel[i, j, 0] for (i, j), window in self._windows(maps)])
         else:
             out = tf.nn.conv2d(maps, kernel, self._strides(), self.padding)
@@ -165,8 +164,8 @@ class Conv2DSynapse(Synapse):
                 strides=self._strides(),
                 padding=self.padding,
             )
-        # XLA:CPU lowers Conv2DBackpropFilter to a convolution it runs as a plain loop (23 ms for a 32×16×16×8
-        # batch, 3×3×8×16, against 0.85 ms in TensorFlow): one product per kernel position instead
+        # XLA:CPU lowers Conv2DBackpropFilter to a convolution it runs as a plain loop: one product per kernel
+        # position instead (docs/performance.md, "Measurements behind the code's choices")
         taps = [tf.tensordot(window, d_maps, axes=[[0, 1, 2], [0, 1, 2]]) for _, window in self._windows(maps)]
         return tf.reshape(tf.stack(taps), [*self.kernel_size, self.frame[-1], self.out_frame[-1]])
 

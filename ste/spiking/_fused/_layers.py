@@ -18,14 +18,15 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .._common._arguments import check_bool
-from ..errors import CallError, InputError, ParameterError
-from ._cell import SpikingCell
-from ._fused import Stage, fused_stack
-from ._layer import SpikingRNN, time_mask
-from ._lif import LIFCell
-from ._names import NEURONS
-from ._synapse import Synapse
+from ..._common._arguments import check_bool
+from ..._patches import apply as apply_patches
+from ...errors import CallError, InputError, ParameterError
+from .._cell import SpikingCell
+from .._layer import SpikingRNN, time_mask
+from .._lif import LIFCell
+from .._names import NEURONS
+from ._loop import Stage, fused_stack
+from ._synapses import Synapse
 
 __all__ = ["Fused", "SynapseLayer"]
 
@@ -74,6 +75,7 @@ class SynapseLayer(_Loop, keras.layers.Layer):  # type: ignore[misc]
         jit_compile: bool,
         **kwargs: Any,
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(**kwargs)
         self.supports_masking = True  # a [batch, time] mask skips steps (as the neuron layers do) and passes on
         label = type(self).__name__
@@ -248,6 +250,7 @@ class Fused(_Loop, keras.layers.Layer):  # type: ignore[misc]
     def __init__(
         self, layers: Sequence[SynapseLayer], *, segment: int | None = None, jit_compile: bool = True, **kwargs: Any
     ) -> None:
+        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         super().__init__(**kwargs)
         self.supports_masking = True  # a [batch, time] mask skips steps (as the neuron layers do) and passes on
         label = type(self).__name__

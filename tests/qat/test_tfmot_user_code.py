@@ -1,4 +1,4 @@
-"""Round-4 outsider review: a TFMOT user's own code, after the edit docs/qat.md's table gives.
+"""A TFMOT user's own code runs on ``ste.qat`` after the edit docs/qat.md's table gives.
 
 The user code follows TFMOT 0.8's published guides (the QAT overview and the comprehensive guide): annotate
 layers through ``keras.models.clone_model(..., clone_function=...)``, custom ``QuantizeConfig`` subclasses, a 4-bit
@@ -19,22 +19,10 @@ import tensorflow as tf
 
 import ste
 from ste import qat
-
-from .test_round4_qat_gradients import nudge
+from tests.helpers import expect_ste_error
+from tests.qat.test_fake_quant_gradients import nudge
 
 L = keras.layers
-
-
-def expect_ste_error(fn: Callable[[], Any], *words: str) -> ste.STEError:
-    try:
-        fn()
-    except ste.STEError as error:
-        for word in words:
-            assert word in str(error), (word, str(error))
-        return error
-    except Exception as error:  # a raw traceback is a failure
-        pytest.fail(f"raw {type(error).__name__} instead of an ste.STEError: {error}")
-    pytest.fail("no error")
 
 
 class DefaultDenseQuantizeConfig(qat.QuantizeConfig):
