@@ -86,6 +86,12 @@ window.addEventListener("load", () => {
   // a wrapped line of code (a code block's line, or the code of a home-page card) breaks between tokens, never
   // inside an identifier (quantize_mo|del)
   const word = /[A-Za-z0-9_]/;
+  const charBox = (node, i) => {  // the drawn box of the character at offset i of a text node, if any
+    const range = document.createRange();
+    range.setStart(node, i);
+    range.setEnd(node, i + 1);
+    return [...range.getClientRects()].find((q) => q.width > 0);
+  };
   const brokenInside = (element) => {
     const whole = document.createRange();
     whole.selectNodeContents(element);
@@ -97,10 +103,7 @@ window.addEventListener("load", () => {
       for (let i = 0; i < node.textContent.length; i++) {
         const ch = node.textContent[i];
         if (/\s/.test(ch)) { previous = null; continue; }
-        const range = document.createRange();
-        range.setStart(node, i);
-        range.setEnd(node, i + 1);
-        const r = [...range.getClientRects()].find((q) => q.width > 0);
+        const r = charBox(node, i);
         if (!r) continue;
         if (previous && r.top > previous.top + 2 && word.test(previous.ch) && word.test(ch)) {
           return element.textContent.trim().slice(0, 60);
@@ -177,10 +180,7 @@ window.addEventListener("load", () => {
       for (let i = 0; i < text.length; i++) {
         const ch = text[i];
         if (/\s/.test(ch)) { previous = null; continue; }
-        const range = document.createRange();
-        range.setStart(node, i);
-        range.setEnd(node, i + 1);
-        const r = [...range.getClientRects()].find((q) => q.width > 0);
+        const r = charBox(node, i);
         if (!r) continue;
         if (previous && r.top > previous.top + 2) {
           const allowed = "-\u2010\u2013\u2014".includes(previous.ch) || (previous.code && codeBreak.test(previous.ch));

@@ -361,8 +361,9 @@ def _per_channel_matmul(model: keras.Model) -> keras.layers.Layer | None:
     return None
 
 
-def _check_per_channel_matmuls(model: keras.Model) -> None:
-    """TensorFlow before 2.20 has no converter for a per-channel Dense kernel: refused here, naming the layer."""
+def _check_per_channel_matmuls(model: keras.Model) -> bool:
+    """Whether ``model`` has a per-channel Dense, EinsumDense or reverse-embedding kernel (see
+    :func:`_per_channel_matmul`). TensorFlow before 2.20 has no converter for one: refused here, naming the layer."""
     layer = _per_channel_matmul(model)
     if layer is not None and not PER_CHANNEL_MATMULS:
         raise ConversionError(
@@ -372,6 +373,7 @@ def _check_per_channel_matmuls(model: keras.Model) -> None:
             f"per tensor: ste.quantize_model(model, scheme=ste.qat.Int8Scheme(per_output_channel=False)) (the "
             f"default under this TensorFlow)."
         )
+    return layer is not None
 
 
 @contextlib.contextmanager
@@ -428,7 +430,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
     _check_model(model, "ste.to_tflite")
     _check_stripped(model)
     _check_activation_bits(model)
-    _check_per_channel_matmuls(model)
+    per_channel = _check_per_channel_matmuls(model)
     model = _in_float32(model)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "saved_model")
@@ -437,7 +439,7 @@ def to_tflite(model: keras.Model, int8_io: bool = False, *, optimizations: Seque
         with _quiet_inference_load():
             converter = tf.lite.TFLiteConverter.from_saved_model(path)
             converter.optimizations = [tf.lite.Optimize.DEFAULT] if optimizations is None else list(optimizations)
-            if _per_channel_matmul(model) is not None:
+            if per_channel:
                 converter._experimental_qdq_conversion_mode = "STATIC"
             if int8_io:
                 converter.inference_input_type = tf.int8
