@@ -66,7 +66,7 @@ LIBS = ("ste", "tfmot")
 QUICK = {"train": 512, "test": 500, "epochs": 1, "float_epochs": 1}  # the reference sides ("float") are left out
 QUICK_NOTE = (
     "--quick is a smoke test: 512 training images and one epoch check that the row runs end to end; its accuracy "
-    "means nothing (a full run takes 15-40 minutes)."
+    "means nothing (a full run takes 15-90 minutes)."
 )
 
 # sides: name -> the venv option it needs (None: this venv); epochs / float_epochs: the full run's defaults, sized
@@ -534,7 +534,7 @@ def _print_row(result: dict[str, Any]) -> None:
                 f"sparse gzip {_bytes(t.get('sparse_gz', 'refused'))}"
             )
         if "pruning_state_bytes" in f:
-            extra += f", pruning state {f['pruning_state_bytes']} B"
+            extra += f", pruning state {f['pruning_state_bytes']:,} B"
         if "packed_bytes" in f:
             extra = f", packed {f['packed_bytes']} B of {f['float32_bytes']} B float32"
         print(
