@@ -204,7 +204,7 @@ class QuantLayerMixin:
         name = f"flip_ratio/{getattr(self, 'name', '')}"
         for slot in self.slots:
             # the layer's metrics=, or larq's metrics= given to the kernel's quantizer
-            asked = (*self._metric_names, *getattr(getattr(self, slot.quantizer), "_custom_metrics", ()))
+            asked = (*self._metric_names, *getattr(getattr(self, slot.quantizer), "kernel_metrics", ()))
             if "flip_ratio" not in asked:
                 continue
             kernel = getattr(self, slot.kernel)
