@@ -1,10 +1,10 @@
-"""larq's activations for Keras 3: :func:`hard_tanh` and :func:`leaky_tanh`.
+"""Activations of binarized networks for Keras 3: :func:`hard_tanh` and :func:`leaky_tanh` (larq's formulas).
 
 Plain differentiable functions (their gradients are TensorFlow's autodiff of these formulas, as in larq); use them
 as ``activation=ste.activations.hard_tanh`` or in ``keras.layers.Activation``. Both are registered with Keras
-(package ``ste``), so a model using them saves and loads. ``keras.activations.get("leaky_tanh")`` finds larq's;
-in ste's quantized layers ``activation="hard_tanh"`` and ``"leaky_tanh"`` mean larq's, while
-``keras.activations.get("hard_tanh")`` stays Keras's own (same values and gradient).
+(package ``ste``), so a model using them saves and loads. ``keras.activations.get("leaky_tanh")`` finds this
+:func:`leaky_tanh`; the name ``"hard_tanh"`` stays Keras's own (same values and gradient) everywhere but in
+``ste.larq.layers``, where it means this one, as in larq.
 
 >>> import ste
 >>> ste.activations.leaky_tanh([-3.0, 0.5, 2.0]).numpy().tolist()
@@ -52,9 +52,6 @@ def leaky_tanh(x: Any, alpha: float = 0.2) -> tf.Tensor:
 for _activation in (hard_tanh, leaky_tanh):
     keras.saving.register_keras_serializable(package="ste")(_activation)
 
-# keras.activations.get("leaky_tanh") finds larq's (Keras 3 has none); "hard_tanh" stays Keras's own there (the same
-# values and gradient), and means larq's in ste's quantized layers (``activation="hard_tanh"``).
+# keras.activations.get("leaky_tanh") finds this one (Keras 3 has none); "hard_tanh" stays Keras's own (the same
+# values and gradient).
 publish_function("leaky_tanh", leaky_tanh)
-
-#: The activation names that mean larq's functions in ste's quantized layers (Keras's own ``hard_tanh`` shadows it).
-LARQ_ACTIVATIONS = {"hard_tanh": hard_tanh, "leaky_tanh": leaky_tanh}

@@ -24,7 +24,6 @@ from .._core._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
 from .._patches import apply as apply_patches
-from ..activations import LARQ_ACTIVATIONS
 from ..errors import InputError, NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
 from ._binary_condition import is_high
@@ -62,16 +61,6 @@ def kernel_precision(variable: Any) -> int | None:
 
 _MIGRATION = "docs/larq.md (Migrating from larq)"
 
-#: larq keywords ste's layers do not take (or that this layer does not take), with what to do instead.
-_LARQ_KEYWORDS = {
-    "pad_values": "only convolutions pad their input",
-    "input_quantizer": "this layer has no quantized input",
-    "kernel_quantizer": "this layer's kernels are quantized by the arguments listed below",
-    "depthwise_quantizer": "this layer has no depthwise kernel",
-    "pointwise_quantizer": "this layer has no pointwise kernel",
-    "implementation": "Keras 3 has no LocallyConnected layers",
-}
-
 
 def _keras_parent(cls: type) -> type | None:
     """The first Keras layer class in ``cls``'s MRO that is not itself quantized (``keras.layers.Conv2D``)."""
@@ -88,14 +77,18 @@ def _layer_name(layer: object) -> str:
 class QuantLayerMixin:
     """Mixin for quantized Keras layers; see the module docstring.
 
-    A subclass lists its kernel slots (``slots``) and, optionally, larq spellings of its quantizer arguments
-    (``quantizer_aliases``). The mixin's ``__init__`` takes the keyword-only options (the quantizers, and what
-    :meth:`options` adds), passes everything else to the Keras parent, and ``inspect.signature`` of the class shows
-    the parent's parameters followed by these options.
+    A subclass lists its kernel slots (``slots``). The mixin's ``__init__`` takes the keyword-only options (the
+    quantizers, and what :meth:`options` adds), passes everything else to the Keras parent, and ``inspect.signature``
+    of the class shows the parent's parameters followed by these options.
+
+    Extension points for subclasses: :meth:`options` (the keyword-only arguments added), ``warns_when_built``
+    (a class attribute: False leaves out the missing-constraint warning given when the layer is built, for a subclass
+    with its own rule) and :meth:`warn_missing_constraint` (that warning, for one kernel slot).
     """
 
     slots: ClassVar[tuple[KernelSlot, ...]] = ()
-    quantizer_aliases: ClassVar[dict[str, str]] = {}  # larq spelling -> ste argument, e.g. depthwise -> kernel
+    #: Whether :meth:`build` warns about a binary kernel without a constraint (see :meth:`warn_missing_constraint`).
+    warns_when_built: ClassVar[bool] = True
     input_quantizer: Any
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -119,7 +112,7 @@ class QuantLayerMixin:
     @classmethod
     def options(cls) -> dict[str, tuple[Any, str]]:
         """The keyword-only arguments this class adds to its Keras parent: ``{name: (default, annotation)}``."""
-        names = ["input_quantizer", *(slot.quantizer for slot in cls.slots), *cls.quantizer_aliases]
+        names = ["input_quantizer", *(slot.quantizer for slot in cls.slots)]
         return {**{name: (None, "QuantizerLike") for name in names}, "metrics": (None, "Sequence[str] | None")}
 
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
@@ -128,24 +121,29 @@ class QuantLayerMixin:
             apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
             check_bool_arguments(type(self).__name__, type(self), args, kwargs)  # use_bias="no" is refused
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
-            self._refuse_larq_keywords(kwargs)
             self._resolve_constraints(kwargs)
-            if isinstance(kwargs.get("activation"), str) and kwargs["activation"] in LARQ_ACTIVATIONS:
-                kwargs["activation"] = LARQ_ACTIVATIONS[kwargs["activation"]]  # larq's meaning, not Keras's
-            super().__init__(*args, **kwargs)
+            try:
+                super().__init__(*args, **kwargs)
+            except (TypeError, ValueError) as error:
+                self._refuse_unknown_keyword(error, kwargs)
+                raise
             self._apply_options(options)
 
     @classmethod
-    def _refuse_larq_keywords(cls, kwargs: dict[str, Any]) -> None:
-        """A larq keyword this class does not take: an ste error naming it (not Keras's "Unrecognized keyword")."""
+    def _refuse_unknown_keyword(cls, error: Exception, kwargs: dict[str, Any]) -> None:
+        """A keyword the Keras parent refused (``error``): an ste error naming it, what the class takes and the fix,
+        instead of Keras's "Unrecognized keyword arguments" (raised before any variable exists)."""
+        message = str(error)
+        if "keyword argument" not in message:
+            return
         for name in kwargs:
-            if name in _LARQ_KEYWORDS:
+            if repr(name) in message:
                 takes = ", ".join(cls.options())
                 raise ParameterError(
-                    f"{cls.__name__} does not take larq's {name}= ({_LARQ_KEYWORDS[name]}). It takes the arguments "
-                    f"of {_keras_parent(cls).__name__} plus {takes}. See {_MIGRATION} for every larq argument "  # type: ignore[union-attr]
-                    f"and its ste equivalent."
-                )
+                    f"{cls.__name__} does not take {name}=. It takes the arguments of "
+                    f"{_keras_parent(cls).__name__} plus {takes}. Fix: leave {name}= out; for larq's arguments, "  # type: ignore[union-attr]
+                    f"see {_MIGRATION} for their ste equivalents, or build the layer with ste.larq.layers."
+                ) from None
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
@@ -158,14 +156,6 @@ class QuantLayerMixin:
     def _apply_options(self, options: dict[str, Any]) -> None:
         """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""
         self._set_metrics(options["metrics"])
-        for alias, target in self.quantizer_aliases.items():
-            if options[alias] is not None:
-                if options[target] is not None:
-                    raise ParameterError(
-                        f"{type(self).__name__}: give {target}= or larq's {alias}=, not both "
-                        f"(received {target}={options[target]!r}, {alias}={options[alias]!r})."
-                    )
-                options[target] = options[alias]
         self._set_quantizers(options)
 
     def _set_quantizers(self, options: dict[str, Any]) -> None:
@@ -219,7 +209,7 @@ class QuantLayerMixin:
         """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
         super().build(input_shape)  # type: ignore[misc]
         self._build_quantizers(input_shape)
-        if not getattr(self, "_ste_loading", False):
+        if self.warns_when_built and not getattr(self, "_ste_loading", False):
             self._warn_missing_constraints()
 
     def build_from_config(self, config: dict[str, Any]) -> None:
@@ -239,9 +229,12 @@ class QuantLayerMixin:
             if _precision(quantizer) != 1 or getattr(self, slot.constraint, None) is not None:
                 continue
             if gradient_vanishes_far_out(quantizer, len(getattr(self, slot.kernel).shape)):
-                self._warn_missing_constraint(slot)
+                self.warn_missing_constraint(slot)
 
-    def _warn_missing_constraint(self, slot: KernelSlot) -> None:
+    def warn_missing_constraint(self, slot: KernelSlot) -> None:
+        """Warn that the kernel of ``slot`` is binary and has no constraint (a ``UserWarning`` naming the fix, shown
+        at the user's line). Given when the layer is built where the quantizer's gradient vanishes far out (unless
+        ``warns_when_built`` is False); a subclass with another rule calls it itself."""
         warnings.warn(
             f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
             f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
