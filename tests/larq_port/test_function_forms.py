@@ -11,9 +11,8 @@ import tensorflow as tf
 import ste
 from ste import quantizers as q
 from ste.larq import quantizers as lqq
-
-from .conftest import FLOATS
-from .test_larq import GRID, clipped, larq_sign
+from tests.larq_port.test_quantizer_formulas import GRID, clipped, larq_sign
+from tests.quantizers.conftest import FLOATS
 
 RNG = np.random.default_rng(4)
 KERNEL = RNG.normal(size=(3, 3, 4, 6))

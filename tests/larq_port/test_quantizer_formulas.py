@@ -126,6 +126,6 @@ def test_larq_names_resolve_with_larq_defaults(spec, config):
 
 
 def test_larq_layers_accept_larq_arguments():
-    layer = ste.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="ste_sign", depthwise_constraint="weight_clip")
+    layer = lq.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="ste_sign", depthwise_constraint="weight_clip")
     assert isinstance(layer.kernel_quantizer, lq.quantizers.SteSign)
     assert isinstance(layer.depthwise_constraint, ste.constraints.WeightClip)
