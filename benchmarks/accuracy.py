@@ -378,8 +378,8 @@ def _summary(name: str, spec: dict[str, Any], sides: dict[str, Any], float_stage
     if name in ("pruning", "clustering"):
         summary.update(_compression_summary(sides, float_stage))
     if name == "binary_cnn":
-        summary["goal"] = "ste's accuracy at least larq's minus 0.3 points"
-        if "accuracy_gap_points" in summary:
+        if "accuracy_gap_points" in summary:  # the goal is against larq: without its side there is none
+            summary["goal"] = "ste's accuracy at least larq's minus 0.3 points"
             summary["goal_met"] = summary["accuracy_gap_points"] >= -0.3
     if name == "int8_qat":
         ste_side = sides["ste"]
@@ -530,8 +530,8 @@ def _print_row(result: dict[str, Any]) -> None:
             extra = (
                 f", stripped {100 * f['stripped_accuracy']:.2f} %, "
                 + (f"zeros {f['zeros']:.3f}" if "zeros" in f else f"{f['distinct_values']} values")
-                + f", float TFLite {t['float']} B, gzip {t['float_gz']} B, int8 gzip {t.get('int8_gz')} B, "
-                f"sparse gzip {t.get('sparse_gz', 'refused')}"
+                + f", float TFLite {t['float']:,} B, gzip {t['float_gz']:,} B, int8 gzip {_bytes(t.get('int8_gz'))}, "
+                f"sparse gzip {_bytes(t.get('sparse_gz', 'refused'))}"
             )
         if "pruning_state_bytes" in f:
             extra += f", pruning state {f['pruning_state_bytes']} B"
@@ -542,7 +542,19 @@ def _print_row(result: dict[str, Any]) -> None:
             f"peak {f['peak_bytes'] / 2**20:.1f} MiB{extra}  [{f['versions']}]"
         )
     for key, value in result["summary"].items():
-        print(f"  {key}: {round(value, 4) if isinstance(value, float) else value}")
+        print(f"  {_summary_label(key)}: {round(value, 4) if isinstance(value, float) else value}")
+
+
+def _bytes(value: Any) -> str:
+    """A size in bytes with thousands separators, or the reason there is none (``refused``)."""
+    return f"{value:,} B" if isinstance(value, int) else str(value)
+
+
+def _summary_label(key: str) -> str:
+    """A summary key in words: ``ste_50_gzip_vs_dense`` is "ste_50: gzipped float TFLite ÷ the dense model's"."""
+    if key.endswith("_gzip_vs_dense"):
+        return f"{key.removesuffix('_gzip_vs_dense')}: gzipped float TFLite ÷ the dense model's"
+    return key
 
 
 def _flatbuffer_line(t: dict[str, Any]) -> str:
@@ -556,9 +568,10 @@ def _flatbuffer_line(t: dict[str, Any]) -> str:
 
 def _print_vit(result: dict[str, Any]) -> None:
     """The vit row: each side's deployed accuracy (over the seeds), flatbuffers and step time; the summary."""
+    epochs, seeds = result["epochs"], len(result.get("seeds", [0]))
     print(
-        f"vit ({'quick, ' if result['quick'] else ''}{result['epochs']} epochs from the float start, "
-        f"{len(result.get('seeds', [0]))} seed(s), {result['train_samples']} training images, "
+        f"vit ({'quick, ' if result['quick'] else ''}{epochs} epoch{'' if epochs == 1 else 's'} from the float start, "
+        f"{seeds} seed{'' if seeds == 1 else 's'}, {result['train_samples']} training images, "
         f"{load_text(result['load_average'])}):"
     )
     if result.get("float_stage"):

@@ -80,3 +80,10 @@ def test_the_home_page_install_table_lists_every_extra():
     table = page.split("## Install", 1)[1]
     rows = set(re.findall(r"^\| `([\w-]+)` \|", table, flags=re.MULTILINE))
     assert rows == extras
+
+
+def test_the_performance_page_stays_a_user_page_of_at_most_450_lines():
+    """docs/performance.md holds the method, how to reproduce and one current table per benchmark; earlier runs and
+    notes on the work live in git and CHANGELOG.md, so the page does not grow with the project's history."""
+    lines = (ROOT / "docs" / "performance.md").read_text().splitlines()
+    assert len(lines) <= 450, f"docs/performance.md has {len(lines)} lines; at most 450"

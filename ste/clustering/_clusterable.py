@@ -31,12 +31,13 @@ from typing import Any
 
 import keras
 
+from .._common._abstract import Extension
 from .._common._origin import table_class
 
 __all__ = ["ClusterableLayer", "clusterable_weights", "covered", "has_kernel"]
 
 
-class ClusterableLayer(abc.ABC):
+class ClusterableLayer(Extension):
     """A custom layer that says which of its weights to cluster (TFMOT's ``ClusterableLayer``).
 
     Derive from both ``keras.layers.Layer`` and this class and return ``(name, variable)`` pairs of the layer's own

@@ -31,6 +31,7 @@ from typing import Any
 
 import keras
 
+from .._common._abstract import Extension
 from .._common._origin import table_class
 from ..errors import ParameterError, UnsupportedLayerError
 
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 
-class PrunableLayer(abc.ABC):
+class PrunableLayer(Extension):
     """Mix into a custom layer to say which of its weights ``prune_low_magnitude`` prunes (TFMOT's
     ``PrunableLayer``); any layer with a ``get_prunable_weights()`` method is accepted the same way."""
 

@@ -69,6 +69,9 @@ def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> No
     assert len(side["curve"]) == 1 and 0.0 <= side["test_accuracy"] <= 1.0
     assert side["test_accuracy"] == side["curve"][-1]["test_accuracy"]
     assert f"test accuracy {100 * side['test_accuracy']:.2f} %" in done.stdout
+    assert "_gzip_vs_dense" not in done.stdout  # the summary's keys are printed in words
+    if row == "binary_cnn":  # a quick run has no larq side, so no goal against larq
+        assert "goal" not in result["summary"] and "goal" not in done.stdout
     if row == "int8_qat":
         assert 0.0 <= side["int8_accuracy"] <= 1.0 and 0.0 <= side["keras_tflite_agreement"] <= 1.0
         assert side["int8_kernels"][0] == side["int8_kernels"][1] > 0  # every conv / dense kernel runs in int8
@@ -81,6 +84,7 @@ def test_quick_row_writes_json_png_and_prints_it(tmp_path: Path, row: str) -> No
         else:
             assert side["distinct_values"] <= 16
         assert side["tflite"]["float_gz"] < 0.8 * result["float_stage"]["tflite"]["float_gz"]
+        assert f"float TFLite {side['tflite']['float']:,} B, gzip {side['tflite']['float_gz']:,} B" in done.stdout
 
 
 def _quick(row: str, out: Path, *extra: str) -> tuple[dict[str, Any], str]:
@@ -233,6 +237,7 @@ def test_quick_is_documented_as_a_smoke_test() -> None:
     )
     assert "--quick" in done.stdout and "smoke test" in done.stdout and "means nothing" in " ".join(done.stdout.split())
     assert "smoke test" in (ROOT / "docs" / "results.md").read_text().lower()
+    assert "--quick" in (ROOT / "docs" / "performance.md").read_text()
 
 
 def _int8_result(float_curve: list[float]) -> dict[str, Any]:

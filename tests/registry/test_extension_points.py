@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -38,6 +39,14 @@ class _NoSchedule(ste.sparsity.PruningSchedule):
     pass
 
 
+class _NoPrunable(keras.layers.Layer, ste.sparsity.PrunableLayer):
+    pass
+
+
+class _NoClusterable(keras.layers.Layer, ste.clustering.ClusterableLayer):
+    pass
+
+
 class _NoMask(ste.registry.Surrogate, ste.registry.MaskOnly):
     def derivative(self, x: tf.Tensor) -> tf.Tensor:
         return tf.ones_like(x)
@@ -53,6 +62,8 @@ class _NoMask(ste.registry.Surrogate, ste.registry.MaskOnly):
         (_NoMask, "mask", "MaskOnly"),
         (_NoScheme, "role", "Scheme"),
         (_NoSchedule, "__call__", "PruningSchedule"),
+        (_NoPrunable, "get_prunable_weights", "PrunableLayer"),
+        (_NoClusterable, "get_clusterable_weights", "ClusterableLayer"),
     ],
 )
 def test_an_incomplete_subclass_is_refused_at_instantiation(cls: type, missing: str, base: str) -> None:
