@@ -79,7 +79,7 @@ def _variant(name: str) -> Iterator[None]:
         if name == "sum, no pins":
             stack.enter_context(_patched(compile_, after_kept=lambda xs, saved: xs))
             stack.enter_context(_patched(rules, _after=lambda dy, packed: packed.bits))
-            stack.enter_context(_patched(layers_base, _after=lambda tensor, first: tensor))
+            stack.enter_context(_patched(layers_base, after=lambda tensor, first: tensor))
         yield
 
 

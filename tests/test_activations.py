@@ -65,3 +65,30 @@ def test_activations_save_and_load_in_a_model(tmp_path):
 def test_leaky_tanh_rejects_a_bad_alpha():
     with pytest.raises(ste.errors.ParameterError, match="alpha"):
         ste.activations.leaky_tanh(X, alpha=float("nan"))
+
+
+def test_register_gives_a_function_a_keras_activation_name():
+    def cube_halved(x):
+        return x**3 / 2
+
+    assert ste.activations.register("test_register_cube_halved", cube_halved) is cube_halved
+    assert keras.activations.get("test_register_cube_halved") is cube_halved
+    x = np.array([[-2.0, 0.5, 3.0]], "float32")
+    layer = keras.layers.Activation("test_register_cube_halved")
+    np.testing.assert_allclose(layer(x).numpy(), x**3 / 2)
+    dense = keras.layers.Dense(2, activation="test_register_cube_halved", kernel_initializer="ones")
+    np.testing.assert_allclose(dense(x).numpy(), np.full((1, 2), 1.5**3 / 2), rtol=1e-6)
+
+
+def test_register_refuses_a_keras_name_and_keeps_its_meaning():
+    relu = keras.activations.get("relu")
+    with pytest.raises(ste.errors.RegistrationError, match=r"'relu' is Keras's own activation name.*Fix:"):
+        ste.activations.register("relu", lambda x: x)
+    assert keras.activations.get("relu") is relu
+    np.testing.assert_array_equal(keras.activations.get("relu")(np.array([-1.0, 2.0])), [0.0, 2.0])
+
+
+@pytest.mark.parametrize(("name", "function"), [(3, abs), ("not a name", abs), ("fine_name", 3), ("cls", int)])
+def test_register_refuses_a_bad_name_or_function(name, function):
+    with pytest.raises(ste.errors.ParameterTypeError, match="ste.activations.register.*Fix:"):
+        ste.activations.register(name, function)

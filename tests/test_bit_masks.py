@@ -638,7 +638,7 @@ def test_a_binary_layer_packs_the_condition_that_computed_its_input(quantizer: s
     assert "Equal" not in types[True] and "GatherV2" in types[True]  # packed, from the select's condition
     for packed, plain in zip(grads[True], grads[False]):
         np.testing.assert_array_equal(_bits(packed), _bits(plain))
-    from ste.layers._base import _is_high
+    from ste.layers._binary_condition import is_high as _is_high
 
     graph = tf.Graph()
     with graph.as_default():

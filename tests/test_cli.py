@@ -334,7 +334,7 @@ def test_list_shows_every_quantizer_with_its_surrogate(capsys):
     rows = {line.split()[0]: line.split()[1:] for line in quantizers[1:]}
     # a name that is a surrogate's too (approx_sign, swish_sign) means the surrogate, listed in the first table
     assert set(rows) == set(ste.quantizers.names()) - set(ste.registry.names())
-    assert rows["ste_sign"] == ["ste.quantizers.SteSign", "straight_through(clip=1.0)"]  # larq: clip_value=1.0
+    assert rows["ste_sign"] == ["ste.larq.quantizers.SteSign", "straight_through(clip=1.0)"]  # larq: clip_value=1.0
     assert rows["sign"][0] == "ste.quantizers.Sign"
 
 

@@ -124,7 +124,7 @@ def test_every_public_layer_of_ste_applies_the_patches_when_created():
     }
     assert {
         "ste.layers.QuantDense",
-        "ste.quantizers.SteSign",
+        "ste.quantizers.Sign",
         "ste.spiking.LIF",
         "ste.sparsity.PruneLowMagnitude",
     } <= set(layers)

@@ -228,7 +228,14 @@ def _constraint_arguments(cls: type) -> list[str]:
 
 
 def _layer_cases() -> list[tuple[str, str]]:
-    names = [n for n in ste.layers.__all__ if n.startswith("Quant") and n != "QuantLayerMixin"]
+    names = [
+        n
+        for n in ste.layers.__all__
+        if isinstance(getattr(ste.layers, n), type)
+        and issubclass(getattr(ste.layers, n), keras.layers.Layer)
+        and issubclass(getattr(ste.layers, n), ste.layers.QuantLayerMixin)
+        and n.startswith("Quant")
+    ]
     missing = sorted(set(names) - set(LAYERS))
     assert not missing, f"add build arguments for {missing} to LAYERS"
     return [(n, arg) for n in names for arg in _constraint_arguments(getattr(ste.layers, n))]

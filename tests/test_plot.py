@@ -141,7 +141,7 @@ def test_single_peak_is_a_point():
     assert _annotations(fig) == ["peak 1 at x = 0"]  # beta/4
 
 
-@pytest.mark.parametrize("quantizer", ["ste_sign", "ste_sign(clip_value=1.0)", ste.quantizers.SteSign])
+@pytest.mark.parametrize("quantizer", ["ste_sign", "ste_sign(clip_value=1.0)", ste.larq.quantizers.SteSign])
 def test_quantizer_names_classes_and_instances_are_drawn_as_forward_and_gradient(quantizer):
     if isinstance(quantizer, type):
         quantizer = quantizer()

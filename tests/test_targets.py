@@ -13,7 +13,13 @@ GRID = np.linspace(-3.0, 3.0, 121) + 1.234567e-3  # off the kinks at |x| = 1
 
 @pytest.mark.parametrize(
     "quantizer",
-    ["ste_sign", "ste_sign(clip_value=2.0)", "sign(surrogate='atan(alpha=4)')", ste.quantizers.SwishSign, "ternary"],
+    [
+        "ste_sign",
+        "ste_sign(clip_value=2.0)",
+        "sign(surrogate='atan(alpha=4)')",
+        ste.larq.quantizers.SwishSign,
+        "ternary",
+    ],
 )
 def test_a_quantizer_with_a_surrogate_is_checked_against_its_primitive(quantizer):
     ste.testing.check_gradient(quantizer, GRID)

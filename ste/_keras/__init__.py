@@ -8,6 +8,7 @@
 * ``_scopes``: TFMOT's ``*_scope(*custom_objects)`` calls, a family's classes plus the user's as custom objects;
 * ``_stateless``: a wrapped layer run with some of its variables read as computed values (QAT, pruning, clustering);
 * ``_forwarding``: a wrapper layer called as the layer it wraps (its call arguments, its build from every input);
+* ``_matmul``: a product over an input's last axes as one 2-D matmul, which TFLite fuses with its bias;
 
 Nothing here imports the op machinery (:mod:`ste._core`) or a family. Saving an op lives with the op
 (``ste._core._serialization``); the patches of Keras and TensorFlow are listed in ``ste._patches``.

@@ -40,18 +40,20 @@ _LOCK = threading.RLock()
 _OURS: dict[int, dict[str, Any]] = {}  # id(Keras table) -> the entries ste put there
 
 
-def _publish(table: dict[str, Any], name: str, value: Any) -> None:
+def _publish(table: dict[str, Any], name: str, value: Any) -> bool:
+    """Put ``value`` in ``table`` under ``name`` (``None``: remove ste's entry); False if the name is Keras's."""
     with _LOCK:
         ours = _OURS.setdefault(id(table), {})
         if name in table and ours.get(name) is not table[name]:
-            return  # a Keras name (or someone else's): it keeps its meaning
+            return False  # a Keras name (or someone else's): it keeps its meaning
         if value is None:
             if name in ours:
                 del table[name]
                 del ours[name]
-            return
+            return True
         table[name] = value
         ours[name] = value
+        return True
 
 
 def _make_serializable(package: str, cls: type[Any] | None) -> None:
@@ -95,9 +97,9 @@ def _activation(name: str, cls: type[Any]) -> Callable[[Any], Any]:
     return activation
 
 
-def publish_function(name: str, function: Callable[..., Any]) -> None:
-    """Make ``keras.activations.get(name)`` return a user's function (larq's ``register_keras_custom_object``)."""
-    _publish(_keras_activations.ALL_OBJECTS_DICT, name, function)
+def publish_function(name: str, function: Callable[..., Any]) -> bool:
+    """Make ``keras.activations.get(name)`` return ``function``; False (nothing changed) for a name Keras defines."""
+    return _publish(_keras_activations.ALL_OBJECTS_DICT, name, function)
 
 
 def publish_activation(name: str, cls: type[Any] | None, has_weights: bool = False) -> None:

@@ -217,6 +217,12 @@ def _render(command: str, name: str = "") -> str:
     return buffer.getvalue()
 
 
+def _class_path(cls: type) -> str:
+    """A quantizer class's public path: ``ste.quantizers.Sign``, or its module's (``ste.larq.quantizers.SteSign``)."""
+    module = cls.__module__
+    return f"ste.quantizers.{cls.__name__}" if module.startswith("ste.quantizers.") else f"{module}.{cls.__qualname__}"
+
+
 def render_catalog() -> tuple[str, dict[str, str]]:
     """What ``list`` prints and what ``show NAME`` prints for every built-in surrogate and quantizer name, from the
     live registry (imports TensorFlow): the content of ``ste/_tools/cli_catalog.json``."""
@@ -289,7 +295,7 @@ def _list(out: TextIO) -> int:
         if quantizer is not None:  # None: the name is a surrogate's too (approx_sign), listed above
             surrogate = quantizer_surrogate(quantizer)
             backward = repr(surrogate) if surrogate is not None else "its own gradient (show NAME)"
-            quantizers.append((name, f"ste.quantizers.{type(quantizer).__name__}", backward))
+            quantizers.append((name, _class_path(type(quantizer)), backward))
     print("", file=out)
     _table(quantizers, out)
     return EXIT_OK
@@ -311,7 +317,7 @@ def _show(name: str, out: TextIO) -> int:
     if quantizer is not None:
         print(repr(quantizer), file=out)
         backward = repr(surrogate) if surrogate is not None else "- (its own gradient, below)"
-        _fields([("quantizer", f"ste.quantizers.{type(quantizer).__name__}"), ("surrogate", backward)], out)
+        _fields([("quantizer", _class_path(type(quantizer))), ("surrogate", backward)], out)
     else:
         assert info is not None
         print(info.spec, file=out)

@@ -2,7 +2,7 @@
 
 ``quantized_scope(True)`` makes the kernels of built quantized layers read as their quantized values
 (``model.get_weights()``, ``layer.kernel``, ``np.asarray``, arithmetic, ``model.save``); see
-:mod:`ste.layers._kernel_view` and docs/larq.md for what stays latent (training, checkpoints, ``variable.value``).
+:func:`ste.layers.quantized_scope` and docs/larq.md for what stays latent (training, checkpoints, ``variable.value``).
 
 ``metrics_scope(["flip_ratio"])``: quantized layers of ``ste.larq.layers`` constructed inside it track the flip ratio
 of their kernels (as if given ``metrics=["flip_ratio"]``), and ``lq.quantizers.get_kernel_quantizer`` tags the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from ..layers._kernel_view import quantized_scope, should_quantize
+from ..layers import quantized_scope, should_quantize
 from ..metrics import check_metric_names
 
 __all__ = ["get_training_metrics", "metrics_scope", "quantized_scope", "should_quantize"]

@@ -22,10 +22,8 @@ from typing import Any
 
 import keras
 
-from .._common._arguments import check_bool
-from .._tools._export import walk_layers
-from .._tools._summary import _check_built, _output_shape
-from ..errors import ParameterError
+from ..errors import NotBuiltError, ParameterError
+from ._arguments import check_bool
 from .utils import memory_as_readable_str
 
 __all__ = ["LayerProfile", "ModelProfile", "WeightProfile", "summary"]
@@ -267,6 +265,42 @@ class ModelProfile(LayerProfile):
         return rows
 
 
+def _output_shape(layer: Any) -> Any:
+    """The shape of ``layer``'s output (a list for several outputs); None for a layer called never or more than once."""
+    try:
+        output = layer.output
+    except (AttributeError, ValueError):
+        return None
+    if isinstance(output, (list, tuple)):
+        return [None if getattr(t, "shape", None) is None else tuple(t.shape) for t in output]
+    return None if getattr(output, "shape", None) is None else tuple(output.shape)
+
+
+def _layers(model: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every layer of ``model`` with its path (``outer/inner`` for the layers of a nested model)."""
+    found: list[tuple[str, Any]] = []
+    for layer in getattr(model, "layers", []):
+        path = f"{prefix}{layer.name}"
+        found += _layers(layer, f"{path}/") if isinstance(layer, keras.Model) else [(path, layer)]
+    return found
+
+
+def _check_built(model: Any) -> None:
+    name = getattr(model, "name", model)
+    if not getattr(model, "built", False):
+        raise NotBuiltError(
+            f"lq.models.summary(model): the model {name!r} is not built. Fix: give it a keras.Input or call it on a "
+            f"batch first."
+        )
+    unbuilt = [path for path, layer in _layers(model) if not getattr(layer, "built", True)]
+    if unbuilt:
+        raise NotBuiltError(
+            f"lq.models.summary(model): the model {name!r} is built but its layers {unbuilt} are not (model.build() "
+            f"on a subclassed model does not build the layers its call creates or uses). Fix: call the model on a "
+            f"batch first, e.g. model(numpy.zeros((1, *input_shape)))."
+        )
+
+
 def _entry(value: Any, units: int) -> Any:
     """A table cell: ``?`` for an unknown count, the value itself for 0 or unit 1, else value / units."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -325,7 +359,7 @@ def summary(model: Any, print_fn: Callable[[str], Any] | None = None, include_ma
     :class:`ModelProfile` (larq returns ``None``).
     """
     include_macs = check_bool("ste.larq.models.summary", "include_macs", include_macs)
-    _check_built(model, list(walk_layers(model)))
+    _check_built(model)
     print_fn = print_fn or print
     profile = ModelProfile(model)
     # as larq: include_macs=False leaves the MACs out of the summary lines, not out of the layers table

@@ -4,6 +4,6 @@ A view of a Keras 3 variable that reads quantized inside ``lq.context.quantized_
 what differs from larq.
 """
 
-from ..layers._kernel_view import QuantizedVariable
+from ..layers import QuantizedVariable
 
 __all__ = ["QuantizedVariable"]

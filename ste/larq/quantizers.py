@@ -1,5 +1,7 @@
-"""``lq.quantizers``: larq's quantizer classes, aliases, function forms, ``get``/``serialize``/``deserialize`` (which
-read larq's class names and saved configs, ``{"module": "larq.quantizers", ...}``) and ``get_kernel_quantizer``."""
+"""``lq.quantizers``: larq's quantizer classes, aliases, spec names and function forms, ``get``/``serialize``/
+``deserialize`` (which read larq's class names and saved configs, ``{"module": "larq.quantizers", ...}``) and
+``get_kernel_quantizer``. The classes and spec names are defined here, in ``ste.larq``, on :mod:`ste.quantizers`'
+public API; :mod:`ste.quantizers` itself has ste's names only (``sign``, ``heaviside``, ``ternary``, ...)."""
 
 from __future__ import annotations
 
@@ -7,28 +9,18 @@ from typing import Any
 
 import keras
 
-from ..quantizers import (
-    ApproxSign,
-    DoReFa,
-    DoReFaQuantizer,
-    MagnitudeAwareSign,
-    NoOp,
-    Quantizer,
-    SteHeaviside,
-    SteSign,
-    SteTern,
-    SwishSign,
+from ..quantizers import DoReFa, MagnitudeAwareSign, NoOp, Quantizer, get, serialize
+from . import context
+from ._functions import (
     approx_sign,
     dorefa_quantizer,
-    get,
     magnitude_aware_sign,
-    serialize,
     ste_heaviside,
     ste_sign,
     ste_tern,
     swish_sign,
 )
-from . import context
+from ._quantizers import ApproxSign, DoReFaQuantizer, SteHeaviside, SteSign, SteTern, SwishSign
 
 __all__ = [
     "ApproxSign",
@@ -68,6 +60,6 @@ def get_kernel_quantizer(identifier: Any) -> Any:
     """larq's ``get_kernel_quantizer``: :func:`get`, and a quantizer made inside ``lq.context.metrics_scope`` (with no
     ``metrics=`` of its own) takes that scope's metrics, so the layer using it tracks its kernel's flip ratio."""
     quantizer = get(identifier)
-    if isinstance(quantizer, Quantizer) and not quantizer._custom_metrics:
-        quantizer._custom_metrics = tuple(sorted(context.get_training_metrics()))
+    if isinstance(quantizer, Quantizer) and not quantizer.kernel_metrics:
+        quantizer.kernel_metrics = sorted(context.get_training_metrics())
     return quantizer

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import keras
 
-from .._keras._lookup import publish_function
-from .._tools._summary import _fmt_bytes
+from .. import activations
+from ..errors import RegistrationError
 
 __all__ = ["memory_as_readable_str", "register_keras_custom_object", "set_precision"]
 
@@ -22,8 +22,11 @@ def register_keras_custom_object(obj: T) -> T:
     A name Keras already defines (``"relu"``) keeps its Keras meaning for activations."""
     name: str = obj.__name__  # type: ignore[attr-defined]
     keras.saving.get_custom_objects()[name] = obj
-    if callable(obj) and not isinstance(obj, type):
-        publish_function(name, obj)  # Keras 3 reads activation strings from its own table only
+    if callable(obj) and not isinstance(obj, type) and name.isidentifier():
+        try:
+            activations.register(name, obj)  # Keras 3 reads activation strings from its own table only
+        except RegistrationError:
+            pass  # a Keras name keeps its Keras meaning
     return obj
 
 
@@ -39,4 +42,9 @@ def set_precision(precision: int = 32) -> Callable[[T], T]:
 
 def memory_as_readable_str(num_bits: int) -> str:
     """``num_bits`` as bytes with binary prefixes and two decimals, as larq prints sizes (``"1.00 KiB"``)."""
-    return _fmt_bytes(num_bits / 8)
+    value = num_bits / 8
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:,.2f} {unit}"
+        value /= 1024
+    return f"{value:,.2f} GiB"

@@ -3,6 +3,10 @@
 >>> import ste
 >>> layer = ste.layers.QuantDense(8, input_quantizer="ste_sign", kernel_quantizer="ste_sign",
 ...                               kernel_constraint="weight_clip")
+
+A built layer's kernel is a :class:`QuantizedVariable`: inside ``with quantized_scope(True):`` its reads
+(``layer.kernel``, ``model.get_weights()``, ``model.save``) give the quantized kernel; :func:`should_quantize` says
+whether such a scope is active here.
 """
 
 from typing import Any
@@ -21,6 +25,7 @@ from ._conv import (
     QuantSeparableConv2D,
 )
 from ._dense import QuantDense
+from ._kernel_view import QuantizedVariable, quantized_scope, should_quantize
 from ._normalization import BatchNormalization
 
 __all__ = [
@@ -37,7 +42,10 @@ __all__ = [
     "QuantLayerMixin",
     "QuantSeparableConv1D",
     "QuantSeparableConv2D",
+    "QuantizedVariable",
     "kernel_precision",
+    "quantized_scope",
+    "should_quantize",
 ]
 
 _NOT_IN_KERAS_3 = ("QuantLocallyConnected1D", "QuantLocallyConnected2D")

@@ -8,8 +8,6 @@ which kernel attribute, and which constraint argument clips it. The kernel is qu
 from __future__ import annotations
 
 import inspect
-import os
-import sys
 import warnings
 import weakref
 from collections.abc import Callable
@@ -23,13 +21,15 @@ from .. import metrics as ste_metrics
 from .. import quantizers as ste_quantizers
 from .._common._arguments import check_bool_arguments
 from .._core._bitmask import higher_order_witness, keep_bits, pack_bits, refuse_higher_order, unpack_values
-from .._core._cpu import has_gpu, onednn_enabled
 from .._keras._configs import rebuild
 from .._keras._signatures import ClassSignature
 from .._patches import apply as apply_patches
-from ..activations import LARQ_ACTIVATIONS
 from ..errors import InputError, NotBuiltError, ParameterError
 from ..quantizers._sharing import claim
+from ._binary_condition import is_high
+from ._caller import outside_ste
+from ._gradient_order import after, ordered_gradients
+from ._gradient_probe import gradient_vanishes_far_out
 from ._kernel_view import view_kernel
 from ._normalization import hint_fused_batch_norm
 
@@ -44,51 +44,9 @@ class KernelSlot(NamedTuple):
     constraint: str  # constructor argument and attribute holding its constraint, e.g. "kernel_constraint"
 
 
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(path) + os.sep
-    for path in (keras.__file__ or "", tf.__file__ or "", os.path.dirname(os.path.abspath(__file__)))
-)
-
-
-def _outside_ste() -> int:
-    """The ``stacklevel`` of the first caller outside ``ste``, Keras and TensorFlow (a warning then shows the user's
-    line, also when it is given while Keras builds the layer or AutoGraph traces a ``tf.function``)."""
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and _library_frame(frame.f_code.co_filename):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _library_frame(filename: str) -> bool:
-    """A frame of ste, Keras or TensorFlow, or of the copy of a user's function AutoGraph converted (a temporary
-    file: the warning shows the line that called that function instead)."""
-    return os.path.abspath(filename).startswith(_LIBRARY_DIRS) or os.path.basename(filename).startswith(
-        "__autograph_generated"
-    )
-
-
 def _precision(quantizer: Any) -> int | None:
     precision = getattr(quantizer, "precision", None)
     return precision if isinstance(precision, int) else None
-
-
-_FAR = 1e3  # a latent weight this far out is beyond any clip range; an unclipped gradient is still non-zero there
-
-
-def _gradient_vanishes_far_out(quantizer: Any, rank: int) -> bool:
-    """Whether ``quantizer``'s gradient is exactly 0 for latent weights at ±1000 (True when it cannot be told,
-    e.g. while tracing a graph)."""
-    if not tf.executing_eagerly():
-        return True
-    try:
-        x = tf.reshape(tf.constant([-_FAR, _FAR]), [1] * max(rank - 1, 0) + [2])
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = quantizer(x)
-        grad = tape.gradient(y, x)
-        return grad is None or not bool(tf.reduce_any(tf.not_equal(grad, 0)))
-    except Exception:  # a quantizer that cannot take the probe: warn, as for a clipped one
-        return True
 
 
 def kernel_precision(variable: Any) -> int | None:
@@ -103,16 +61,6 @@ def kernel_precision(variable: Any) -> int | None:
 
 _MIGRATION = "docs/larq.md (Migrating from larq)"
 
-#: larq keywords ste's layers do not take (or that this layer does not take), with what to do instead.
-_LARQ_KEYWORDS = {
-    "pad_values": "only convolutions pad their input",
-    "input_quantizer": "this layer has no quantized input",
-    "kernel_quantizer": "this layer's kernels are quantized by the arguments listed below",
-    "depthwise_quantizer": "this layer has no depthwise kernel",
-    "pointwise_quantizer": "this layer has no pointwise kernel",
-    "implementation": "Keras 3 has no LocallyConnected layers",
-}
-
 
 def _keras_parent(cls: type) -> type | None:
     """The first Keras layer class in ``cls``'s MRO that is not itself quantized (``keras.layers.Conv2D``)."""
@@ -122,66 +70,6 @@ def _keras_parent(cls: type) -> type | None:
     return None
 
 
-def _after(tensor: Any, first: list[Any]) -> Any:
-    """``tensor``, available only once every tensor of ``first`` is computed (in a graph; eagerly ops run in call
-    order anyway). TensorFlow's executor runs an op once its inputs exist and gives no other order, and these orders
-    kept whole float tensors alive on benchmarks/binary_net.py: with one inter-op thread it postponed the packing of
-    the layer's input until the backward pass (every block's float ±1 input alive: 216 MiB instead of 108) and
-    every kernel gradient until the end of the backward pass (each block's upstream gradient and rebuilt input
-    alive: 162 MiB); with two, the input gradient often ran while the rebuilt input still waited for the kernel
-    gradient (one float tensor more at the peak)."""
-    done = [t for t in first if t is not None]
-    if tensor is None or not done or tf.executing_eagerly():
-        return tensor
-    with tf.control_dependencies(done):
-        return tf.identity(tensor)
-
-
-def _ordered_gradients() -> bool:
-    """Whether a binary-input layer's input gradient waits for its kernel gradient in a graph.
-
-    The order keeps one input-sized float tensor fewer alive (the rebuilt input is freed before the input gradient
-    is allocated), and costs time where the two gradients would otherwise run side by side on cores one of them
-    leaves idle. Ordered with oneDNN on, on a GPU (a convolution fills the device; memory is the scarce resource) and
-    where TensorFlow does not say; side by side with oneDNN off. The measurements: docs/performance.md, "Measurements
-    behind the code's choices"."""
-    return onednn_enabled() is not False or has_gpu()
-
-
-def _constant(tensor: tf.Tensor) -> Any:
-    """The value of a ``Const`` op's output (through identities), or None."""
-    op = tensor.op
-    while op.type == "Identity" and op.inputs:
-        op = op.inputs[0].op
-    return tf.get_static_value(op.outputs[0]) if op.type == "Const" else None
-
-
-def _is_high(x: tf.Tensor, low: float, high: float) -> tf.Tensor:
-    """``x == high`` for a tensor ``x`` of two values ``low``/``high``. In a graph where ``x`` is a select between
-    those two constants (``Sign``: ``tf.where(h >= 0, 1, -1)``, through the identities of its op) or a boolean cast
-    to 0/1 (``Heaviside``: ``cast(h > 0)``), that condition, already computed: a pass over the float input less per
-    binary layer (the same booleans)."""
-    if not tf.executing_eagerly():
-        tensor = x
-        while tensor.op.type in ("Identity", "IdentityN") and tensor.op.inputs:
-            tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
-        op = tensor.op
-        condition = op.inputs[0] if op.inputs and op.graph is x.graph else None
-        if op.type == "Cast" and condition is not None and condition.dtype == tf.bool and (low, high) == (0.0, 1.0):
-            return condition  # Heaviside: cast(h > 0)
-        if (
-            op.type == "SelectV2"
-            and condition is not None
-            and condition.dtype == tf.bool
-            and condition.shape == x.shape
-        ):
-            on, off = _constant(op.inputs[1]), _constant(op.inputs[2])
-            if on is not None and off is not None and on.size == off.size == 1 and high != low:
-                if float(on) == high and float(off) == low:
-                    return condition
-    return tf.equal(x, tf.constant(high, x.dtype))
-
-
 def _layer_name(layer: object) -> str:
     return str(getattr(layer, "name", type(layer).__name__))
 
@@ -189,14 +77,18 @@ def _layer_name(layer: object) -> str:
 class QuantLayerMixin:
     """Mixin for quantized Keras layers; see the module docstring.
 
-    A subclass lists its kernel slots (``slots``) and, optionally, larq spellings of its quantizer arguments
-    (``quantizer_aliases``). The mixin's ``__init__`` takes the keyword-only options (the quantizers, and what
-    :meth:`options` adds), passes everything else to the Keras parent, and ``inspect.signature`` of the class shows
-    the parent's parameters followed by these options.
+    A subclass lists its kernel slots (``slots``). The mixin's ``__init__`` takes the keyword-only options (the
+    quantizers, and what :meth:`options` adds), passes everything else to the Keras parent, and ``inspect.signature``
+    of the class shows the parent's parameters followed by these options.
+
+    Extension points for subclasses: :meth:`options` (the keyword-only arguments added), ``warns_when_built``
+    (a class attribute: False leaves out the missing-constraint warning given when the layer is built, for a subclass
+    with its own rule) and :meth:`warn_missing_constraint` (that warning, for one kernel slot).
     """
 
     slots: ClassVar[tuple[KernelSlot, ...]] = ()
-    quantizer_aliases: ClassVar[dict[str, str]] = {}  # larq spelling -> ste argument, e.g. depthwise -> kernel
+    #: Whether :meth:`build` warns about a binary kernel without a constraint (see :meth:`warn_missing_constraint`).
+    warns_when_built: ClassVar[bool] = True
     input_quantizer: Any
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -220,7 +112,7 @@ class QuantLayerMixin:
     @classmethod
     def options(cls) -> dict[str, tuple[Any, str]]:
         """The keyword-only arguments this class adds to its Keras parent: ``{name: (default, annotation)}``."""
-        names = ["input_quantizer", *(slot.quantizer for slot in cls.slots), *cls.quantizer_aliases]
+        names = ["input_quantizer", *(slot.quantizer for slot in cls.slots)]
         return {**{name: (None, "QuantizerLike") for name in names}, "metrics": (None, "Sequence[str] | None")}
 
     if not TYPE_CHECKING:  # static tools (IDEs, type checkers) then see the Keras parent's __init__ and its parameters
@@ -229,24 +121,29 @@ class QuantLayerMixin:
             apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
             check_bool_arguments(type(self).__name__, type(self), args, kwargs)  # use_bias="no" is refused
             options = {name: kwargs.pop(name, default) for name, (default, _) in type(self).options().items()}
-            self._refuse_larq_keywords(kwargs)
             self._resolve_constraints(kwargs)
-            if isinstance(kwargs.get("activation"), str) and kwargs["activation"] in LARQ_ACTIVATIONS:
-                kwargs["activation"] = LARQ_ACTIVATIONS[kwargs["activation"]]  # larq's meaning, not Keras's
-            super().__init__(*args, **kwargs)
+            try:
+                super().__init__(*args, **kwargs)
+            except (TypeError, ValueError) as error:
+                self._refuse_unknown_keyword(error, kwargs)
+                raise
             self._apply_options(options)
 
     @classmethod
-    def _refuse_larq_keywords(cls, kwargs: dict[str, Any]) -> None:
-        """A larq keyword this class does not take: an ste error naming it (not Keras's "Unrecognized keyword")."""
+    def _refuse_unknown_keyword(cls, error: Exception, kwargs: dict[str, Any]) -> None:
+        """A keyword the Keras parent refused (``error``): an ste error naming it, what the class takes and the fix,
+        instead of Keras's "Unrecognized keyword arguments" (raised before any variable exists)."""
+        message = str(error)
+        if "keyword argument" not in message:
+            return
         for name in kwargs:
-            if name in _LARQ_KEYWORDS:
+            if repr(name) in message:
                 takes = ", ".join(cls.options())
                 raise ParameterError(
-                    f"{cls.__name__} does not take larq's {name}= ({_LARQ_KEYWORDS[name]}). It takes the arguments "
-                    f"of {_keras_parent(cls).__name__} plus {takes}. See {_MIGRATION} for every larq argument "  # type: ignore[union-attr]
-                    f"and its ste equivalent."
-                )
+                    f"{cls.__name__} does not take {name}=. It takes the arguments of "
+                    f"{_keras_parent(cls).__name__} plus {takes}. Fix: leave {name}= out; for larq's arguments, "  # type: ignore[union-attr]
+                    f"see {_MIGRATION} for their ste equivalents, or build the layer with ste.larq.layers."
+                ) from None
 
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
@@ -259,14 +156,6 @@ class QuantLayerMixin:
     def _apply_options(self, options: dict[str, Any]) -> None:
         """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""
         self._set_metrics(options["metrics"])
-        for alias, target in self.quantizer_aliases.items():
-            if options[alias] is not None:
-                if options[target] is not None:
-                    raise ParameterError(
-                        f"{type(self).__name__}: give {target}= or larq's {alias}=, not both "
-                        f"(received {target}={options[target]!r}, {alias}={options[alias]!r})."
-                    )
-                options[target] = options[alias]
         self._set_quantizers(options)
 
     def _set_quantizers(self, options: dict[str, Any]) -> None:
@@ -305,7 +194,7 @@ class QuantLayerMixin:
         name = f"flip_ratio/{getattr(self, 'name', '')}"
         for slot in self.slots:
             # the layer's metrics=, or larq's metrics= given to the kernel's quantizer
-            asked = (*self._metric_names, *getattr(getattr(self, slot.quantizer), "_custom_metrics", ()))
+            asked = (*self._metric_names, *getattr(getattr(self, slot.quantizer), "kernel_metrics", ()))
             if "flip_ratio" not in asked:
                 continue
             kernel = getattr(self, slot.kernel)
@@ -320,7 +209,7 @@ class QuantLayerMixin:
         """Build the Keras parent, then the quantizer layers (on the input and kernel shapes)."""
         super().build(input_shape)  # type: ignore[misc]
         self._build_quantizers(input_shape)
-        if not getattr(self, "_ste_loading", False):
+        if self.warns_when_built and not getattr(self, "_ste_loading", False):
             self._warn_missing_constraints()
 
     def build_from_config(self, config: dict[str, Any]) -> None:
@@ -339,17 +228,20 @@ class QuantLayerMixin:
             quantizer = getattr(self, slot.quantizer)
             if _precision(quantizer) != 1 or getattr(self, slot.constraint, None) is not None:
                 continue
-            if _gradient_vanishes_far_out(quantizer, len(getattr(self, slot.kernel).shape)):
-                self._warn_missing_constraint(slot)
+            if gradient_vanishes_far_out(quantizer, len(getattr(self, slot.kernel).shape)):
+                self.warn_missing_constraint(slot)
 
-    def _warn_missing_constraint(self, slot: KernelSlot) -> None:
+    def warn_missing_constraint(self, slot: KernelSlot) -> None:
+        """Warn that the kernel of ``slot`` is binary and has no constraint (a ``UserWarning`` naming the fix, shown
+        at the user's line). Given when the layer is built where the quantizer's gradient vanishes far out (unless
+        ``warns_when_built`` is False); a subclass with another rule calls it itself."""
         warnings.warn(
             f"{type(self).__name__} '{getattr(self, 'name', '')}' has a binary {slot.quantizer} and no "
             f"{slot.constraint}: its latent weights can drift out of the range where the quantizer's gradient "
             f"is non-zero and stop learning. Fix: pass {slot.constraint}='weight_clip' "
             f"(ste.constraints.WeightClip(1.0)).",
             UserWarning,
-            stacklevel=_outside_ste(),
+            stacklevel=outside_ste(),
         )
 
     @property
@@ -412,7 +304,7 @@ class QuantLayerMixin:
             )
         if not getattr(self, "_ste_batch_norm_hinted", False) and ste_metrics.in_training():
             self._ste_batch_norm_hinted = True
-            hint_fused_batch_norm(self, _outside_ste())
+            hint_fused_batch_norm(self, outside_ste())
         return inputs if self.input_quantizer is None else self.input_quantizer(inputs)
 
     def apply_to_quantized_input(self, fn: Callable[..., Any], x: Any, kernels: list[tf.Tensor]) -> Any:
@@ -427,7 +319,7 @@ class QuantLayerMixin:
         @tf.custom_gradient  # type: ignore[untyped-decorator]
         def on_bits(x: tf.Tensor, *kernels: tf.Tensor) -> Any:
             with tf.name_scope("binary_input_bits"):
-                bits = pack_bits(_is_high(x, low, high))
+                bits = pack_bits(is_high(x, low, high))
             shape = x.shape.as_list() if x.shape.is_fully_defined() else tf.shape(x)
             witness = higher_order_witness(x)  # a gradient of the gradient must not miss x: it raises instead
 
@@ -445,12 +337,12 @@ class QuantLayerMixin:
                 # in a graph each call builds both gradient ops and the function prunes the one it does not use
                 kernel_grads = tape.gradient(out, list(kernels), output_gradients=dy)
                 # the input gradient starts once the kernel gradient is done (and `one` freed), where that order
-                # costs no time (see _ordered_gradients)
-                ordered = _after(dy, kernel_grads) if _ordered_gradients() else dy
+                # costs no time (see ordered_gradients)
+                ordered = after(dy, kernel_grads) if ordered_gradients() else dy
                 input_grad = tape.gradient(out, one, output_gradients=ordered)
                 return [input_grad, *kernel_grads]
 
-            return _after(fn(x, *kernels), [bits]), grad
+            return after(fn(x, *kernels), [bits]), grad
 
         return on_bits(x, *kernels)
 

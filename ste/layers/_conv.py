@@ -207,12 +207,11 @@ class QuantConv3DTranspose(_QuantConvTranspose, keras.layers.Conv3DTranspose):  
 
 @keras.saving.register_keras_serializable(package="ste")
 class QuantDepthwiseConv2D(_QuantConv, keras.layers.DepthwiseConv2D):  # type: ignore[misc]
-    """``keras.layers.DepthwiseConv2D`` with ``input_quantizer``, ``kernel_quantizer`` (larq's name
-    ``depthwise_quantizer`` is accepted too) and ``pad_values``; the kernel's constraint is
-    ``depthwise_constraint``."""
+    """``keras.layers.DepthwiseConv2D`` with ``input_quantizer``, ``kernel_quantizer`` and ``pad_values``; the
+    kernel's constraint is ``depthwise_constraint`` (``ste.larq.layers.QuantDepthwiseConv2D`` also takes larq's
+    ``depthwise_quantizer``)."""
 
     slots = (KernelSlot("kernel_quantizer", "kernel", "depthwise_constraint"),)
-    quantizer_aliases = {"depthwise_quantizer": "kernel_quantizer"}  # noqa: RUF012
     op = staticmethod(keras.ops.depthwise_conv)
 
 

@@ -3,38 +3,19 @@
 On an input of rank > 2 the product is one 2-D matmul on the flattened rows, the bias added before the rows are
 reshaped back (the same numbers as Keras's N-D matmul): the TFLite converter then fuses the bias into one
 FULLY_CONNECTED whose output range is the layer's, where after an N-D matmul it kept the kernel float
-(:func:`flat_matmul`, also used by ``ste.qat.QuantEinsumDense``).
+(``ste._keras._matmul``, also used by ``ste.qat.QuantEinsumDense``).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
-import tensorflow as tf
 
+from .._keras._matmul import flat_matmul, unflatten
 from ._base import KernelSlot, QuantLayerMixin
 
-__all__ = ["QuantDense", "flat_matmul", "unflatten"]
-
-
-def flat_matmul(x: Any, kernel: Any, contracted: int) -> Any:
-    """The last ``contracted`` axes of ``x`` times the first ``contracted`` axes of ``kernel``, as one 2-D matmul:
-    rows (the product of ``x``'s other axes) × the product of ``kernel``'s other axes."""
-    inner = math.prod(kernel.shape[:contracted])
-    rows = keras.ops.reshape(x, (-1, inner))
-    return keras.ops.matmul(rows, keras.ops.reshape(kernel, (inner, -1)))
-
-
-def unflatten(y: Any, x: Any, contracted: int, out_shape: tuple[int, ...]) -> Any:
-    """``flat_matmul``'s rows back to ``x``'s leading axes followed by ``out_shape`` (static sizes kept)."""
-    lead = list(x.shape[: x.shape.rank - contracted])
-    if lead.count(None) <= 1:  # -1 for the batch: the static sizes stay known while Keras builds the model
-        return keras.ops.reshape(y, tuple(-1 if size is None else size for size in lead) + tuple(out_shape))
-    dynamic = tf.shape(x)
-    shape = [size if size is not None else dynamic[i] for i, size in enumerate(lead)]
-    return tf.reshape(y, [*shape, *out_shape])
+__all__ = ["QuantDense"]
 
 
 @keras.saving.register_keras_serializable(package="ste")

@@ -110,7 +110,8 @@ def _quantized_read(name: str) -> Callable[..., Any]:
 
 
 class QuantizedVariable:
-    """A Keras variable whose reads are quantized inside ``quantized_scope(True)`` (see the module docstring).
+    """A Keras variable whose user-facing reads are quantized inside ``quantized_scope(True)``; ``variable.value``,
+    ``assign*`` and the handle stay latent (optimizers and checkpoints read them).
 
     ``quantizer``, ``precision`` and ``latent_variable`` are larq's attributes. Create one with
     :meth:`from_variable`; a built quantized layer's kernels already are.

@@ -12,7 +12,7 @@ A low-bit scheme covers what :class:`ste.qat.Int8Scheme` covers, with three diff
   stays float, as in BitNet); Keras's ``BatchNormalization`` becomes ``ste.layers.BatchNormalization`` (the same
   config and weights, trained on TensorFlow's fused kernel, as larq's tf-keras batch norm is).
 
-A low-bit layer whose input quantizer maps every non-negative value to one value (``ste_sign``: all +1) and that a
+A low-bit layer whose input quantizer maps every non-negative value to one value (``sign``: all +1) and that a
 non-negative activation feeds (a ReLU, sigmoid, softmax, ... as the graph shows it: :class:`ste.qat.InputFeed`)
 would see a constant input and could not learn. :meth:`LowBitScheme.adapt_input` gives such a layer the int8
 scheme's 8-bit input quantizer instead, and keeps its low-bit kernel (the weights stay 1-bit; only the layer's
@@ -34,7 +34,7 @@ from .._common._arguments import check_bool
 from .._keras._versions import complete_config
 from ..constraints import WeightClip
 from ..errors import UnsupportedLayerError
-from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, SteSign
+from ..quantizers import AbsmaxPerToken, AbsmeanTernary, Quantizer, Sign
 from ._attention import is_attention, quantize_attention
 from ._int8 import Int8Scheme
 from ._scheme import InputFeed, Role, Scheme
@@ -174,16 +174,16 @@ class LowBitScheme(Scheme):
 
 
 class BinaryScheme(LowBitScheme):
-    """larq-style binarization: Dense and Conv2D get ``input_quantizer="ste_sign"``, ``kernel_quantizer="ste_sign"``
-    (sign, sign(0) = +1, gradient dy·1[|x| <= 1]) and ``kernel_constraint="weight_clip"`` (latent weights clipped
-    to [−1, 1]); the first and the last compute layers stay 8-bit (``keep_ends=True``). A binarized Conv2D exported
-    with ``model.export`` converts to Larq Compute Engine's ``LceBconv2d``. See the module docstring."""
+    """larq-style binarization: Dense and Conv2D get ``input_quantizer="sign"``, ``kernel_quantizer="sign"``
+    (sign(0) = +1, gradient dy·1[|x| <= 1]: larq's ``ste_sign``) and ``kernel_constraint="weight_clip"`` (latent
+    weights clipped to [−1, 1]); the first and the last compute layers stay 8-bit (``keep_ends=True``). A binarized
+    Conv2D exported with ``model.export`` converts to Larq Compute Engine's ``LceBconv2d``. See the module docstring."""
 
     name = "binary"
     low_bit: ClassVar[dict[type, type]] = {L.Conv2D: ste_layers.QuantConv2D, L.Dense: ste_layers.QuantDense}
 
     def low_bit_options(self, kind: type = L.Dense) -> dict[str, Any]:
-        return {"input_quantizer": SteSign(), "kernel_quantizer": SteSign(), "kernel_constraint": WeightClip(1.0)}
+        return {"input_quantizer": Sign(), "kernel_quantizer": Sign(), "kernel_constraint": WeightClip(1.0)}
 
     def check(self, layer: keras.layers.Layer, path: str, owner: str) -> None:
         if isinstance(layer, L.Embedding):

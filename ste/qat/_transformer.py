@@ -29,10 +29,10 @@ from typing import Any
 import keras
 
 from .. import quantizers as ste_quantizers
+from .._keras._matmul import flat_matmul, unflatten
 from .._keras._signatures import forwarding_signature
 from .._patches import apply as apply_patches
-from ..layers._base import KernelSlot, QuantLayerMixin
-from ..layers._dense import flat_matmul, unflatten
+from ..layers import KernelSlot, QuantLayerMixin
 from ..quantizers._sharing import claim
 from ._attention import INNER, explicit_attention
 

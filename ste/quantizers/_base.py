@@ -32,7 +32,7 @@ from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
 
-__all__ = ["Quantizer", "QuantizerLike", "get", "lookup", "names", "register", "serialize", "unregister"]
+__all__ = ["Quantizer", "QuantizerLike", "add_form", "get", "lookup", "names", "register", "serialize", "unregister"]
 
 
 def _publish(name: str, cls: type[Quantizer] | None) -> None:
@@ -68,9 +68,17 @@ class Quantizer(keras.layers.Layer, Extension):  # type: ignore[misc]
         apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
-        # larq's per-quantizer training metrics (["flip_ratio"]): the layer quantizing a kernel with this quantizer
-        # tracks that kernel's flip ratio. Not part of the config, as in larq.
         self._custom_metrics = check_metric_names(type(self).__name__, metrics)
+
+    @property
+    def kernel_metrics(self) -> tuple[str, ...]:
+        """The training metrics (``("flip_ratio",)``) that the layer quantizing a kernel with this quantizer tracks
+        for that kernel: the ``metrics=`` argument. Not part of the config."""
+        return self._custom_metrics
+
+    @kernel_metrics.setter
+    def kernel_metrics(self, metrics: Sequence[str]) -> None:
+        self._custom_metrics = check_metric_names(type(self).__name__, list(metrics))
 
     @abc.abstractmethod
     def call(self, inputs: Any) -> tf.Tensor:
@@ -175,8 +183,14 @@ _FORMS: list[Callable[[Any], Quantizer | None]] = []
 
 
 def add_form(form: Callable[[Any], Quantizer | None]) -> None:
-    """Let :func:`get` also read another library's names or configs: ``form(identifier)`` returns the quantizer,
-    or ``None`` when ``identifier`` is not in that form (larq's, :mod:`ste.quantizers._larq`)."""
+    """Let :func:`get` also read another library's names or configs (an extension point; :mod:`ste.larq` adds
+    larq's class names and saved configs).
+
+    ``form(identifier)`` returns the quantizer ``identifier`` describes, or ``None`` when ``identifier`` is not in
+    that form; :func:`get` asks every added form, in the order added, before reading names, spec strings and Keras
+    configs. A form may raise :class:`ste.errors.UnknownQuantizerError` for an identifier in its form that it cannot
+    build.
+    """
     _FORMS.append(form)
 
 
@@ -186,9 +200,9 @@ def get(identifier: QuantizerLike) -> Quantizer | Callable[..., Any] | None:
     ``None`` → ``None``; a :class:`Quantizer` → itself; a name or spec string → a new quantizer; a Keras config
     dict (from ``keras.saving.serialize_keras_object``) → the deserialized quantizer; a Quantizer class → an
     instance with default arguments; any other callable is returned unchanged (it must map a tensor to a tensor).
-    A name that is not an ste quantizer may be a function registered with Keras under that plain name (larq's
-    ``register_keras_custom_object``, ``ste.larq.utils.register_keras_custom_object``): that function is returned.
-    larq's class names (``"SteSign"``) and saved configs (``{"module": "larq.quantizers", ...}``) are read too.
+    A name that is not an ste quantizer may be a function registered with Keras under that plain name
+    (``ste.larq.utils.register_keras_custom_object``): that function is returned. The forms added with
+    :func:`add_form` are read first (with :mod:`ste.larq` loaded: larq's class names and saved configs).
     """
     if identifier is None or isinstance(identifier, Quantizer):
         return identifier

@@ -87,15 +87,14 @@ def _dorefa_levels(mode: str) -> Any:
 
 @keras.saving.register_keras_serializable(package="ste")
 @register("dorefa")
-@register("dorefa_quantizer")
 class DoReFa(Quantizer):
     """k-bit DoReFa quantizer (Zhou et al. 2016); also larq's ``DoReFa`` / ``dorefa_quantizer``.
 
     ``mode="activations"``: round(n·clip(x, 0, 1))/n with n = 2^bits − 1; gradient dy·1[0 <= x <= 1].
     ``mode="weights"``: t = tanh(x), m = max(abs(t)) over the whole tensor (a constant in the backward pass),
     output 2·round(n·(t/(2m) + 1/2))/n − 1 in [−1, 1]; gradient dy·(1 − tanh²(x))/m. An all-zero input uses m = 1.
-    Rounding: ``tf.round``, half to even. ``k_bit`` is larq's name for ``bits``. Spec names ``"dorefa"`` and
-    ``"dorefa_quantizer"``.
+    Rounding: ``tf.round``, half to even. ``k_bit`` is larq's name for ``bits``. Spec name ``"dorefa"``
+    (``ste.larq`` adds larq's ``"dorefa_quantizer"``).
     """
 
     def __init__(self, bits: int = 2, mode: str = "activations", k_bit: int = NOT_GIVEN, **kwargs: Any) -> None:

@@ -1,6 +1,7 @@
 """larq 0.14's test fixtures (larq/conftest.py) on Keras 3: ``quantized`` enters ``lq.context.quantized_scope``,
 ``distribute_scope`` a MirroredStrategy over the two logical CPUs of tests/conftest.py. larq's graph-mode fixtures
-(TF1 sessions) have no Keras 3 counterpart: the ported tests run eagerly and inside ``tf.function``."""
+(TF1 sessions) have no Keras 3 counterpart: the ported tests run eagerly and inside ``tf.function``. ``run`` is the
+quantizer tests' forward-and-backward run, for the formula tests of ste.larq's quantizers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import ste.larq as lq
+from tests.quantizers.conftest import run_quantizer
 
 #: What larq 0.14 itself gave (tests/larq_port/make_reference.py, run in the larq venv).
 REFERENCE = json.loads((Path(__file__).resolve().parents[1] / "data" / "larq_reference.json").read_text())
@@ -43,3 +45,9 @@ def data_format(request):
 def _clear_session():
     keras.backend.clear_session()  # larq's models tests name layers from a fresh session
     yield
+
+
+@pytest.fixture
+def run():
+    """A quantizer run forward and backward with a non-trivial upstream gradient (tests/quantizers/conftest.py)."""
+    return run_quantizer

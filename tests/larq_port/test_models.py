@@ -202,6 +202,24 @@ def test_summary_invalid_model():
         lq.models.summary(keras.Model())
 
 
+def test_summary_names_the_unbuilt_layers_of_a_built_model():
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__(name="subclassed")
+            self.dense = keras.layers.Dense(2)
+
+        def build(self, input_shape):
+            self.built = True  # the layer its call uses is left unbuilt
+
+        def call(self, x):
+            return self.dense(x)
+
+    model = Subclassed()
+    model.build((None, 3))
+    with pytest.raises(ste.errors.NotBuiltError, match=r"lq.models.summary\(model\).*\['dense'\].*Fix: call the"):
+        lq.models.summary(model)
+
+
 def test_bitsize_invalid_key():
     with pytest.raises(NotImplementedError):
         lq.models._bitsize_as_str(-1)

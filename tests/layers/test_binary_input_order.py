@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import ste
-from ste.layers import _base
+from ste.layers import _gradient_order
 
 
 def _traced(jit_compile: bool) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -62,8 +62,8 @@ def _ancestors(op: tf.Operation, control: bool = True) -> set[tf.Operation]:
 def test_the_output_waits_for_the_packing_and_the_input_gradient_for_the_kernel_gradient(
     monkeypatch: pytest.MonkeyPatch, onednn: bool | None, gpu: bool, ordered: bool
 ) -> None:
-    monkeypatch.setattr(_base, "onednn_enabled", lambda: onednn)
-    monkeypatch.setattr(_base, "has_gpu", lambda: gpu)
+    monkeypatch.setattr(_gradient_order, "onednn_enabled", lambda: onednn)
+    monkeypatch.setattr(_gradient_order, "has_gpu", lambda: gpu)
     _, output, dx, dkernel = _traced(jit_compile=False)
     packed = [op for op in _ancestors(output.op) if op.type == "Cast" and op.outputs[0].dtype == tf.uint8]
     assert packed, "the layer's output does not wait for its input's bits"

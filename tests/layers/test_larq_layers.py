@@ -303,10 +303,12 @@ def test_larq_keywords_ste_does_not_take_name_themselves_and_the_migration_page(
 
 
 def test_larq_depthwise_quantizer_spelling_and_both_spellings_refused():
-    layer = QuantDepthwiseConv2D(3, depthwise_quantizer="ternary(threshold=0.3)")
+    layer = ste.larq.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="ternary(threshold=0.3)")
     assert isinstance(layer.kernel_quantizer, ste.quantizers.Ternary) and layer.kernel_quantizer.threshold == 0.3
     with pytest.raises(ste.errors.ParameterError, match="not both"):
-        QuantDepthwiseConv2D(3, kernel_quantizer="sign", depthwise_quantizer="sign")
+        ste.larq.layers.QuantDepthwiseConv2D(3, kernel_quantizer="sign", depthwise_quantizer="sign")
+    with pytest.raises(ste.errors.ParameterError, match="depthwise_quantizer=.*ste.larq.layers"):
+        QuantDepthwiseConv2D(3, depthwise_quantizer="sign")  # ste's layer: ste's name only
 
 
 @pytest.mark.parametrize("name", ["QuantLocallyConnected1D", "QuantLocallyConnected2D"])

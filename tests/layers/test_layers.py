@@ -202,8 +202,6 @@ def test_layer_config_round_trip():
     assert restored.input_quantizer.surrogate.name == "approx_sign"
     assert isinstance(restored.kernel_quantizer, ste.quantizers.LSQ) and restored.kernel_quantizer.bits == 3
     assert restored.kernel_constraint.clip_value == 0.5
-    with pytest.raises(ste.errors.ParameterError, match="not both"):
-        QuantDepthwiseConv2D(3, kernel_quantizer="sign", depthwise_quantizer="sign")
 
 
 def test_separable_layer_has_no_single_quantized_kernel() -> None:

@@ -81,17 +81,18 @@ def test_binary_scheme_binarizes_the_middle_and_keeps_the_ends_8_bit():
     assert "ActivationFakeQuant" not in kinds(q).values()  # the layers quantize their own inputs
     for name in ("b1", "b2", "b3"):
         layer = q.get_layer(name)
-        assert isinstance(layer.input_quantizer, ste.quantizers.SteSign)
-        assert isinstance(layer.kernel_quantizer, ste.quantizers.SteSign)
-        assert layer.input_quantizer.clip_value == layer.kernel_quantizer.clip_value == 1.0
+        assert isinstance(layer.input_quantizer, ste.quantizers.Sign)
+        assert isinstance(layer.kernel_quantizer, ste.quantizers.Sign)
+        surrogates = {repr(layer.input_quantizer.surrogate), repr(layer.kernel_quantizer.surrogate)}
+        assert surrogates == {"straight_through(clip=1.0)"}
         assert isinstance(layer.kernel_constraint, ste.constraints.WeightClip)
     for name in ("first", "last"):
         layer = q.get_layer(name)
         assert isinstance(layer.input_quantizer, ste.qat.ActivationFakeQuant) and layer.input_quantizer.bits == 8
         assert isinstance(layer.kernel_quantizer, ste.qat.WeightFakeQuant) and layer.kernel_quantizer.bits == 8
     everything = ste.quantize_model(conv_net(), scheme=ste.qat.BinaryScheme(keep_ends=False))
-    assert isinstance(everything.get_layer("first").kernel_quantizer, ste.quantizers.SteSign)
-    assert isinstance(everything.get_layer("last").kernel_quantizer, ste.quantizers.SteSign)
+    assert isinstance(everything.get_layer("first").kernel_quantizer, ste.quantizers.Sign)
+    assert isinstance(everything.get_layer("last").kernel_quantizer, ste.quantizers.Sign)
     with pytest.raises(ste.errors.ParameterError, match="keep_ends"):
         ste.qat.BinaryScheme(keep_ends="yes")
 
@@ -140,7 +141,7 @@ def test_layers_the_scheme_does_not_make_low_bit_are_8_bit_with_their_own_input_
     dw = q.get_layer("dw")
     assert isinstance(dw.kernel_quantizer, ste.qat.WeightFakeQuant) and dw.kernel_quantizer.channel_axes == 2
     assert isinstance(dw.input_quantizer, ste.qat.ActivationFakeQuant)
-    assert isinstance(q.get_layer("c2").kernel_quantizer, ste.quantizers.SteSign)
+    assert isinstance(q.get_layer("c2").kernel_quantizer, ste.quantizers.Sign)
     # softmax is not fused into the 8-bit head: it runs as its own layer on the head's unquantized output
     assert isinstance(q.layers[-1], L.Activation) and q.layers[-1].activation is keras.activations.softmax
     x = np.random.default_rng(9).normal(size=(3, 6, 6, 2)).astype(np.float32)

@@ -79,7 +79,7 @@ def test_binary_layer_after_relu_gets_an_8_bit_input_and_computes_it_with_its_si
     x = np.random.default_rng(0).normal(size=(32, 6)).astype(np.float32)
     layer = q.get_layer("b1")
     assert isinstance(layer.input_quantizer, ste.qat.ActivationFakeQuant)
-    assert isinstance(layer.kernel_quantizer, ste.quantizers.SteSign)
+    assert isinstance(layer.kernel_quantizer, ste.quantizers.Sign)
     h = input_of(q, "b1", x).astype(np.float64)
     assert h.min() >= 0.0 and h.max() > 0.0
     # numpy of what the layer computes: TensorFlow's fake quantization on the layer's range, then the ±1 kernel
@@ -101,7 +101,7 @@ def test_one_warning_names_the_layers_and_the_fix():
     assert len(ours) == 1
     text = ours[0]
     assert "'b1' (after 'first' (relu))" in text and "'b2' (after 'relu_b1' (relu))" in text
-    assert "SteSign" in text and "8 bits" in text and "kernel stays binary" in text
+    assert "Sign" in text and "8 bits" in text and "kernel stays binary" in text
     assert "BatchNormalization" in text and "hard_tanh" in text and "strict=True" in text
     assert "'first'" not in text.split("feeds them:")[1].split("(after")[0]  # the 8-bit first layer is not named
 
@@ -182,7 +182,7 @@ def test_which_inputs_count_as_non_negative(between, adapted):
         warnings.simplefilter("always")
         q = ste.quantize_model(model, scheme="binary")
     quantizer = q.get_layer("b1").input_quantizer
-    assert isinstance(quantizer, ste.qat.ActivationFakeQuant if adapted else ste.quantizers.SteSign)
+    assert isinstance(quantizer, ste.qat.ActivationFakeQuant if adapted else ste.quantizers.Sign)
     assert any(MESSAGE in str(w.message) for w in record) is adapted
 
 
@@ -204,7 +204,7 @@ def test_merges_and_nested_models_carry_the_sign():
     assert "b_mul" not in text
     block = q.get_layer("block")
     assert isinstance(block.get_layer("inner_b").input_quantizer, ste.qat.ActivationFakeQuant)
-    assert isinstance(q.get_layer("b_mul").input_quantizer, ste.quantizers.SteSign)
+    assert isinstance(q.get_layer("b_mul").input_quantizer, ste.quantizers.Sign)
 
 
 def test_the_model_input_follows_keep_ends():
@@ -214,7 +214,7 @@ def test_the_model_input_follows_keep_ends():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         q = ste.quantize_model(model, scheme=ste.qat.BinaryScheme(keep_ends=False))
-    assert isinstance(q.get_layer("first").input_quantizer, ste.quantizers.SteSign)
+    assert isinstance(q.get_layer("first").input_quantizer, ste.quantizers.Sign)
 
 
 def test_ternary_inputs_after_relu_keep_their_levels_without_a_warning():

@@ -143,7 +143,7 @@ def test_a_non_bool_switch_is_refused(label, obj, switch, value):
         (lambda v: ste.spiking.LIFCell(units=4, detach_reset=v), "detach_reset"),
         (lambda v: ste.quantizers.LSQ(sharded=v), "sharded"),
         (
-            lambda v: ste.quantizers.ste_tern(np.zeros(3, np.float32), ternary_weight_networks=v),
+            lambda v: ste.larq.quantizers.ste_tern(np.zeros(3, np.float32), ternary_weight_networks=v),
             "ternary_weight_networks",
         ),
         (lambda v: ste.registry.register("switch_test", lambda x: x, replace=v), "replace"),

@@ -1,4 +1,4 @@
-"""larq's function forms (``ste.quantizers.ste_sign(x)`` ...) and ``NoOp``: values and gradients against numpy
+"""larq's function forms (``ste.larq.quantizers.ste_sign(x)`` ...) and ``NoOp``: values and gradients against numpy
 transcriptions of larq 0.14's formulas (REFERENCE.md §2; larq/quantizers.py), with larq's keyword names."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import tensorflow as tf
 
 import ste
 from ste import quantizers as q
-
-from .conftest import FLOATS
-from .test_larq import GRID, clipped, larq_sign
+from ste.larq import quantizers as lqq
+from tests.larq_port.test_quantizer_formulas import GRID, clipped, larq_sign
+from tests.quantizers.conftest import FLOATS
 
 RNG = np.random.default_rng(4)
 KERNEL = RNG.normal(size=(3, 3, 4, 6))
@@ -39,47 +39,52 @@ def _scale(x):
 
 # (function form with larq's keywords, input, numpy value(x), numpy gradient(x, dy)) from larq 0.14's formulas.
 CASES = {
-    "ste_sign": (lambda v: q.ste_sign(v, clip_value=0.5), GRID, larq_sign, lambda x, dy: clipped(x, dy, 0.5)),
-    "ste_sign_unclipped": (lambda v: q.ste_sign(v, clip_value=None), GRID, larq_sign, lambda x, dy: dy),
+    "ste_sign": (
+        lambda v: lqq.ste_sign(v, clip_value=0.5),
+        GRID,
+        larq_sign,
+        lambda x, dy: clipped(x, dy, 0.5),
+    ),
+    "ste_sign_unclipped": (lambda v: lqq.ste_sign(v, clip_value=None), GRID, larq_sign, lambda x, dy: dy),
     "approx_sign": (
-        q.approx_sign,
+        lqq.approx_sign,
         GRID,
         larq_sign,
         lambda x, dy: np.where(np.abs(x) <= 1, (1 - np.abs(x)) * 2 * dy, 0),
     ),
-    "swish_sign": (lambda v: q.swish_sign(v, beta=2.0), GRID, larq_sign, lambda x, dy: _swish(x, dy, 2.0)),
+    "swish_sign": (lambda v: lqq.swish_sign(v, beta=2.0), GRID, larq_sign, lambda x, dy: _swish(x, dy, 2.0)),
     "ste_heaviside": (
-        lambda v: q.ste_heaviside(v, clip_value=0.25),
+        lambda v: lqq.ste_heaviside(v, clip_value=0.25),
         GRID,
         lambda x: np.sign(np.maximum(x, 0.0)),
         lambda x, dy: clipped(x, dy, 0.25),
     ),
     "ste_tern": (
-        lambda v: q.ste_tern(v, threshold_value=0.25, ternary_weight_networks=False, clip_value=0.5),
+        lambda v: lqq.ste_tern(v, threshold_value=0.25, ternary_weight_networks=False, clip_value=0.5),
         GRID,
         lambda x: _tern(x, 0.25),
         lambda x, dy: clipped(x, dy, 0.5),
     ),
     "ste_tern_twn": (
-        lambda v: q.ste_tern(v, ternary_weight_networks=True),
+        lambda v: lqq.ste_tern(v, ternary_weight_networks=True),
         WEIGHTS,
         lambda x: _tern(x, 0.7 * np.sum(np.abs(x)) / x.size),
         lambda x, dy: clipped(x, dy, 1.0),
     ),
     "magnitude_aware_sign": (
-        lambda v: q.magnitude_aware_sign(v, clip_value=0.5),
+        lambda v: lqq.magnitude_aware_sign(v, clip_value=0.5),
         KERNEL,
         lambda x: _scale(x) * larq_sign(x),
         lambda x, dy: _scale(x) * clipped(x, dy, 0.5),
     ),
     "dorefa_activations": (
-        lambda v: q.dorefa_quantizer(v, k_bit=4, mode="activations"),
+        lambda v: lqq.dorefa_quantizer(v, k_bit=4, mode="activations"),
         LEVELS,
         lambda x: np.round(np.clip(x, 0.0, 1.0) * 15) / 15,
         lambda x, dy: np.where((x >= 0) & (x <= 1), dy, 0.0),
     ),
     "dorefa_weights": (
-        lambda v: q.dorefa_quantizer(v, k_bit=2, mode="weights"),
+        lambda v: lqq.dorefa_quantizer(v, k_bit=2, mode="weights"),
         WEIGHTS,
         lambda x: _dorefa_weights(x, 3),
         lambda x, dy: dy * (1 - np.tanh(x) ** 2) / np.max(np.abs(np.tanh(x))),
@@ -105,7 +110,11 @@ def test_function_forms_keep_every_float_dtype(run, dtype, name):
 
 
 def test_function_forms_use_larqs_defaults(run):
-    for fn, reference in [(q.ste_sign, "ste_sign"), (q.ste_heaviside, "ste_heaviside"), (q.swish_sign, "swish_sign")]:
+    for fn, reference in [
+        (lqq.ste_sign, "ste_sign"),
+        (lqq.ste_heaviside, "ste_heaviside"),
+        (lqq.swish_sign, "swish_sign"),
+    ]:
         _, grad, _ = run(fn, GRID, tf.float64)
         _, expected, _ = run(q.get(reference), GRID, tf.float64)  # the class with larq's defaults
         np.testing.assert_array_equal(grad, expected)
@@ -113,16 +122,16 @@ def test_function_forms_use_larqs_defaults(run):
 
 def test_function_forms_reject_bad_arguments_with_ste_errors():
     with pytest.raises(ste.errors.ParameterError, match="clip_value"):
-        q.ste_sign(GRID, clip_value=-1.0)
+        lqq.ste_sign(GRID, clip_value=-1.0)
     with pytest.raises(ste.errors.ParameterError, match="mode"):
-        q.dorefa_quantizer(GRID, mode="weight")
+        lqq.dorefa_quantizer(GRID, mode="weight")
 
 
 def test_function_form_inside_a_keras_activation_layer_and_tf_function():
-    layer = keras.layers.Activation(q.approx_sign)
+    layer = keras.layers.Activation(lqq.approx_sign)
     x = tf.constant([[-0.5, 0.0, 2.0]])
     np.testing.assert_array_equal(layer(x).numpy(), [[-1.0, 1.0, 1.0]])
-    np.testing.assert_array_equal(tf.function(q.ste_sign)(x).numpy(), [[-1.0, 1.0, 1.0]])
+    np.testing.assert_array_equal(tf.function(lqq.ste_sign)(x).numpy(), [[-1.0, 1.0, 1.0]])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -1,4 +1,4 @@
-"""larq 0.14 aliases: the same names, parameter names, forward values and gradients, on Keras 3.
+"""larq 0.14's quantizer classes: the same names, parameter names, forward values and gradients, on Keras 3.
 
 =========================  =========================================================================
 larq name (spec string)    ste equivalent
@@ -16,9 +16,12 @@ larq name (spec string)    ste equivalent
 layer quantizing a kernel with it tracks that kernel's flip ratio (as ``QuantDense(..., metrics=["flip_ratio"])``,
 see :mod:`ste.metrics`).
 
-:func:`ste.quantizers.get` also reads larq's own forms, so configs saved by larq load: a class name (``"SteSign"``,
-``"DoReFa"``) and a config whose ``module`` is larq's (``{"module": "larq.quantizers", "class_name": "SteSign",
-"config": {...}}``, or tf.keras 2's ``{"class_name": "SteSign", "config": {...}}``).
+:func:`ste.quantizers.get` also reads larq's own forms (installed here through :func:`ste.quantizers.add_form`), so
+configs saved by larq load: a class name (``"SteSign"``, ``"DoReFa"``) and a config whose ``module`` is larq's
+(``{"module": "larq.quantizers", "class_name": "SteSign", "config": {...}}``, or tf.keras 2's
+``{"class_name": "SteSign", "config": {...}}``). The spec names (``"ste_sign"``, ...) are registered with
+:func:`ste.quantizers.register`, and the classes with Keras under package ``ste`` (``"ste>SteSign"``), the name saved
+``.keras`` files hold.
 """
 
 from __future__ import annotations
@@ -28,13 +31,10 @@ from typing import Any
 
 import keras
 
-from .._common._arguments import check_number
 from ..errors import UnknownQuantizerError
+from ..quantizers import DoReFa, Heaviside, MagnitudeAwareSign, NoOp, Quantizer, Sign, Ternary, add_form, register
 from ..registry import get as get_surrogate
-from ._base import Quantizer, add_form, register
-from ._binary import Heaviside, MagnitudeAwareSign, Sign, Ternary
-from ._noop import NoOp
-from ._uniform import DoReFa
+from ._arguments import check_number
 
 __all__ = ["ApproxSign", "DoReFaQuantizer", "SteHeaviside", "SteSign", "SteTern", "SwishSign"]
 
@@ -134,6 +134,10 @@ class SteTern(Ternary):
 
 #: larq's backwards-compatible name of ``DoReFa``.
 DoReFaQuantizer = DoReFa
+register("dorefa_quantizer")(DoReFa)  # larq's spec name of DoReFa
+
+for _cls in (SteSign, ApproxSign, SwishSign, SteHeaviside, SteTern):
+    _cls.__module__ = "ste.larq.quantizers"  # their public module (shown by repr, help and python -m ste)
 
 
 #: larq 0.14's quantizer class names (and aliases) -> the ste classes that take their configs.

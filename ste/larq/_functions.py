@@ -12,11 +12,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._common._arguments import check_bool
-from ._base import Quantizer, as_tensor
-from ._binary import MagnitudeAwareSign
-from ._larq import ApproxSign, SteHeaviside, SteSign, SteTern, SwishSign
-from ._uniform import DoReFa
+from ..quantizers import DoReFa, MagnitudeAwareSign, Quantizer
+from ._arguments import check_bool
+from ._quantizers import ApproxSign, SteHeaviside, SteSign, SteTern, SwishSign
 
 __all__ = [
     "approx_sign",
@@ -38,7 +36,7 @@ def _quantizer(cls: Any, *args: Any) -> Quantizer:
 
 def _apply(cls: Any, x: Any, *args: Any) -> tf.Tensor:
     quantizer = _quantizer(cls, *args)
-    return quantizer.call(as_tensor(x, quantizer))
+    return quantizer.call(x)  # call reads x as a float tensor (InputError otherwise)
 
 
 def ste_sign(x: Any, clip_value: float | None = 1.0) -> tf.Tensor:
@@ -75,7 +73,7 @@ def magnitude_aware_sign(x: Any, clip_value: float | None = 1.0) -> tf.Tensor:
     """α·sign(x), α = mean(abs(x)) over every axis but the last (a constant in the backward pass); gradient
     dy·α·1[abs(x) <= clip_value]. larq's ``MagnitudeAwareSign`` as a function."""
     quantizer = _quantizer(MagnitudeAwareSign, "straight_through", clip_value)
-    return quantizer.call(as_tensor(x, quantizer))
+    return quantizer.call(x)  # call reads x as a float tensor (InputError otherwise)
 
 
 def dorefa_quantizer(x: Any, k_bit: int = 2, mode: str = "activations") -> tf.Tensor:

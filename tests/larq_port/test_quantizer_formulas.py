@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import ste
+import ste.larq as lq
 from ste import quantizers as q
 
 GRID = np.array([-4.0, -1.5, -1.0, -0.75, -0.5, -0.25, -0.05, 0.0, 0.05, 0.25, 0.5, 0.75, 1.0, 1.5, 4.0])
@@ -39,7 +40,7 @@ def test_ste_sign(run, clip_value):
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.float32])
 def test_approx_sign(run, dtype):
-    y, grad, dy = run(q.ApproxSign(), GRID, dtype)
+    y, grad, dy = run(lq.quantizers.ApproxSign(), GRID, dtype)
     np.testing.assert_array_equal(y, larq_sign(GRID))
     np.testing.assert_allclose(grad, np.where(np.abs(GRID) <= 1.0, (1 - np.abs(GRID)) * 2 * dy, 0.0), rtol=1e-3)
 
@@ -56,14 +57,14 @@ def test_swish_sign(run, beta):
 
 @pytest.mark.parametrize("clip_value", [1.0, 0.25])
 def test_ste_heaviside(run, clip_value):
-    y, grad, dy = run(q.SteHeaviside(clip_value=clip_value), GRID, tf.float32)
+    y, grad, dy = run(lq.quantizers.SteHeaviside(clip_value=clip_value), GRID, tf.float32)
     np.testing.assert_array_equal(y, np.sign(np.maximum(GRID, 0.0)))
     np.testing.assert_array_equal(grad, clipped(GRID, dy, clip_value))
 
 
 @pytest.mark.parametrize(("threshold_value", "clip_value"), [(0.05, 1.0), (0.25, 0.5)])
 def test_ste_tern(run, threshold_value, clip_value):
-    y, grad, dy = run(q.SteTern(threshold_value=threshold_value, clip_value=clip_value), GRID, tf.float32)
+    y, grad, dy = run(lq.quantizers.SteTern(threshold_value=threshold_value, clip_value=clip_value), GRID, tf.float32)
     t = threshold_value
     np.testing.assert_array_equal(y, np.sign(np.sign(GRID + t) + np.sign(GRID - t)))
     np.testing.assert_array_equal(grad, clipped(GRID, dy, clip_value))
@@ -98,7 +99,7 @@ def test_dorefa_activations(run, k_bit):
 def test_dorefa_weights(run):
     n = 3
     x = np.random.default_rng(5).normal(size=30)
-    y, grad, dy = run(q.DoReFaQuantizer(k_bit=2, mode="weights"), x, tf.float64)
+    y, grad, dy = run(lq.quantizers.DoReFaQuantizer(k_bit=2, mode="weights"), x, tf.float64)
     t = np.tanh(x)
     m = np.max(np.abs(t))
     np.testing.assert_allclose(y, 2 * (np.round((t / (2 * m) + 0.5) * n) / n) - 1, atol=1e-12)
@@ -125,6 +126,6 @@ def test_larq_names_resolve_with_larq_defaults(spec, config):
 
 
 def test_larq_layers_accept_larq_arguments():
-    layer = ste.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="ste_sign", depthwise_constraint="weight_clip")
-    assert isinstance(layer.kernel_quantizer, q.SteSign)
+    layer = lq.layers.QuantDepthwiseConv2D(3, depthwise_quantizer="ste_sign", depthwise_constraint="weight_clip")
+    assert isinstance(layer.kernel_quantizer, lq.quantizers.SteSign)
     assert isinstance(layer.depthwise_constraint, ste.constraints.WeightClip)
