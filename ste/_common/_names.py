@@ -98,12 +98,23 @@ class NameTable(Generic[T]):
                 self._on_change(normal, entry)
         return normal
 
-    def decorator(self, name: str, *, replace: bool = False) -> Callable[[E], E]:
-        """A decorator registering its argument under ``name`` (the name is checked at once) and returning it."""
+    def decorator(
+        self,
+        name: str,
+        *,
+        replace: bool = False,
+        check: Callable[[str, Any], None] | None = None,
+        owner: str = "",
+    ) -> Callable[[E], E]:
+        """A decorator registering its argument under ``name`` and returning it: the name and ``replace`` are checked
+        at once, ``check(name, entry)`` (which raises) when the decorator is applied. ``owner`` is the public call
+        named in messages (``"ste.qat.register_scheme('w4')"``)."""
         self.check_name(name)
-        check_bool(f"register {self.kind} {name!r}", "replace", replace)
+        replace = check_bool(owner or f"register {self.kind} {name!r}", "replace", replace)
 
         def decorate(entry: E) -> E:
+            if check is not None:
+                check(name, entry)
             self.register(name, entry, replace=replace)  # type: ignore[arg-type]  # E is T
             return entry
 

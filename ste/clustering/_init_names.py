@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import tensorflow as tf
 
-from .._common._arguments import check_bool
 from .._common._names import NameTable, normalize_name
 from ..errors import ParameterError, ParameterTypeError, RegistrationError
 from ._config import CentroidInitialization
@@ -67,15 +66,7 @@ def register_init(name: str, *, replace: bool = False) -> Callable[[F], F]:
         replace: overwrite an existing name (a built-in included); otherwise
             :class:`ste.errors.RegistrationError`.
     """
-    INITS.check_name(name)
-    replace = check_bool(f"ste.clustering.register_init({name!r})", "replace", replace)
-
-    def decorate(init: F) -> F:
-        _check_init(name, init)
-        INITS.register(name, init, replace=replace)
-        return init
-
-    return decorate
+    return INITS.decorator(name, replace=replace, check=_check_init, owner=f"ste.clustering.register_init({name!r})")
 
 
 def unregister_init(name: str) -> CentroidInit:

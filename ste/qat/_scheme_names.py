@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from .._common._abstract import missing_methods
-from .._common._arguments import check_bool
 from .._common._names import NameTable
 from ..errors import MissingMethodError, ParameterError, RegistrationError
 from ._int8 import Int8Scheme
@@ -79,15 +78,7 @@ def register_scheme(name: str, *, replace: bool = False) -> Callable[[F], F]:
         replace: overwrite an existing name (a built-in included); otherwise
             :class:`ste.errors.RegistrationError`.
     """
-    SCHEMES.check_name(name)
-    replace = check_bool(f"ste.qat.register_scheme({name!r})", "replace", replace)
-
-    def decorate(factory: F) -> F:
-        _check_factory(name, factory)
-        SCHEMES.register(name, factory, replace=replace)
-        return factory
-
-    return decorate
+    return SCHEMES.decorator(name, replace=replace, check=_check_factory, owner=f"ste.qat.register_scheme({name!r})")
 
 
 def unregister_scheme(name: str) -> Callable[[], Scheme]:

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import keras
 
 from .._common._abstract import missing_methods
-from .._common._arguments import check_bool
 from .._common._names import NameTable
 from ..errors import MissingMethodError, ParameterError, RegistrationError
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
@@ -34,25 +33,24 @@ def register_schedule(name: str, *, replace: bool = False) -> Callable[[S], S]:
         replace: overwrite an existing name (a built-in included); otherwise
             :class:`ste.errors.RegistrationError`.
     """
-    SCHEDULES.check_name(name)
-    replace = check_bool(f"ste.sparsity.register_schedule({name!r})", "replace", replace)
+    return SCHEDULES.decorator(
+        name, replace=replace, check=_check_schedule, owner=f"ste.sparsity.register_schedule({name!r})"
+    )
 
-    def decorate(cls: S) -> S:
-        if not (isinstance(cls, type) and issubclass(cls, PruningSchedule)):
-            raise RegistrationError(
-                f"cannot register the schedule {name!r}: expected a ste.sparsity.PruningSchedule subclass; received "
-                f"{type(cls).__name__} {cls!r}. Fix: derive it from ste.sparsity.PruningSchedule."
-            )
-        if cls.__abstractmethods__:
-            raise MissingMethodError(
-                f"cannot register the schedule {name!r}: {cls.__qualname__} does not implement "
-                f"{', '.join(sorted(cls.__abstractmethods__))}:\n{missing_methods(cls)}\n"
-                f"Fix: define {' and '.join(sorted(cls.__abstractmethods__))} in {cls.__qualname__}."
-            )
-        SCHEDULES.register(name, cls, replace=replace)
-        return cls
 
-    return decorate
+def _check_schedule(name: str, cls: Any) -> None:
+    """A complete :class:`PruningSchedule` subclass, or the error naming what is wrong and the fix."""
+    if not (isinstance(cls, type) and issubclass(cls, PruningSchedule)):
+        raise RegistrationError(
+            f"cannot register the schedule {name!r}: expected a ste.sparsity.PruningSchedule subclass; received "
+            f"{type(cls).__name__} {cls!r}. Fix: derive it from ste.sparsity.PruningSchedule."
+        )
+    if cls.__abstractmethods__:
+        raise MissingMethodError(
+            f"cannot register the schedule {name!r}: {cls.__qualname__} does not implement "
+            f"{', '.join(sorted(cls.__abstractmethods__))}:\n{missing_methods(cls)}\n"
+            f"Fix: define {' and '.join(sorted(cls.__abstractmethods__))} in {cls.__qualname__}."
+        )
 
 
 def unregister_schedule(name: str) -> type[PruningSchedule]:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._common._abstract import missing_methods
-from .._common._arguments import check_bool
 from .._common._names import NameTable
 from ..errors import MissingMethodError, ParameterError, RegistrationError
 from ._alif import ALIFCell
@@ -54,15 +53,7 @@ def register_neuron(name: str, *, replace: bool = False) -> Callable[[C], C]:
         replace: overwrite an existing name (a built-in included); otherwise
             :class:`ste.errors.RegistrationError`.
     """
-    NEURONS.check_name(name)
-    replace = check_bool(f"ste.spiking.register_neuron({name!r})", "replace", replace)
-
-    def decorate(cls: C) -> C:
-        _check_cell(name, cls)
-        NEURONS.register(name, cls, replace=replace)
-        return cls
-
-    return decorate
+    return NEURONS.decorator(name, replace=replace, check=_check_cell, owner=f"ste.spiking.register_neuron({name!r})")
 
 
 def unregister_neuron(name: str) -> type[SpikingCell]:
