@@ -23,6 +23,11 @@ expected form, and :func:`installed` says which are in place. To drop a patch, d
   collective instance 100"). TensorFlow's own tests step ``MirroredStrategy._collective_key_base`` by 100000 between
   strategies; the fix does that for every strategy built after it. ``MultiWorkerMirroredStrategy``, whose workers
   must agree on their keys, is not touched.
+* ``fake_quant_gradient_ops``: TensorFlow 2.16 registers no gradient for the gradient ops of its fake-quant kernels
+  (``FakeQuantWithMinMaxVarsGradient``, its per-channel and ``Args`` forms), so a second-order gradient through a QAT
+  model (a gradient penalty) raised ``LookupError``; TensorFlow 2.21 registers them as not differentiable. The fix
+  makes the same ``tf.no_gradient`` registration where a name has none: their own derivatives are zero almost
+  everywhere, and ste's fake quantization reads only their first-order output.
 """
 
 from __future__ import annotations
@@ -261,6 +266,40 @@ def _fresh_keys_installed() -> bool:
     return isinstance(tf.distribute.MirroredStrategy.__dict__.get("_collective_key_base"), _FreshBase)
 
 
+#: TensorFlow's fake-quant gradient ops, each not differentiable (a piecewise-constant function of the input)
+_FAKE_QUANT_GRADIENTS = (
+    "FakeQuantWithMinMaxVarsGradient",
+    "FakeQuantWithMinMaxVarsPerChannelGradient",
+    "FakeQuantWithMinMaxArgsGradient",
+)
+
+
+def _unregistered_fake_quant_gradients() -> list[str]:
+    from tensorflow.python.framework import ops  # the gradient registry (no public accessor)
+
+    missing = []
+    for name in _FAKE_QUANT_GRADIENTS:
+        try:
+            ops._gradient_registry.lookup(name)
+        except LookupError:
+            missing.append(name)
+    return missing
+
+
+def _install_fake_quant_gradients() -> bool:
+    """Register the fake-quant gradient ops TensorFlow leaves unregistered as not differentiable; True when done."""
+    import tensorflow as tf
+
+    for name in _unregistered_fake_quant_gradients():
+        tf.no_gradient(name)
+    return True
+
+
+def _fake_quant_gradients_installed() -> bool:
+    """Whether every fake-quant gradient op has a gradient entry (TensorFlow's or this patch's)."""
+    return not _unregistered_fake_quant_gradients()
+
+
 # -- the table -----------------------------------------------------------------------------------------------------
 
 
@@ -280,6 +319,11 @@ PATCHES: dict[str, Patch] = {
     "multi_worker_fit": Patch("keras-team/keras#20585", _install_fit_fixes, _fit_fixes_installed),
     "fresh_collective_keys": Patch(
         "TensorFlow: MirroredStrategy collective keys", _install_fresh_keys, _fresh_keys_installed
+    ),
+    "fake_quant_gradient_ops": Patch(
+        "TensorFlow 2.16: fake-quant gradient ops without a gradient entry",
+        _install_fake_quant_gradients,
+        _fake_quant_gradients_installed,
     ),
 }
 

@@ -18,6 +18,8 @@ import tensorflow as tf
 import ste
 from ste import qat
 
+from .helpers import CONVERTS_PER_CHANNEL
+
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 MODES = ["eager", "function", "xla"]
 
@@ -451,10 +453,11 @@ def test_quantize_model_zero_gamma_batch_norm_learns(kind: str, dtype: str) -> N
 
 def _np_weight_quant(w: np.ndarray) -> np.ndarray:
     """Symmetric narrow-range int8 on ±max|w| per output channel (a Dense kernel's columns, as LiteRT's
-    per-channel FULLY_CONNECTED), TensorFlow's formula in float64."""
+    per-channel FULLY_CONNECTED) where TFLite converts it (CONVERTS_PER_CHANNEL), else per tensor; TensorFlow's
+    formula in float64."""
     out = np.empty_like(w)
     for j in range(w.shape[-1]):
-        m = np.max(np.abs(w[..., j]))
+        m = np.max(np.abs(w[..., j]) if CONVERTS_PER_CHANNEL else np.abs(w))
         n_min, n_max, scale = nudge(-m, m, 8, True, np.float64)
         out[..., j] = np.floor((np.clip(w[..., j], n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
     return out

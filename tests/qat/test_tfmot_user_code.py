@@ -20,6 +20,7 @@ import tensorflow as tf
 import ste
 from ste import qat
 from tests.helpers import expect_ste_error
+from tests.qat.helpers import CONVERTS_PER_CHANNEL
 from tests.qat.test_fake_quant_gradients import nudge
 
 L = keras.layers
@@ -390,8 +391,8 @@ def test_nbit_scheme_weights_take_at_most_15_levels() -> None:
     dense = next(layer for layer in qmodel.layers if "Dense" in type(layer).__name__)
     out = np.asarray(dense(np.eye(16, dtype="float32")))
     k = np.asarray(model.layers[0].kernel)
-    for j in range(k.shape[1]):  # per output channel, as LiteRT's per-channel FULLY_CONNECTED
-        m = float(np.max(np.abs(k[:, j])))
+    for j in range(k.shape[1]):  # per output channel where TFLite converts it (CONVERTS_PER_CHANNEL), else per tensor
+        m = float(np.max(np.abs(k[:, j]) if CONVERTS_PER_CHANNEL else np.abs(k)))
         n_min, n_max, scale = (float(v) for v in nudge(np.float32(-m), np.float32(m), 4, True, np.float32))
         want = np.floor((np.clip(k[:, j], n_min, n_max) - n_min) / scale + 0.5) * scale + n_min
         np.testing.assert_allclose(out[:, j], want, rtol=1e-6, atol=1e-6)

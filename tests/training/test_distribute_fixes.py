@@ -22,7 +22,12 @@ from . import _models
 def test_the_fixes_are_installed_on_this_keras() -> None:
     ste.forward(tf.sign).backward("straight_through")(tf.ones([1]))  # the first op call installs the patches
     assert _patches.CHECKED_KERAS[0] <= _patches._keras_version() <= _patches.CHECKED_KERAS[1]
-    assert _patches.installed() == {"save_check": True, "multi_worker_fit": True, "fresh_collective_keys": True}
+    assert _patches.installed() == {
+        "save_check": True,
+        "multi_worker_fit": True,
+        "fresh_collective_keys": True,
+        "fake_quant_gradient_ops": True,
+    }
     assert _patches._install_fit_fixes()  # idempotent: installing again wraps nothing twice
     from keras.src.backend.tensorflow import trainer
 
