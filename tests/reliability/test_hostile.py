@@ -295,7 +295,7 @@ def test_lsq_on_a_string_tensor_is_an_input_error_even_before_it_is_initialised(
 )
 def test_larq_function_forms_refuse_what_is_not_a_tensor(function: str, value: Any) -> None:
     with pytest.raises(ste.errors.InputError):
-        getattr(ste.quantizers, function)(value)
+        getattr(ste.larq.quantizers, function)(value)
 
 
 _LAYERS = {
@@ -303,7 +303,7 @@ _LAYERS = {
     "QuantConv1D": (lambda: ste.layers.QuantConv1D(2, 1, kernel_quantizer="ste_sign"), (1, 4, 2)),
     "QuantConv2D": (lambda: ste.layers.QuantConv2D(2, 1, kernel_quantizer="ste_sign"), (1, 4, 4, 2)),
     "QuantConv3D": (lambda: ste.layers.QuantConv3D(2, 1, kernel_quantizer="ste_sign"), (1, 4, 4, 4, 2)),
-    "QuantDepthwiseConv2D": (lambda: ste.layers.QuantDepthwiseConv2D(1, depthwise_quantizer="ste_sign"), (1, 4, 4, 2)),
+    "QuantDepthwiseConv2D": (lambda: ste.layers.QuantDepthwiseConv2D(1, kernel_quantizer="ste_sign"), (1, 4, 4, 2)),
     "QuantSeparableConv2D": (lambda: ste.layers.QuantSeparableConv2D(2, 1), (1, 4, 4, 2)),
     "QuantConv2DTranspose": (lambda: ste.layers.QuantConv2DTranspose(2, 1, kernel_quantizer="ste_sign"), (1, 4, 4, 2)),
 }
