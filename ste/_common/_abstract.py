@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingMethodError
 
-__all__ = ["Extension", "missing_methods"]
+__all__ = ["Extension", "check_complete", "missing_methods"]
 
 
 def _declared_by(cls: type, name: str) -> tuple[type, Any]:
@@ -55,6 +55,17 @@ def missing_methods(cls: type) -> str:
             + (f": {summary}" if summary else "")
         )
     return "\n".join(lines)
+
+
+def check_complete(cls: type, action: str) -> None:
+    """:class:`ste.errors.MissingMethodError` when ``cls`` leaves an abstract method out, naming ``action`` (``"cannot
+    register the neuron 'x'"``), each missing method with its base, and the fix."""
+    names = sorted(getattr(cls, "__abstractmethods__", ()))
+    if names:
+        raise MissingMethodError(
+            f"{action}: {cls.__qualname__} does not implement {', '.join(names)}:\n{missing_methods(cls)}\n"
+            f"Fix: define {' and '.join(names)} in {cls.__qualname__}."
+        )
 
 
 def _refusal(cls: type) -> MissingMethodError:

@@ -20,9 +20,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from .._common._abstract import missing_methods
+from .._common._abstract import check_complete
 from .._common._names import NameTable
-from ..errors import MissingMethodError, ParameterError, RegistrationError
+from ..errors import ParameterError, RegistrationError
 from ._int8 import Int8Scheme
 from ._lowbit import BinaryScheme, TernaryScheme
 from ._preserve import ClusterPreserveScheme, PrunePreserveScheme
@@ -43,12 +43,7 @@ def _check_factory(name: str, factory: object) -> None:
                 f"cannot register the scheme {name!r}: {factory.__qualname__} is not a ste.qat.Scheme subclass. "
                 f"Fix: derive it from ste.qat.Scheme (or ste.qat.Int8Scheme), or register a function returning one."
             )
-        if factory.__abstractmethods__:
-            raise MissingMethodError(
-                f"cannot register the scheme {name!r}: {factory.__qualname__} does not implement "
-                f"{', '.join(sorted(factory.__abstractmethods__))}:\n{missing_methods(factory)}\n"
-                f"Fix: define {' and '.join(sorted(factory.__abstractmethods__))} in {factory.__qualname__}."
-            )
+        check_complete(factory, f"cannot register the scheme {name!r}")
         return
     if isinstance(factory, Scheme) or not callable(factory):
         raise RegistrationError(

@@ -11,10 +11,10 @@ from typing import Any, TypeVar, Union, overload
 
 import tensorflow as tf
 
-from .._common._abstract import missing_methods
+from .._common._abstract import check_complete
 from .._common._arguments import check_bool
 from .._common._names import build
-from ..errors import MissingMethodError, ParameterError, RegistrationError, SpecError
+from ..errors import ParameterError, RegistrationError, SpecError
 from ._spec import parse_spec
 from ._surrogate import HasPrimitive, Surrogate
 from ._table import TABLE as _TABLE
@@ -118,12 +118,7 @@ def register(name: str, obj: Any = None, *, primitive: Callable[..., Any] | None
                     f"cannot register {normal!r}: give a Surrogate subclass its primitive as a method. Fix: derive "
                     f"{target.__qualname__} from ste.registry.HasPrimitive too and define primitive(self, x)."
                 )
-            if target.__abstractmethods__:
-                raise MissingMethodError(
-                    f"cannot register {normal!r}: {target.__qualname__} does not implement "
-                    f"{', '.join(sorted(target.__abstractmethods__))}:\n{missing_methods(target)}\n"
-                    f"Fix: define {' and '.join(sorted(target.__abstractmethods__))} in {target.__qualname__}."
-                )
+            check_complete(target, f"cannot register {normal!r}")
             cls: type[Surrogate] = target
         elif callable(target) and not isinstance(target, type):
             cls = _class_from_function(normal, target, primitive)

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import keras
 
-from .._common._abstract import missing_methods
+from .._common._abstract import check_complete
 from .._common._names import NameTable
-from ..errors import MissingMethodError, ParameterError, RegistrationError
+from ..errors import ParameterError, RegistrationError
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
 
 __all__ = ["SCHEDULES", "deserialize_schedule", "register_schedule", "schedules", "unregister_schedule"]
@@ -45,12 +45,7 @@ def _check_schedule(name: str, cls: Any) -> None:
             f"cannot register the schedule {name!r}: expected a ste.sparsity.PruningSchedule subclass; received "
             f"{type(cls).__name__} {cls!r}. Fix: derive it from ste.sparsity.PruningSchedule."
         )
-    if cls.__abstractmethods__:
-        raise MissingMethodError(
-            f"cannot register the schedule {name!r}: {cls.__qualname__} does not implement "
-            f"{', '.join(sorted(cls.__abstractmethods__))}:\n{missing_methods(cls)}\n"
-            f"Fix: define {' and '.join(sorted(cls.__abstractmethods__))} in {cls.__qualname__}."
-        )
+    check_complete(cls, f"cannot register the schedule {name!r}")
 
 
 def unregister_schedule(name: str) -> type[PruningSchedule]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .._common._abstract import missing_methods
+from .._common._abstract import check_complete
 from .._common._names import NameTable
-from ..errors import MissingMethodError, ParameterError, RegistrationError
+from ..errors import ParameterError, RegistrationError
 from ._alif import ALIFCell
 from ._cell import SpikingCell
 from ._if import IFCell
@@ -37,12 +37,7 @@ def _check_cell(name: str, cls: Any) -> None:
             f"cannot register the neuron {name!r}: expected a ste.spiking.SpikingCell subclass; received "
             f"{type(cls).__name__} {cls!r}. Fix: register the cell class (class MyCell(ste.spiking.LeakyCell))."
         )
-    if cls.__abstractmethods__:
-        raise MissingMethodError(
-            f"cannot register the neuron {name!r}: {cls.__qualname__} does not implement "
-            f"{', '.join(sorted(cls.__abstractmethods__))}:\n{missing_methods(cls)}\n"
-            f"Fix: define {' and '.join(sorted(cls.__abstractmethods__))} in {cls.__qualname__}."
-        )
+    check_complete(cls, f"cannot register the neuron {name!r}")
 
 
 def register_neuron(name: str, *, replace: bool = False) -> Callable[[C], C]:
