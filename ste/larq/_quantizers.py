@@ -154,7 +154,7 @@ class MagnitudeAwareSign(_ste_quantizers.MagnitudeAwareSign):
     α = mean(abs(x)) over every axis but the last, held constant in the backward pass; gradient
     dy·α·1[abs(x) <= clip_value] (no clipping for ``None``).
 
-    :class:`ste.quantizers.MagnitudeAwareSign` with ``surrogate=straight_through(clip=clip_value)``; its config is
+    ``ste.quantizers.MagnitudeAwareSign`` with ``surrogate=straight_through(clip=clip_value)``; its config is
     ste's (``surrogate``), which this class also takes (keyword only, instead of ``clip_value``).
     """
 
@@ -189,7 +189,7 @@ class DoReFa(_ste_quantizers.DoReFa):
 
     ``mode="activations"``: round(n·clip(x, 0, 1))/n with n = 2^k_bit − 1, gradient dy·1[0 <= x <= 1];
     ``mode="weights"``: 2·round(n·(tanh(x)/(2m) + 1/2))/n − 1, m = max(abs(tanh(x))), gradient dy·(1 − tanh²(x))/m.
-    :class:`ste.quantizers.DoReFa` with ``bits=k_bit``; its config is ste's (``bits``), which this class also takes
+    ``ste.quantizers.DoReFa`` with ``bits=k_bit``; its config is ste's (``bits``), which this class also takes
     (keyword only, instead of ``k_bit``).
     """
 

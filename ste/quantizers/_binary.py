@@ -209,7 +209,7 @@ class MagnitudeAwareSign(SurrogateQuantizer):
     α = mean(abs(x)) over every axis but the last (one scale per output channel of a kernel). The backward pass
     treats α as a constant: ``dy·α·d(x)`` with ``surrogate`` (default ``"straight_through"``: 1 where abs(x) <= 1).
     No rounding. Spec name ``"magnitude_aware_sign"``. larq's ``MagnitudeAwareSign(clip_value=...)`` is
-    :class:`ste.larq.quantizers.MagnitudeAwareSign`, this class with ``surrogate=straight_through(clip=clip_value)``.
+    ``ste.larq.quantizers.MagnitudeAwareSign``, this class with ``surrogate=straight_through(clip=clip_value)``.
     """
 
     precision = 1

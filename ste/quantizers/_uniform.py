@@ -93,7 +93,7 @@ class DoReFa(Quantizer):
     ``mode="weights"``: t = tanh(x), m = max(abs(t)) over the whole tensor (a constant in the backward pass),
     output 2·round(n·(t/(2m) + 1/2))/n − 1 in [−1, 1]; gradient dy·(1 − tanh²(x))/m. An all-zero input uses m = 1.
     Rounding: ``tf.round``, half to even. Spec name ``"dorefa"``. larq's ``DoReFa(k_bit=..., mode=...)`` and
-    ``"dorefa_quantizer"`` are :class:`ste.larq.quantizers.DoReFa`, this class with larq's arguments.
+    ``"dorefa_quantizer"`` are ``ste.larq.quantizers.DoReFa``, this class with larq's arguments.
     """
 
     def __init__(self, bits: int = 2, mode: str = "activations", **kwargs: Any) -> None:
