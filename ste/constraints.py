@@ -1,4 +1,4 @@
-"""Weight constraints for quantized layers: :class:`WeightClip` (name ``"weight_clip"``, larq's alias ``weight_clip``).
+"""Weight constraints for quantized layers: :class:`WeightClip` (name ``"weight_clip"``, also larq's alias).
 
 Binary and ternary kernel quantizers have a zero (or clipped) gradient for large latent weights; without a clip
 the latent weights drift away from the quantization range and stop learning. ``WeightClip`` keeps them in
@@ -111,12 +111,17 @@ register("weight_clip")(WeightClip)
 
 
 def get(identifier: Any) -> Any:
-    """Resolve a constraint: ``"weight_clip"``, ``"weight_clip(clip_value=0.5)"``, larq's saved config
-    (``{"module": "larq.constraints", "class_name": "weight_clip", "config": {...}}``) or anything Keras accepts."""
+    """Resolve a constraint: ``"weight_clip"``, ``"weight_clip(clip_value=0.5)"`` or anything Keras accepts.
+
+    A config larq saved (``{"module": "larq.constraints", ...}``) raises :class:`ste.errors.UnknownConstraintError`
+    naming :func:`ste.larq.constraints.get`, which reads it."""
     if isinstance(identifier, Mapping) and str(identifier.get("module", "")).split(".")[0] == "larq":
-        if identifier.get("class_name") not in ("weight_clip", "WeightClip"):
-            raise _TABLE.unknown(str(identifier.get("class_name")), repr(dict(identifier)))
-        return WeightClip.from_config(identifier.get("config") or {})
+        shown = repr(dict(identifier))
+        raise UnknownConstraintError(
+            f"ste.constraints.get: the config {shown if len(shown) <= 120 else shown[:117] + '...'} was saved by "
+            f"larq (module {identifier.get('module')!r}); ste.constraints reads ste's and Keras's configs. "
+            f"Fix: ste.larq.constraints.get(config) reads larq's (and ste.larq.layers read them as layer arguments)."
+        )
     if isinstance(identifier, str):
         try:
             name, args, kwargs = parse_spec(identifier)

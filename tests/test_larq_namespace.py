@@ -104,7 +104,9 @@ def test_names_are_stes_objects():
         assert issubclass(getattr(lq.layers, name), getattr(ste.layers, name)), name
     with pytest.raises(ste.errors.UnsupportedLayerError, match="Keras 3"):
         lq.layers.QuantLocallyConnected2D  # noqa: B018
-    assert lq.quantizers.DoReFaQuantizer is lq.quantizers.DoReFa is ste.quantizers.DoReFa
+    assert lq.quantizers.DoReFaQuantizer is lq.quantizers.DoReFa
+    assert issubclass(lq.quantizers.DoReFa, ste.quantizers.DoReFa)  # larq's k_bit=, ste's computation
+    assert issubclass(lq.quantizers.MagnitudeAwareSign, ste.quantizers.MagnitudeAwareSign)  # larq's clip_value=
     assert issubclass(lq.quantizers.SteSign, ste.quantizers.Sign)
     assert lq.constraints.WeightClip is ste.constraints.WeightClip is lq.constraints.weight_clip
     assert lq.quantizers.NoOp is lq.quantizers.NoOpQuantizer is ste.quantizers.NoOp

@@ -42,8 +42,8 @@ CASES: dict[str, tuple[Any, Any]] = {
         lambda x, dy, dtype: dy * ((x >= -0.5) & (x <= 2.0)),
     ),
     "magnitude_aware_sign": (ste.quantizers.MagnitudeAwareSign(), lambda x, dy, d: _mas_formula(x, dy, 1.0, d)),
-    "magnitude_aware_sign(clip_value=0.5)": (
-        ste.quantizers.MagnitudeAwareSign(clip_value=0.5),
+    "magnitude_aware_sign(straight_through(clip=0.5))": (
+        ste.quantizers.MagnitudeAwareSign(surrogate="straight_through(clip=0.5)"),
         lambda x, dy, d: _mas_formula(x, dy, 0.5, d),
     ),
 }

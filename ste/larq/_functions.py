@@ -12,9 +12,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..quantizers import DoReFa, MagnitudeAwareSign, Quantizer
+from ..quantizers import Quantizer
 from ._arguments import check_bool
-from ._quantizers import ApproxSign, SteHeaviside, SteSign, SteTern, SwishSign
+from ._quantizers import ApproxSign, DoReFa, MagnitudeAwareSign, SteHeaviside, SteSign, SteTern, SwishSign
 
 __all__ = [
     "approx_sign",
@@ -72,11 +72,10 @@ def ste_tern(
 def magnitude_aware_sign(x: Any, clip_value: float | None = 1.0) -> tf.Tensor:
     """α·sign(x), α = mean(abs(x)) over every axis but the last (a constant in the backward pass); gradient
     dy·α·1[abs(x) <= clip_value]. larq's ``MagnitudeAwareSign`` as a function."""
-    quantizer = _quantizer(MagnitudeAwareSign, "straight_through", clip_value)
-    return quantizer.call(x)  # call reads x as a float tensor (InputError otherwise)
+    return _apply(MagnitudeAwareSign, x, clip_value)
 
 
 def dorefa_quantizer(x: Any, k_bit: int = 2, mode: str = "activations") -> tf.Tensor:
-    """k-bit DoReFa (``mode="activations"`` or ``"weights"``), as :class:`ste.quantizers.DoReFa`. larq's
-    ``DoReFa`` / ``"dorefa_quantizer"`` as a function."""
+    """k_bit-bit DoReFa (``mode="activations"`` or ``"weights"``), as :class:`ste.quantizers.DoReFa` with
+    ``bits=k_bit``. larq's ``DoReFa`` / ``"dorefa_quantizer"`` as a function."""
     return _apply(DoReFa, x, k_bit, mode)

@@ -8,11 +8,12 @@ larq name (spec string)    ste equivalent
 ``swish_sign``             ``Sign(surrogate=swish_sign(beta=beta))``
 ``ste_heaviside``          ``Heaviside(surrogate=straight_through(clip=clip_value))``
 ``ste_tern``               ``Ternary(threshold_value, ternary_weight_networks, straight_through(clip_value))``
-``magnitude_aware_sign``   ``MagnitudeAwareSign(clip_value=...)`` (the class itself accepts larq's argument)
-``dorefa_quantizer``       ``DoReFa(k_bit=..., mode=...)`` (the class itself accepts larq's argument)
+``magnitude_aware_sign``   ``MagnitudeAwareSign(surrogate=straight_through(clip=clip_value))``
+``dorefa_quantizer``       ``DoReFa(bits=k_bit, mode=mode)``
 =========================  =========================================================================
 
-``clip_value=None`` means no clipping, as in larq. larq's ``metrics=["flip_ratio"]`` on a quantizer is accepted: the
+Each class subclasses its ste equivalent and translates larq's arguments when constructed. ``clip_value=None`` means
+no clipping, as in larq. larq's ``metrics=["flip_ratio"]`` on a quantizer is accepted: the
 layer quantizing a kernel with it tracks that kernel's flip ratio (as ``QuantDense(..., metrics=["flip_ratio"])``,
 see :mod:`ste.metrics`).
 
@@ -21,7 +22,10 @@ configs saved by larq load: a class name (``"SteSign"``, ``"DoReFa"``) and a con
 (``{"module": "larq.quantizers", "class_name": "SteSign", "config": {...}}``, or tf.keras 2's
 ``{"class_name": "SteSign", "config": {...}}``). The spec names (``"ste_sign"``, ...) are registered with
 :func:`ste.quantizers.register`, and the classes with Keras under package ``ste`` (``"ste>SteSign"``), the name saved
-``.keras`` files hold.
+``.keras`` files hold. ``"magnitude_aware_sign"`` is also ste's own name (:class:`ste.quantizers.MagnitudeAwareSign`):
+:func:`get` here reads it as larq's class (``LARQ_SPECS``), :func:`ste.quantizers.get` as ste's. ``DoReFa`` and
+``MagnitudeAwareSign`` save ste's config (``bits``, ``surrogate``) under package ``ste.larq``
+(``"ste.larq>DoReFa"``), and take those keywords back when loaded.
 """
 
 from __future__ import annotations
@@ -31,12 +35,24 @@ from typing import Any
 
 import keras
 
-from ..errors import UnknownQuantizerError
-from ..quantizers import DoReFa, Heaviside, MagnitudeAwareSign, NoOp, Quantizer, Sign, Ternary, add_form, register
+from .. import quantizers as _ste_quantizers
+from ..errors import ParameterError, SpecError, STEError, UnknownQuantizerError
+from ..quantizers import Heaviside, NoOp, Quantizer, QuantizerLike, Sign, Ternary, add_form, register
+from ..registry import StraightThrough, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
 from ._arguments import check_number
 
-__all__ = ["ApproxSign", "DoReFaQuantizer", "SteHeaviside", "SteSign", "SteTern", "SwishSign"]
+__all__ = [
+    "ApproxSign",
+    "DoReFa",
+    "DoReFaQuantizer",
+    "MagnitudeAwareSign",
+    "SteHeaviside",
+    "SteSign",
+    "SteTern",
+    "SwishSign",
+    "get",
+]
 
 
 def _clip(owner: str, clip_value: float | None) -> float | None:
@@ -132,11 +148,64 @@ class SteTern(Ternary):
         }
 
 
+@keras.saving.register_keras_serializable(package="ste.larq")
+class MagnitudeAwareSign(_ste_quantizers.MagnitudeAwareSign):
+    """larq's ``MagnitudeAwareSign`` / ``"magnitude_aware_sign"`` (Bi-Real Net): α·sign(x) (sign(0) = +1),
+    α = mean(abs(x)) over every axis but the last, held constant in the backward pass; gradient
+    dy·α·1[abs(x) <= clip_value] (no clipping for ``None``).
+
+    ``ste.quantizers.MagnitudeAwareSign`` with ``surrogate=straight_through(clip=clip_value)``; its config is
+    ste's (``surrogate``), which this class also takes (keyword only, instead of ``clip_value``).
+    """
+
+    def __init__(
+        self, clip_value: float | None = 1.0, *, surrogate: SurrogateLike | None = None, **kwargs: Any
+    ) -> None:
+        if surrogate is None:
+            surrogate = get_surrogate("straight_through", clip=_clip("MagnitudeAwareSign", clip_value))
+        elif clip_value != 1.0:
+            raise ParameterError(
+                f"MagnitudeAwareSign: give larq's clip_value= or ste's surrogate=, not both (received "
+                f"clip_value={clip_value!r}, surrogate={surrogate!r}). Fix: MagnitudeAwareSign(clip_value=...) as in "
+                f"larq, or ste.quantizers.MagnitudeAwareSign(surrogate=...)."
+            )
+        super().__init__(surrogate=surrogate, **kwargs)
+
+    @property
+    def clip_value(self) -> float | None:
+        """The straight-through estimator's clip (``None``: no clipping), as larq's attribute."""
+        if not isinstance(self.surrogate, StraightThrough):
+            raise AttributeError(
+                f"MagnitudeAwareSign has no clip_value: its surrogate is {self.surrogate!r}, not straight_through."
+            )
+        clip: float | None = self.surrogate.params["clip"]
+        return clip
+
+
+@keras.saving.register_keras_serializable(package="ste.larq")
+@register("dorefa_quantizer")
+class DoReFa(_ste_quantizers.DoReFa):
+    """larq's ``DoReFa`` / ``DoReFaQuantizer`` / ``"dorefa_quantizer"``: k_bit-bit DoReFa.
+
+    ``mode="activations"``: round(n·clip(x, 0, 1))/n with n = 2^k_bit − 1, gradient dy·1[0 <= x <= 1];
+    ``mode="weights"``: 2·round(n·(tanh(x)/(2m) + 1/2))/n − 1, m = max(abs(tanh(x))), gradient dy·(1 − tanh²(x))/m.
+    ``ste.quantizers.DoReFa`` with ``bits=k_bit``; its config is ste's (``bits``), which this class also takes
+    (keyword only, instead of ``k_bit``).
+    """
+
+    def __init__(self, k_bit: int = 2, mode: str = "activations", *, bits: int | None = None, **kwargs: Any) -> None:
+        if bits is not None and k_bit not in (2, bits):
+            raise ParameterError(
+                f"DoReFa: give larq's k_bit= or ste's bits=, not both (received k_bit={k_bit!r}, bits={bits!r}). "
+                f"Fix: DoReFa(k_bit=...) as in larq, or ste.quantizers.DoReFa(bits=...)."
+            )
+        super().__init__(bits=k_bit if bits is None else bits, mode=mode, **kwargs)
+
+
 #: larq's backwards-compatible name of ``DoReFa``.
 DoReFaQuantizer = DoReFa
-register("dorefa_quantizer")(DoReFa)  # larq's spec name of DoReFa
 
-for _cls in (SteSign, ApproxSign, SwishSign, SteHeaviside, SteTern):
+for _cls in (SteSign, ApproxSign, SwishSign, SteHeaviside, SteTern, MagnitudeAwareSign, DoReFa):
     _cls.__module__ = "ste.larq.quantizers"  # their public module (shown by repr, help and python -m ste)
 
 
@@ -182,3 +251,28 @@ def from_larq(identifier: Any) -> Quantizer | None:
 
 
 add_form(from_larq)
+
+#: Spec names larq and ste share, with larq's meaning: :func:`get` reads them as these classes (larq's arguments).
+LARQ_SPECS: dict[str, type[Quantizer]] = {"magnitude_aware_sign": MagnitudeAwareSign}
+
+
+def get(identifier: QuantizerLike) -> Any:
+    """larq's ``get``: :func:`ste.quantizers.get` (which reads larq's spec names, class names and saved configs once
+    ``ste.larq`` is loaded), except that a name larq and ste share means larq's class (``LARQ_SPECS``):
+    ``"magnitude_aware_sign(clip_value=0.5)"`` is :class:`MagnitudeAwareSign` with larq's ``clip_value``."""
+    if isinstance(identifier, str):
+        try:
+            name, args, kwargs = parse_spec(identifier)
+        except SpecError:
+            name = ""  # not a spec string: ste.quantizers.get explains
+        cls = LARQ_SPECS.get(name)
+        if cls is not None:
+            try:
+                return cls(*args, **kwargs)
+            except (TypeError, ValueError) as error:
+                if isinstance(error, STEError):
+                    raise
+                raise ParameterError(
+                    f"quantizer spec {identifier!r} ({cls.__name__}, larq's arguments): cannot be built ({error})."
+                ) from None
+    return _ste_quantizers.get(identifier)

@@ -7,6 +7,9 @@ Each ``lq.layers.X`` subclasses ``ste.layers.X`` and differs only where larq dif
   far out);
 - a layer constructed inside ``lq.context.metrics_scope(["flip_ratio"])`` tracks its kernels' flip ratio;
 - larq's names: ``activation="hard_tanh"`` (and ``"leaky_tanh"``) mean larq's functions (:mod:`ste.activations`),
+  quantizer names mean larq's quantizers (``"magnitude_aware_sign"`` is :class:`ste.larq.quantizers.MagnitudeAwareSign`,
+  through :func:`ste.larq.quantizers.get`), constraint arguments read larq's saved configs
+  (:func:`ste.larq.constraints.get`),
   ``QuantDepthwiseConv2D`` also takes ``depthwise_quantizer`` (larq's name of its ``kernel_quantizer``), and a larq
   keyword a layer does not take (``pad_values`` on a Dense, ``implementation``) raises
   :class:`ste.errors.ParameterError` saying why (``LARQ_KEYWORDS``).
@@ -26,7 +29,7 @@ from .. import activations
 from .. import layers as _ste_layers
 from ..errors import ParameterError
 from ..quantizers import NoOp
-from . import context
+from . import constraints, context, quantizers
 
 __all__ = [
     "QuantConv1D",
@@ -91,6 +94,11 @@ class _LarqConventions:
                     f"of {_keras_parent(cls)} plus {', '.join(options)}. See {_MIGRATION} for every larq argument "
                     f"and its ste equivalent."
                 )
+        for name, value in kwargs.items():  # larq's meanings of names and configs, before ste's layer reads them
+            if name.endswith("_constraint") and isinstance(value, (str, dict)):
+                kwargs[name] = constraints.get(value)
+            elif name in options and name != "metrics" and isinstance(value, str):
+                kwargs[name] = quantizers.get(value)
         if isinstance(kwargs.get("activation"), str) and kwargs["activation"] in LARQ_ACTIVATIONS:
             kwargs["activation"] = LARQ_ACTIVATIONS[kwargs["activation"]]  # larq's meaning, not Keras's
         if kwargs.get("metrics") is None and context.get_training_metrics():

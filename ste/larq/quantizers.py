@@ -1,7 +1,9 @@
 """``lq.quantizers``: larq's quantizer classes, aliases, spec names and function forms, ``get``/``serialize``/
 ``deserialize`` (which read larq's class names and saved configs, ``{"module": "larq.quantizers", ...}``) and
 ``get_kernel_quantizer``. The classes and spec names are defined here, in ``ste.larq``, on :mod:`ste.quantizers`'
-public API; :mod:`ste.quantizers` itself has ste's names only (``sign``, ``heaviside``, ``ternary``, ...)."""
+public API; :mod:`ste.quantizers` itself has ste's names and arguments only (``sign``, ``heaviside``, ``ternary``,
+``DoReFa(bits=...)``, ...). ``DoReFa`` and ``MagnitudeAwareSign`` here are ste's classes with larq's arguments
+(``k_bit``, ``clip_value``), and ``get`` reads ``"magnitude_aware_sign"`` as larq's."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 import keras
 
-from ..quantizers import DoReFa, MagnitudeAwareSign, NoOp, Quantizer, get, serialize
+from ..quantizers import NoOp, Quantizer, serialize
 from . import context
 from ._functions import (
     approx_sign,
@@ -20,7 +22,17 @@ from ._functions import (
     ste_tern,
     swish_sign,
 )
-from ._quantizers import ApproxSign, DoReFaQuantizer, SteHeaviside, SteSign, SteTern, SwishSign
+from ._quantizers import (
+    ApproxSign,
+    DoReFa,
+    DoReFaQuantizer,
+    MagnitudeAwareSign,
+    SteHeaviside,
+    SteSign,
+    SteTern,
+    SwishSign,
+    get,
+)
 
 __all__ = [
     "ApproxSign",

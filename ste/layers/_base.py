@@ -148,10 +148,11 @@ class QuantLayerMixin:
     @classmethod
     def _resolve_constraints(cls, kwargs: dict[str, Any]) -> None:
         """Let every constraint argument (``bias_constraint`` included) also be an ste name or spec string such as
-        ``"weight_clip"`` or ``"weight_clip(clip_value=0.5)"``, or larq's saved config (before Keras sees them)."""
+        ``"weight_clip"`` or ``"weight_clip(clip_value=0.5)"`` (before Keras sees them). A config larq saved is
+        refused, naming ``ste.larq.constraints.get``; ``ste.larq.layers`` read those."""
         for name, value in kwargs.items():
             if name.endswith("_constraint") and isinstance(value, (str, dict)):
-                kwargs[name] = ste_constraints.get(value)  # also larq's saved configs
+                kwargs[name] = ste_constraints.get(value)
 
     def _apply_options(self, options: dict[str, Any]) -> None:
         """Set the options taken by ``__init__`` (after the Keras parent is initialised); subclasses extend it."""

@@ -130,6 +130,30 @@ def check_bits(owner: str, bits: Any, low: int = 1, high: int = 16, name: str = 
     return int(bits)
 
 
+def refuse_larq_keyword(
+    owner: str, kwargs: Mapping[str, Any], name: str, *, takes: str, fix: Callable[[str], str]
+) -> None:
+    """A larq keyword ``name`` among a native quantizer's ``kwargs``: :class:`ste.errors.ParameterError` naming what
+    ``owner`` takes, the ste call (``fix(value)``, given the received value's repr) and ``ste.larq``'s class, which
+    takes larq's keyword (raised before the Keras layer is initialised)."""
+    if name not in kwargs:
+        return
+    shown = _short(kwargs[name])
+    raise ParameterError(
+        f"{owner} does not take {name}= (received {name}={shown}): {name} is larq's argument. {owner} takes {takes}. "
+        f"Fix: {fix(shown)}; for larq code, ste.larq.quantizers.{owner}({name}={shown}), which takes larq's "
+        f"arguments; see {_MIGRATION}."
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_MIGRATION = "docs/larq.md (Migrating from larq)"
+
+
 def resolve_surrogate(owner: str, surrogate: SurrogateLike) -> Surrogate:
     """A registry name, spec string, config dict, class or instance → :class:`ste.registry.Surrogate`."""
     try:

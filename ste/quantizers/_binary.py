@@ -16,11 +16,9 @@ import tensorflow as tf
 from .._common._arguments import check_bool, check_number
 from .._core._dsl import STEFunction, forward
 from .._core._maskrule import mask_rule
-from .._keras._signatures import NOT_GIVEN
 from ..errors import ParameterError
 from ..registry import HasPrimitive, MaskOnly, Surrogate, SurrogateLike
-from ..registry import get as get_surrogate
-from ._base import Quantizer, as_tensor, register, resolve_surrogate
+from ._base import Quantizer, as_tensor, refuse_larq_keyword, register, resolve_surrogate
 
 __all__ = ["Heaviside", "MagnitudeAwareSign", "Sign", "SurrogateQuantizer", "Ternary"]
 
@@ -209,24 +207,22 @@ class MagnitudeAwareSign(SurrogateQuantizer):
     """Magnitude-aware sign (Liu et al. 2018, Bi-Real Net): α·sign(x), sign(0) = +1.
 
     α = mean(abs(x)) over every axis but the last (one scale per output channel of a kernel). The backward pass
-    treats α as a constant: ``dy·α·d(x)`` with ``surrogate`` (default ``"straight_through"``). No rounding.
-    ``clip_value`` is larq's spelling and means ``surrogate=straight_through(clip=clip_value)``
-    (``clip_value=None``: no clipping). Spec name ``"magnitude_aware_sign"`` (also larq's alias).
+    treats α as a constant: ``dy·α·d(x)`` with ``surrogate`` (default ``"straight_through"``: 1 where abs(x) <= 1).
+    No rounding. Spec name ``"magnitude_aware_sign"``. larq's ``MagnitudeAwareSign(clip_value=...)`` is
+    ``ste.larq.quantizers.MagnitudeAwareSign``, this class with ``surrogate=straight_through(clip=clip_value)``.
     """
 
     precision = 1
     forward_fn = staticmethod(magnitude_aware_sign)
 
-    def __init__(
-        self, surrogate: SurrogateLike = "straight_through", clip_value: float | None = NOT_GIVEN, **kwargs: Any
-    ) -> None:
-        if clip_value is not NOT_GIVEN:
-            if surrogate != "straight_through":
-                raise ParameterError(
-                    "MagnitudeAwareSign: give either surrogate= or larq's clip_value=, not both "
-                    f"(received surrogate={surrogate!r}, clip_value={clip_value!r})."
-                )
-            surrogate = get_surrogate("straight_through", clip=clip_value)
+    def __init__(self, surrogate: SurrogateLike = "straight_through", **kwargs: Any) -> None:
+        refuse_larq_keyword(
+            "MagnitudeAwareSign",
+            kwargs,
+            "clip_value",
+            takes="surrogate= (the backward rule)",
+            fix=lambda value: f"MagnitudeAwareSign(surrogate=ste.registry.get('straight_through', clip={value}))",
+        )
         super().__init__(surrogate=surrogate, **kwargs)
 
     def gradient_reference(self, x: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor] | None:

@@ -15,9 +15,8 @@ import tensorflow as tf
 from .._common._arguments import check_number
 from .._core._dsl import STEFunction, forward
 from .._core._maskrule import mask_rule
-from .._keras._signatures import NOT_GIVEN
 from ..errors import ParameterError
-from ._base import Quantizer, as_tensor, check_bits, register
+from ._base import Quantizer, as_tensor, check_bits, refuse_larq_keyword, register
 from ._dtypes import Levels, check_levels, wide
 
 __all__ = ["DoReFa", "Uniform"]
@@ -88,20 +87,23 @@ def _dorefa_levels(mode: str) -> Any:
 @keras.saving.register_keras_serializable(package="ste")
 @register("dorefa")
 class DoReFa(Quantizer):
-    """k-bit DoReFa quantizer (Zhou et al. 2016); also larq's ``DoReFa`` / ``dorefa_quantizer``.
+    """k-bit DoReFa quantizer (Zhou et al. 2016).
 
     ``mode="activations"``: round(n·clip(x, 0, 1))/n with n = 2^bits − 1; gradient dy·1[0 <= x <= 1].
     ``mode="weights"``: t = tanh(x), m = max(abs(t)) over the whole tensor (a constant in the backward pass),
     output 2·round(n·(t/(2m) + 1/2))/n − 1 in [−1, 1]; gradient dy·(1 − tanh²(x))/m. An all-zero input uses m = 1.
-    Rounding: ``tf.round``, half to even. ``k_bit`` is larq's name for ``bits``. Spec name ``"dorefa"``
-    (``ste.larq`` adds larq's ``"dorefa_quantizer"``).
+    Rounding: ``tf.round``, half to even. Spec name ``"dorefa"``. larq's ``DoReFa(k_bit=..., mode=...)`` and
+    ``"dorefa_quantizer"`` are ``ste.larq.quantizers.DoReFa``, this class with larq's arguments.
     """
 
-    def __init__(self, bits: int = 2, mode: str = "activations", k_bit: int = NOT_GIVEN, **kwargs: Any) -> None:
-        if k_bit is not NOT_GIVEN:
-            if bits != 2:
-                raise ParameterError(f"DoReFa: give bits= or larq's k_bit=, not both (bits={bits!r}, k_bit={k_bit!r}).")
-            bits = k_bit
+    def __init__(self, bits: int = 2, mode: str = "activations", **kwargs: Any) -> None:
+        refuse_larq_keyword(
+            "DoReFa",
+            kwargs,
+            "k_bit",
+            takes="bits= and mode=",
+            fix=lambda value: f"DoReFa(bits={value}, mode={mode!r})",
+        )
         super().__init__(**kwargs)
         self.bits = bits
         self.mode = mode

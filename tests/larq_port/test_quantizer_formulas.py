@@ -81,7 +81,7 @@ def test_ste_tern_ternary_weight_networks(run):
 @pytest.mark.parametrize("clip_value", [1.0, 0.5])
 def test_magnitude_aware_sign(run, clip_value):
     x = np.random.default_rng(4).normal(size=(3, 3, 4, 6))
-    y, grad, dy = run(q.get(f"magnitude_aware_sign(clip_value={clip_value})"), x, tf.float64)
+    y, grad, dy = run(lq.quantizers.get(f"magnitude_aware_sign(clip_value={clip_value})"), x, tf.float64)
     scale = np.mean(np.abs(x), axis=(0, 1, 2))
     np.testing.assert_allclose(y, scale * larq_sign(x), rtol=1e-12)
     np.testing.assert_allclose(grad, scale * clipped(x, dy, clip_value), rtol=1e-12)

@@ -47,7 +47,7 @@ def test_loading_a_saved_model_does_not_warn(tmp_path):
     [
         "ste_sign(clip_value=None)",  # straight-through without clipping: gradient 1 everywhere
         "sign(surrogate='identity')",
-        "magnitude_aware_sign(clip_value=None)",
+        "magnitude_aware_sign(surrogate='straight_through(clip=None)')",
     ],
 )
 def test_no_warning_when_the_gradient_does_not_vanish(quantizer):

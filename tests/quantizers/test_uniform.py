@@ -153,8 +153,6 @@ def test_invalid_parameters():
         DoReFa(mode="weight")
     with pytest.raises(ste.errors.ParameterError, match="bits"):
         DoReFa(bits=0)
-    with pytest.raises(ste.errors.ParameterError, match="not both"):
-        DoReFa(bits=3, k_bit=4)
     with pytest.raises(ste.errors.ParameterError, match="min must be < max"):
         Uniform(min=1.0, max=1.0)
     with pytest.raises(ste.errors.ParameterError, match="bits"):
