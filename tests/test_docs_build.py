@@ -50,9 +50,9 @@ def test_gallery_peaks_are_the_computed_ones(site):
 
 def test_layout_in_headless_chromium(site):
     """At 1280×900 and 390×844: no clipped table, no word or number split inside a table cell, no cell of prose set
-    one word per line, no code block wider than its box, no wrapped code line at column 0, no copy button over any
-    line of code, the sidebar's sections in view (tests/docs_layout.py). Screenshots go to STE_LAYOUT_SCREENSHOTS,
-    else beside the built site: build artifacts, never committed."""
+    one word per line, no code block wider than its box, no wrapped code line at 1280 px (at 390 px none at column 0),
+    no copy button over any line of code, the sidebar's sections in view (tests/docs_layout.py). Screenshots go to
+    STE_LAYOUT_SCREENSHOTS, else beside the built site: build artifacts, never committed."""
     from tests.docs_layout import check, chromium
 
     if chromium() is None:
