@@ -51,8 +51,9 @@ def test_gallery_peaks_are_the_computed_ones(site):
 def test_layout_in_headless_chromium(site):
     """At 1280×900 and 390×844: no clipped table, no word or number split inside a table cell, no cell of prose set
     one word per line, no code block wider than its box, no wrapped code line at 1280 px (at 390 px none at column 0),
-    no copy button over any line of code, the sidebar's sections in view (tests/docs_layout.py). Screenshots go to
-    STE_LAYOUT_SCREENSHOTS, else beside the built site: build artifacts, never committed."""
+    no copy button over any line of code, the sidebar's sections in view (tests/docs_layout.py). Full-height
+    screenshots of every page at both sizes go to STE_LAYOUT_SCREENSHOTS, else beside the built site: build
+    artifacts, never committed."""
     from tests.docs_layout import check, chromium
 
     if chromium() is None:
@@ -60,7 +61,11 @@ def test_layout_in_headless_chromium(site):
     out = Path(os.environ.get("STE_LAYOUT_SCREENSHOTS") or site.parent / "layout")
     problems = {page: found for page, found in check(site, out).items() if found}
     assert not problems, problems
-    assert len(list(out.glob("*-desktop.png"))) == len(list(out.glob("*-phone.png"))) > 0
+    desktop, phone = sorted(out.glob("*-desktop.png")), sorted(out.glob("*-phone.png"))
+    assert len(desktop) == len(phone) > 0
+    # full height: the shot of a long page is taller than the window (900 px; the phone's 844 px)
+    guide = {shot.name: int.from_bytes(shot.read_bytes()[20:24], "big") for shot in out.glob("guide-*.png")}
+    assert guide["guide-desktop.png"] > 3 * 900 and guide["guide-phone.png"] > 3 * 844, guide
 
 
 def test_pages_and_api_reference_are_built(site):
