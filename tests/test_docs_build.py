@@ -194,3 +194,17 @@ def test_cross_references_in_prose_are_links():
         assert not re.search(r"\(docs/[\w-]+\.md", text), page.name
         assert not re.search(r'see "[A-Z][^"]+"', text), page.name
         assert not re.search(r'"[A-Z][^"]+"\s+(below|above)', text), page.name
+
+
+def test_every_recipe_is_in_the_recipes_section_of_the_nav():
+    """docs/recipes/*.md are listed together under one "Recipes" section of mkdocs.yml's nav, and nowhere else (a
+    recipe left out of the nav is built but found by no reader)."""
+    yaml = pytest.importorskip("yaml")  # mkdocs's own dependency (the docs extra)
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    sections = [entry["Recipes"] for entry in nav if isinstance(entry, dict) and "Recipes" in entry]
+    assert len(sections) == 1, "one Recipes section in the nav"
+    listed = [path for item in sections[0] for path in item.values()]
+    on_disk = sorted(f"recipes/{page.name}" for page in (ROOT / "docs" / "recipes").glob("*.md"))
+    assert sorted(listed) == on_disk
+    elsewhere = [str(entry) for entry in nav if "recipes/" in str(entry) and entry != {"Recipes": sections[0]}]
+    assert not elsewhere, elsewhere
