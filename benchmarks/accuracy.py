@@ -460,10 +460,18 @@ def load_text(load: dict[str, Any]) -> str:
     return "1-minute load average " + ", ".join(parts) if parts else "load average not recorded"
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
-    """The test accuracy per epoch of every side (and of the float stage), legend under the axes, integer epochs;
-    sized to be read on a 390 px phone screen: 572 px wide, text 13-14 pt (about 13 px tall when the page shows it
-    358 px wide). Raises ImportError without matplotlib."""
+# The charts are drawn at PLOT_DPI and shown on a 390 px phone in a text column PHONE_COLUMN_PX wide (Material's 0.8 rem
+# margins): a PNG wider than that is scaled down, and its smallest text with it (tests/benchmarks check the size)
+PLOT_DPI = 110
+PHONE_COLUMN_PX = 358
+# a legend of two columns when every label is at most this long; longer labels go one per line, so that the legend
+# never widens the image beyond its axes (and so shrinks every text on a phone)
+LEGEND_TWO_COLUMNS_MAX_CHARS = 22
+
+
+def figure(result: dict[str, Any]) -> Any:
+    """The test accuracy per epoch of every side (and of the float stage), legend under the axes, integer epochs, as a
+    matplotlib figure: 5.2 inches wide, text 13-14 pt. Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -481,22 +489,34 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for index, (side, f) in enumerate(drawn):
         label = side_label(result["row"], side, f.get("versions", ""))
         curves.append((label, f["curve"], offset, {**STYLES[index % len(STYLES)], "color": f"C{index}"}))
+    columns = 2 if max(len(label) for label, *_ in curves) <= LEGEND_TWO_COLUMNS_MAX_CHARS else 1
     with plt.rc_context({"font.size": 14}):
-        figure, axis = plt.subplots(figsize=(5.2, 3.9 + 0.3 * ((len(curves) + 1) // 2)))
+        legend_rows = (len(curves) + columns - 1) // columns
+        fig, axis = plt.subplots(figsize=(5.2, 3.9 + 0.3 * legend_rows))
         for label, curve, start, style in curves:
             epochs = [start + p["epoch"] for p in curve]
             style = {"linewidth": 1.8, **style}
             axis.plot(epochs, [100 * p["test_accuracy"] for p in curve], label=label, **style)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.tick_params(labelsize=14)  # also the ticks made when the figure is drawn, after this context
         axis.set_xlabel("epoch (float first, then fine-tuning)" if offset else "epoch")
         axis.set_ylabel("test accuracy (%)")
         axis.set_title(f"{result['row']}: test accuracy{' (quick smoke run)' if result['quick'] else ''}", fontsize=14)
         axis.grid(alpha=0.3)
         # under the axes, never over the data
-        axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False, fontsize=13)
-        figure.tight_layout()
-        figure.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(figure)
+        axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=columns, frameon=False, fontsize=13)
+        fig.tight_layout()
+    return fig
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """:func:`figure`, saved as a PNG at :data:`PLOT_DPI` (530 to 560 px wide: its smallest text is about 12 px tall
+    when a 390 px phone shows it :data:`PHONE_COLUMN_PX` wide). Raises ImportError without matplotlib."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(result)
+    fig.savefig(path, dpi=PLOT_DPI, bbox_inches="tight")
+    plt.close(fig)
 
 
 def save(result: dict[str, Any], out: Path) -> str:

@@ -1,4 +1,5 @@
-"""Recipe: a hard 0/1 mask, cast(score > 0), that still passes a gradient to the scores.
+"""Recipe: a hard 0/1 mask, cast(score > 0), that still passes a gradient to
+the scores.
 
 Run: python examples/recipe_differentiable_mask.py
 """
@@ -15,18 +16,25 @@ import tensorflow as tf
 import ste
 
 
-# Forward: exactly 0 or 1. Backward: the sigmoid surrogate, beta·s·(1 − s) with s = sigmoid(beta·score).
+# Forward: exactly 0 or 1. Backward: the sigmoid surrogate, beta·s·(1 − s)
+# with s = sigmoid(beta·score).
 @ste.backward("sigmoid_surrogate", beta=4.0)
 def hard_mask(score: tf.Tensor) -> tf.Tensor:
     return tf.cast(score > 0, score.dtype)
 
 
-# The plain straight-through version: the gradient passes through as if the mask were the identity.
-straight_mask = ste.forward(lambda score: tf.cast(score > 0, score.dtype)).backward("identity")
+# The plain straight-through version: the gradient passes through as if the
+# mask were the identity.
+straight_mask = ste.forward(
+    lambda score: tf.cast(score > 0, score.dtype)
+).backward("identity")
 
 
-def learn_mask(steps: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Learn which of 6 features a linear target uses, through a hard mask on learnable scores.
+def learn_mask(
+    steps: int = 150, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Learn which of 6 features a linear target uses, through a hard mask on
+    learnable scores.
 
     Returns (learned 0/1 mask, true mask).
     """
@@ -36,7 +44,8 @@ def learn_mask(steps: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     features = rng.normal(size=(512, 6)).astype(np.float32)
     target = features @ (weights * true_mask)
 
-    scores = tf.Variable(np.full(6, 0.1, dtype=np.float32))  # every feature starts switched on
+    # every feature starts switched on
+    scores = tf.Variable(np.full(6, 0.1, dtype=np.float32))
     optimizer = tf.keras.optimizers.SGD(0.05)
     for _ in range(steps):
         with tf.GradientTape() as tape:
@@ -53,7 +62,9 @@ def main() -> None:
         soft, straight = hard_mask(score), straight_mask(score)
     print("score:              ", score.numpy())
     print("mask (forward):     ", soft.numpy())
-    print("sigmoid surrogate:  ", np.round(tape.gradient(soft, score).numpy(), 4))
+    print(
+        "sigmoid surrogate:  ", np.round(tape.gradient(soft, score).numpy(), 4)
+    )
     print("identity (STE):     ", tape.gradient(straight, score).numpy())
 
     learned, true_mask = learn_mask()

@@ -1,4 +1,5 @@
-"""Recipe: a Keras model computes tanh(x) in the forward pass, but backprop skips tanh's derivative.
+"""Recipe: a Keras model computes tanh(x) in the forward pass, but backprop
+skips tanh's derivative.
 
 Run: python examples/recipe_skip_derivative.py
 """
@@ -16,18 +17,22 @@ import tensorflow as tf
 
 import ste
 
-# Forward tanh(x); backward "identity": the upstream gradient passes through as if tanh were not there.
+# Forward tanh(x); backward "identity": the upstream gradient passes through
+# as if tanh were not there.
 tanh_skip = ste.forward(tf.tanh).backward("identity")
 
 
 @keras.saving.register_keras_serializable(package="recipes")
 class SkipDerivative(keras.layers.Layer):
-    """Apply a parameter-free activation in the forward pass; pass gradients through unchanged."""
+    """Apply a parameter-free activation in the forward pass; pass gradients
+    through unchanged."""
 
     def __init__(self, activation: str = "tanh", **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.activation = activation
-        self._op = ste.forward(keras.activations.get(activation)).backward("identity")
+        self._op = ste.forward(keras.activations.get(activation)).backward(
+            "identity"
+        )
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return self._op(inputs)
@@ -46,7 +51,8 @@ def build_model(seed: int = 0) -> keras.Model:
 
 
 def main(directory: str | None = None) -> None:
-    """Run the recipe; the saved model goes into `directory` (default: a temporary directory, removed after)."""
+    """Run the recipe; the saved model goes into `directory` (default: a
+    temporary directory, removed after)."""
     x = tf.constant([-3.0, -1.0, 0.0, 1.0, 3.0])
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -60,13 +66,18 @@ def main(directory: str | None = None) -> None:
     features = rng.normal(size=(128, 4)).astype(np.float32)
     targets = np.tanh(features.sum(axis=1, keepdims=True)).astype(np.float32)
     history = model.fit(features, targets, epochs=5, batch_size=32, verbose=0)
-    print(f"training loss: {history.history['loss'][0]:.3f} -> {history.history['loss'][-1]:.3f}")
+    losses = history.history["loss"]
+    print(f"training loss: {losses[0]:.3f} -> {losses[-1]:.3f}")
 
-    with tempfile.TemporaryDirectory() as temporary:  # removed afterwards, unless a directory is given
+    # removed afterwards, unless a directory is given
+    with tempfile.TemporaryDirectory() as temporary:
         path = os.path.join(directory or temporary, "skip_derivative.keras")
         model.save(path)
         restored = keras.models.load_model(path)
-        assert np.allclose(restored.predict(features, verbose=0), model.predict(features, verbose=0))
+        assert np.allclose(
+            restored.predict(features, verbose=0),
+            model.predict(features, verbose=0),
+        )
         print("saved and reloaded:", path)
 
 

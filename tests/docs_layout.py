@@ -8,11 +8,12 @@ cards) broken inside an identifier, wrapped lines of code whose continuation sta
 comment's end reading as code at column 0), code blocks (text ones too) wider than their box (cut at the right
 edge), a copy button over a visible character of any line of a block, a word or number in a table cell split
 across lines anywhere but at a space, after a hyphen or, in code, after the punctuation docs/hooks.py marks
-(kera|s_int8), a table cell of prose set one word per line, and, on the desktop, sidebar sections below the window.
+(kera|s_int8), a table cell of prose set one word per line, and, on the desktop, any wrapped line of a code block and
+sidebar sections below the window.
 Chromium
-prints the page's DOM after the script ran (``--dump-dom``), and the findings are read from it. The same launch writes
-a screenshot of every page at both sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build
-artifact, never committed.
+prints the page's DOM after the script ran (``--dump-dom``), and the findings and the page's height are read from it.
+A second launch, in a window as wide and as tall as the page, writes a full-height screenshot of every page at both
+sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build artifact, never committed.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from html import unescape as html_unescape
 from pathlib import Path
 
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
+MAX_SHOT_HEIGHT = 16384  # a cap on a screenshot's height: a longer page (the API reference) is shot from its top
 # every page of the site, and of the generated gallery its overview and one entry (a page outside the navigation: the
 # sidebar must still show every section); the other entries are built from the same template
 GALLERY_ENTRY = "gallery/atan"
@@ -118,6 +121,17 @@ window.addEventListener("load", () => {
   for (const element of [...lineSpans, ...cardCode.filter((c) => !c.closest("pre"))]) {
     const broken = brokenInside(element);
     if (broken) problems.push("code broken inside an identifier: " + broken);
+  }
+  // on the desktop no line of a code block wraps at all (snippets are written to the 80 columns its box holds,
+  // docs/contributing.md); on the phone a line may wrap between tokens
+  if (desktop) {
+    for (const line of lineSpans) {
+      const range = document.createRange();
+      range.selectNodeContents(line);
+      const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+      const text = line.textContent.trim().slice(0, 60);
+      if (tops.size > 1) problems.push(`wrapped code line near #${where(line)}: ${text}`);
+    }
   }
   for (const code of document.querySelectorAll(".highlight:not(.language-text) pre > code")) {
     const lines = [...code.children].filter((s) => s.id && s.id.startsWith("__span"));
@@ -227,7 +241,8 @@ window.addEventListener("load", () => {
   const out = document.createElement("pre");
   out.id = "layout-problems";
   out.hidden = true;
-  out.textContent = JSON.stringify(problems);
+  // the page's full height: the screenshot is taken in a window that tall
+  out.textContent = JSON.stringify({ problems, height: document.documentElement.scrollHeight });
   document.body.appendChild(out);
   if (window.parent !== window) window.parent.postMessage(out.textContent, "*");  // the phone's frame
 });
@@ -243,7 +258,8 @@ def chromium() -> str | None:
 
 
 # Chromium's headless window is at least 500 px wide whatever --window-size asks: the phone size is a frame of that
-# size in a page of its own, which the probe inside it reports to (postMessage)
+# size in a page of its own, which the probe inside it reports to (postMessage); for the full-height screenshot the
+# frame is as tall as its page
 FRAME = """<!doctype html><html><body style="margin:0">
 <iframe src="_layout_probe.html" style="border:0;width:{width}px;height:{height}px"></iframe>
 <pre id="layout-problems" hidden></pre>
@@ -279,12 +295,20 @@ def check(site: Path, out: Path, only: tuple[str, ...] | None = None) -> dict[st
                 if size[0] < 500:
                     frame.write_text(FRAME.format(width=size[0], height=size[1]))
                     url = frame.as_uri()
-                # one launch: the DOM after the probe ran, and a screenshot (the probe's output is hidden: the
-                # screenshot shows the page as built)
-                dom = _run(browser, url, size, ["--dump-dom", f"--screenshot={shot}"]).stdout
+                # the DOM after the probe ran, in a window of the size checked
+                dom = _run(browser, url, size, ["--dump-dom"]).stdout
                 match = re.search(r'<pre id="layout-problems"[^>]*>(.*?)</pre>', dom, re.S)
-                problems = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&")) if match else None
-                found[f"{page} at {label}"] = problems if problems is not None else ["the probe did not run"]
+                report = json.loads(html_unescape(match.group(1))) if match and match.group(1) else None
+                if report is None:
+                    found[f"{page} at {label}"] = ["the probe did not run"]
+                    continue
+                found[f"{page} at {label}"] = report["problems"]
+                # then a full-height screenshot: the same width, a window (or frame) as tall as the page (the probe's
+                # output is hidden: the screenshot shows the page as built)
+                height = min(int(report["height"]), MAX_SHOT_HEIGHT)
+                if size[0] < 500:
+                    frame.write_text(FRAME.format(width=size[0], height=height))
+                _run(browser, url, (size[0], height), [f"--screenshot={shot}"])
         finally:
             probe.unlink()
             frame.unlink(missing_ok=True)

@@ -50,9 +50,10 @@ def test_gallery_peaks_are_the_computed_ones(site):
 
 def test_layout_in_headless_chromium(site):
     """At 1280×900 and 390×844: no clipped table, no word or number split inside a table cell, no cell of prose set
-    one word per line, no code block wider than its box, no wrapped code line at column 0, no copy button over any
-    line of code, the sidebar's sections in view (tests/docs_layout.py). Screenshots go to STE_LAYOUT_SCREENSHOTS,
-    else beside the built site: build artifacts, never committed."""
+    one word per line, no code block wider than its box, no wrapped code line at 1280 px (at 390 px none at column 0),
+    no copy button over any line of code, the sidebar's sections in view (tests/docs_layout.py). Full-height
+    screenshots of every page at both sizes go to STE_LAYOUT_SCREENSHOTS, else beside the built site: build
+    artifacts, never committed."""
     from tests.docs_layout import check, chromium
 
     if chromium() is None:
@@ -60,7 +61,11 @@ def test_layout_in_headless_chromium(site):
     out = Path(os.environ.get("STE_LAYOUT_SCREENSHOTS") or site.parent / "layout")
     problems = {page: found for page, found in check(site, out).items() if found}
     assert not problems, problems
-    assert len(list(out.glob("*-desktop.png"))) == len(list(out.glob("*-phone.png"))) > 0
+    desktop, phone = sorted(out.glob("*-desktop.png")), sorted(out.glob("*-phone.png"))
+    assert len(desktop) == len(phone) > 0
+    # full height: the shot of a long page is taller than the window (900 px; the phone's 844 px)
+    guide = {shot.name: int.from_bytes(shot.read_bytes()[20:24], "big") for shot in out.glob("guide-*.png")}
+    assert guide["guide-desktop.png"] > 3 * 900 and guide["guide-phone.png"] > 3 * 844, guide
 
 
 def test_pages_and_api_reference_are_built(site):
@@ -189,3 +194,17 @@ def test_cross_references_in_prose_are_links():
         assert not re.search(r"\(docs/[\w-]+\.md", text), page.name
         assert not re.search(r'see "[A-Z][^"]+"', text), page.name
         assert not re.search(r'"[A-Z][^"]+"\s+(below|above)', text), page.name
+
+
+def test_every_recipe_is_in_the_recipes_section_of_the_nav():
+    """docs/recipes/*.md are listed together under one "Recipes" section of mkdocs.yml's nav, and nowhere else (a
+    recipe left out of the nav is built but found by no reader)."""
+    yaml = pytest.importorskip("yaml")  # mkdocs's own dependency (the docs extra)
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    sections = [entry["Recipes"] for entry in nav if isinstance(entry, dict) and "Recipes" in entry]
+    assert len(sections) == 1, "one Recipes section in the nav"
+    listed = [path for item in sections[0] for path in item.values()]
+    on_disk = sorted(f"recipes/{page.name}" for page in (ROOT / "docs" / "recipes").glob("*.md"))
+    assert sorted(listed) == on_disk
+    elsewhere = [str(entry) for entry in nav if "recipes/" in str(entry) and entry != {"Recipes": sections[0]}]
+    assert not elsewhere, elsewhere

@@ -87,3 +87,29 @@ def test_the_performance_page_stays_a_user_page_of_at_most_450_lines():
     notes on the work live in git and CHANGELOG.md, so the page does not grow with the project's history."""
     lines = (ROOT / "docs" / "performance.md").read_text().splitlines()
     assert len(lines) <= 450, f"docs/performance.md has {len(lines)} lines; at most 450"
+
+
+def test_the_performance_page_quotes_the_larq_figures_of_its_table():
+    """The larq ratios quoted in the summary, the targets and the prose of docs/performance.md are the generated
+    side-by-side table's (one run), not a figure from another run."""
+    page = (ROOT / "docs" / "performance.md").read_text()
+    row = r"^\| (on|off) \| ({}) \| [^|]+\| [^|]+\| ([\d.]+)× \([^)]*\) \| ([\d.]+)× "
+    table = {}
+    for net in ("ste, ste BN", "ste, plain, ste BN"):
+        for setting, _, time, peak in re.findall(row.format(re.escape(net)), page, flags=re.MULTILINE):
+            table[net, setting] = time, peak
+    assert len(table) == 4, table
+    (t_on, p_on), (t_off, p_off) = table["ste, ste BN", "on"], table["ste, ste BN", "off"]
+    (pt_on, pp_on), (pt_off, pp_off) = table["ste, plain, ste BN", "on"], table["ste, plain, ste BN", "off"]
+    glance = re.search(r"^\| binarized residual net against larq.*$", page, flags=re.MULTILINE).group(0)
+    assert f"time {t_on}× / {t_off}×, peak memory {p_on}× / {p_off}×" in glance, glance
+    assert f"time {pt_on}× / {pt_off}×, peak {pp_on}× / {pp_off}×" in glance, glance
+    prose = " ".join(page.split("**Time or memory: the bits.**", 1)[1].split("\n\n", 1)[0].split())
+    assert f"{p_on}× / {p_off}× larq's" in prose and f"(step time {t_on}× / {t_off}× larq's)" in prose, prose
+    assert f"step time {pt_on}× / {pt_off}× larq's, peak {pp_on}× / {pp_off}×" in prose, prose
+    # a target row on the larq comparison gives the table's figure for its oneDNN setting (on where it names none)
+    for what, setting, measured in re.findall(
+        r"^\| `ste, ste BN` (peak memory|step time) ≤[^|]*larq's(?:, oneDNN (on|off))?[^|]*\| ([\d.]+)×", page, re.M
+    ):
+        time, peak = table["ste, ste BN", setting or "on"]
+        assert measured == (peak if what == "peak memory" else time), (what, setting, measured)

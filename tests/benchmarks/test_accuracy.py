@@ -399,3 +399,23 @@ def test_quick_vit_row_reports_every_side_or_why_it_is_pending(tmp_path: Path) -
     gap = 100 * (sides["ste_int8"]["test_accuracy"] - sides["keras_int8"]["test_accuracy"])
     assert summary["int8_qat_minus_ptq_points"]["median"] == pytest.approx(gap)
     assert "ViTBackbone" in sides["float"]["network"] and "num_layers=1" in sides["float"]["network"]
+
+
+def test_every_chart_text_is_at_least_11_px_on_a_390_px_phone() -> None:
+    """The committed charts of docs/results.md, shown PHONE_COLUMN_PX wide on a 390 px phone: every text of the figure
+    the JSON draws (title, axis labels, ticks, legend), at its font size in points × PLOT_DPI / 72 pixels in the PNG
+    and scaled by the column's width over the committed PNG's width, is at least 11 px tall."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    images = ROOT / "docs" / "img" / "results"
+    for path in sorted((ROOT / "benchmarks" / "results" / "accuracy").glob("*.json")):
+        png = (images / f"{path.stem}.png").read_bytes()
+        width = int.from_bytes(png[16:20], "big")  # the IHDR chunk: width, then height
+        fig = accuracy.figure(json.loads(path.read_text()))
+        fig.canvas.draw()  # the tick labels exist once the figure is drawn
+        sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+        plt.close(fig)
+        smallest = min(sizes) * accuracy.PLOT_DPI / 72 * min(1.0, accuracy.PHONE_COLUMN_PX / width)
+        assert smallest >= 11, f"{path.stem}.png: {smallest:.1f} px text at 390 px ({width} px wide, {min(sizes)} pt)"
