@@ -21,8 +21,11 @@ expected form, and :func:`installed` says which are in place. To drop a patch, d
   (group key 1, instance key 100 and up) while TensorFlow keeps every launched instance's parameters for the
   process, so a second strategy's first collective fails against the first one's record ("Shape mismatch in the
   collective instance 100"). TensorFlow's own tests step ``MirroredStrategy._collective_key_base`` by 100000 between
-  strategies; the fix does that for every strategy built after it. ``MultiWorkerMirroredStrategy``, whose workers
-  must agree on their keys, is not touched.
+  strategies; the fix does that for every strategy built after it. A strategy built before (the usual
+  ``strategy = MirroredStrategy()`` then ``with strategy.scope(): <ste model>``) gets keys of its own when one of
+  ste's layers is created in its scope, if it has launched no collective yet (its instance keys are all unused):
+  its collective all-reduce is rebuilt from fresh keys, as its constructor builds it. ``MultiWorkerMirroredStrategy``,
+  whose workers must agree on their keys, is not touched.
 * ``fake_quant_gradient_ops``: TensorFlow 2.16 registers no gradient for the gradient ops of its fake-quant kernels
   (``FakeQuantWithMinMaxVarsGradient``, its per-channel and ``Args`` forms), so a second-order gradient through a QAT
   model (a gradient penalty) raised ``LookupError``; TensorFlow 2.21 registers them as not differentiable. The fix
@@ -41,7 +44,16 @@ from typing import Any, NamedTuple
 
 from .errors import STEError
 
-__all__ = ["CHECKED_KERAS", "CHECKED_TENSORFLOW", "PATCHES", "Patch", "apply", "installed", "multi_worker"]
+__all__ = [
+    "CHECKED_KERAS",
+    "CHECKED_TENSORFLOW",
+    "PATCHES",
+    "Patch",
+    "apply",
+    "fresh_keys_for_current_strategy",
+    "installed",
+    "multi_worker",
+]
 
 #: Keras versions (major, minor) the Keras patches were checked on; a newer Keras runs its own code until it is
 #: checked here too (3.6 is the first with ``_maybe_symbolic_build``).
@@ -266,6 +278,47 @@ def _fresh_keys_installed() -> bool:
     return isinstance(tf.distribute.MirroredStrategy.__dict__.get("_collective_key_base"), _FreshBase)
 
 
+def _unused_keys(extended: Any) -> bool:
+    """Whether a strategy's collective keys are TensorFlow's, all unused: one group per device set, each device's
+    next instance key still the first one (``INSTANCE_KEY_START_NUMBER``)."""
+    from tensorflow.python.distribute import cross_device_utils
+
+    keys = getattr(extended, "_collective_keys", None)
+    table = getattr(keys, "_instance_key_table", None)
+    if type(keys) is not cross_device_utils.CollectiveKeys or not isinstance(table, dict):
+        return False
+    first = cross_device_utils.INSTANCE_KEY_START_NUMBER
+    return all(isinstance(group, dict) and all(n == first for n in group.values()) for group in table.values())
+
+
+def fresh_keys_for_current_strategy() -> None:
+    """Give the ``MirroredStrategy`` whose scope is open (in cross-replica context) collective keys of its own if it
+    was built before :func:`apply` (its key base is TensorFlow's 0) and has launched no collective: its collective
+    ops are rebuilt from the next fresh base (``_make_collective_ops_with_fallbacks``, which its constructor calls),
+    and they replace its cross-device ops where those were the collective ones. Anything else is left alone."""
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy() or not tf.distribute.in_cross_replica_context():
+        return
+    strategy = tf.distribute.get_strategy()
+    if type(strategy) is not tf.distribute.MirroredStrategy or not _fresh_keys_installed():
+        return
+    extended = strategy.extended
+    if getattr(extended, "_collective_key_base", None) != 0 or not _unused_keys(extended):
+        return
+    rebuild = getattr(extended, "_make_collective_ops_with_fallbacks", None)
+    if rebuild is None:  # pragma: no cover - another TensorFlow layout
+        return
+    with _lock:
+        if extended._collective_key_base != 0:
+            return
+        collective_default = extended._cross_device_ops is extended._collective_ops
+        extended._collective_key_base = tf.distribute.MirroredStrategy._collective_key_base  # the next fresh base
+        extended._collective_ops = rebuild()
+        if collective_default:
+            extended._cross_device_ops = extended._collective_ops
+
+
 #: TensorFlow's fake-quant gradient ops, each not differentiable (a piecewise-constant function of the input)
 _FAKE_QUANT_GRADIENTS = (
     "FakeQuantWithMinMaxVarsGradient",
@@ -332,15 +385,16 @@ _lock = threading.Lock()
 
 
 def apply() -> None:
-    """Install every patch of :data:`PATCHES` that this Keras and TensorFlow take (once per process)."""
+    """Install every patch of :data:`PATCHES` that this Keras and TensorFlow take (once per process), and give the
+    strategy whose scope is open fresh collective keys if it needs them (:func:`fresh_keys_for_current_strategy`)."""
     global _applied
-    if _applied:
-        return
-    with _lock:
-        if not _applied:
-            for patch in PATCHES.values():
-                patch.install()
-            _applied = True
+    if not _applied:
+        with _lock:
+            if not _applied:
+                for patch in PATCHES.values():
+                    patch.install()
+                _applied = True
+    fresh_keys_for_current_strategy()
 
 
 def installed() -> dict[str, bool]:
