@@ -31,6 +31,11 @@ expected form, and :func:`installed` says which are in place. To drop a patch, d
   model (a gradient penalty) raised ``LookupError``; TensorFlow 2.21 registers them as not differentiable. The fix
   makes the same ``tf.no_gradient`` registration where a name has none: their own derivatives are zero almost
   everywhere, and ste's fake quantization reads only their first-order output.
+* ``snapshot_gradient``: TensorFlow registers no gradient for ``Snapshot`` (a gradient through
+  ``tf.raw_ops.Snapshot`` raises ``LookupError``; checked on 2.16 and 2.21). ste's backward passes end each masked
+  product with one (``ste._core._bitmask.opaque``: it hands its input's buffer on, and Grappler does not regroup
+  products across it), so a second-order gradient through an ste op (a gradient penalty) needs one: the fix
+  registers an identity's gradient, the derivative of an op that returns its input, where TensorFlow has none.
 """
 
 from __future__ import annotations
@@ -353,6 +358,32 @@ def _fake_quant_gradients_installed() -> bool:
     return not _unregistered_fake_quant_gradients()
 
 
+def _snapshot_has_gradient() -> bool:
+    from tensorflow.python.framework import ops  # the gradient registry (no public accessor)
+
+    try:
+        ops._gradient_registry.lookup("Snapshot")
+    except LookupError:
+        return False
+    return True
+
+
+def _snapshot_gradient(op: Any, grad: Any) -> Any:
+    return grad  # an identity's: Snapshot returns its input
+
+
+def _install_snapshot_gradient() -> bool:
+    """Register an identity's gradient for ``Snapshot`` where TensorFlow registers none; True when one is in place."""
+    import tensorflow as tf
+
+    if not _snapshot_has_gradient():
+        try:
+            tf.RegisterGradient("Snapshot")(_snapshot_gradient)
+        except KeyError:  # registered meanwhile (another thread, or TensorFlow itself)
+            pass
+    return True
+
+
 # -- the table -----------------------------------------------------------------------------------------------------
 
 
@@ -377,6 +408,9 @@ PATCHES: dict[str, Patch] = {
         "TensorFlow 2.16: fake-quant gradient ops without a gradient entry",
         _install_fake_quant_gradients,
         _fake_quant_gradients_installed,
+    ),
+    "snapshot_gradient": Patch(
+        "TensorFlow: Snapshot has no gradient entry", _install_snapshot_gradient, _snapshot_has_gradient
     ),
 }
 

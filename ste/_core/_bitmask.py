@@ -326,21 +326,12 @@ def opaque(gradient: Any) -> Any:
     dependency: every mask is then unpacked into floats during the forward pass and kept (a 50-op chain of 2^20 float32
     values: 30 input sizes with bits, against 13-22 with bit masks off and 7.5 with either rewrite turned off). The
     opaque op ends each product where the rule computed it, so the rewrites stay on for the rest of the graph. Eagerly
-    (Grappler does not run) and under XLA (which fuses the product into its consumers) it is left out.
+    (Grappler does not run) and under XLA (which fuses the product into its consumers) it is left out. A gradient of
+    the product passes through it as through an identity (``ste/_patches.py``'s ``snapshot_gradient``).
     """
     if tf.executing_eagerly() or compiling_with_xla():
         return gradient
     return tf.nest.map_structure(lambda g: g if g is None else tf.raw_ops.Snapshot(input=g), gradient)
-
-
-def _snapshot_gradient(op: Any, grad: tf.Tensor) -> tf.Tensor:
-    return grad  # an identity's: a gradient of a packed gradient passes through (TensorFlow registers none)
-
-
-try:
-    tf.RegisterGradient("Snapshot")(_snapshot_gradient)
-except KeyError:  # a TensorFlow that registers one itself
-    pass
 
 
 # -- higher-order gradients ------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ def test_the_fixes_are_installed_on_this_keras() -> None:
         "multi_worker_fit": True,
         "fresh_collective_keys": True,
         "fake_quant_gradient_ops": True,
+        "snapshot_gradient": True,
     }
     assert _patches._install_fit_fixes()  # idempotent: installing again wraps nothing twice
     from keras.src.backend.tensorflow import trainer
