@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from .._common._abstract import check_complete
 from .._common._names import NameTable
+from .._keras._lookup import publish_serializable
 from ..errors import ParameterError, RegistrationError
 from ._alif import ALIFCell
 from ._cell import SpikingCell
@@ -27,7 +28,10 @@ __all__ = ["NEURONS", "neurons", "register_neuron", "unregister_neuron"]
 C = TypeVar("C", bound=type[SpikingCell])
 
 NEURONS: NameTable[type[SpikingCell]] = NameTable(
-    "neuron", ParameterError, " Fix: pass a registered name, a ste.spiking cell instance, or register the cell."
+    "neuron",
+    ParameterError,
+    " Fix: pass a registered name, a ste.spiking cell instance, or register the cell.",
+    on_change=publish_serializable("ste.neuron"),  # a registered cell is registered with Keras too: its model loads
 )
 
 
