@@ -52,3 +52,31 @@ def test_no_two_modules_of_the_package_import_each_other():
     """One concept per module, layered: a module that imports another (even lazily, inside a function) is not
     imported back by it, directly or through others."""
     assert _cycles(import_edges(ROOT / "ste", relative_only=True)) == []
+
+
+#: A timing figure: a ratio of times ("1.35× the", "1.29× against", "~3×", "5x slower") or seconds against seconds.
+_TIMING = r"\d(?:\.\d+)?(?:-\d(?:\.\d+)?)?[×x] (?:the|against|slower|faster)|~\d+(?:\.\d+)?×|\d+ m?s against \d+ m?s"
+
+
+def test_docstrings_state_rules_not_timings():
+    """Docstrings state the rule; measured times belong in benchmarks/ and docs/performance.md, which docstrings
+    link. The scan finds a planted figure, so it cannot pass by missing them."""
+    import ast
+    import re
+
+    def timings(source: str) -> list[str]:
+        found = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [m.group(0) for m in re.finditer(_TIMING, ast.get_docstring(node) or "")]
+        return found
+
+    assert timings('def f():\n    """Fast: 1.35× the plain op, ~3× under XLA, 50 s against 106 s."""\n') == [
+        "1.35× the",
+        "~3×",
+        "50 s against 106 s",
+    ]
+    found = {
+        str(path.relative_to(ROOT)): timings(path.read_text(encoding="utf-8")) for path in ROOT.glob("ste/**/*.py")
+    }
+    assert {path: hits for path, hits in found.items() if hits} == {}
