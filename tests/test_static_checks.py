@@ -80,3 +80,28 @@ def test_docstrings_state_rules_not_timings():
         str(path.relative_to(ROOT)): timings(path.read_text(encoding="utf-8")) for path in ROOT.glob("ste/**/*.py")
     }
     assert {path: hits for path, hits in found.items() if hits} == {}
+
+
+#: larq's spec and class names (larq.quantizers), which ste keeps in ste.larq only.
+_LARQ_NAMES = ("ste_sign", "ste_tern", "ste_heaviside", "swish_sign", "dorefa_quantizer", "SteSign", "SteTern")
+
+
+def test_native_messages_and_examples_use_stes_names():
+    """ste's native packages tell users to write ste's names: no error message, and no docstring example
+    (``>>>`` lines), of a package outside ste/larq spells one of larq's names."""
+    import ast
+
+    found = []
+    for path in sorted(ROOT.glob("ste/**/*.py")):
+        if "larq" in path.relative_to(ROOT / "ste").parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            texts = []
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                texts.append(ast.unparse(node.exc))
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node) or ""
+                texts += [line for line in doc.splitlines() if line.lstrip().startswith((">>>", "..."))]
+            found += [f"{path.relative_to(ROOT)}: {name}" for text in texts for name in _LARQ_NAMES if name in text]
+    assert found == []

@@ -3,7 +3,7 @@
 Results go to stdout; errors go to stderr as one line with exit status 2 (bad usage, unknown name: with
 suggestions), a failed ``check`` exits with status 1, and a ``check`` of what cannot be checked (a quantizer that
 reads variables: ``lsq``, ``pact``) says why in one line and exits with status 3. Every command takes quantizer
-names (``ste_sign``) as well as surrogates; a name that is both (``approx_sign``) means the surrogate. ``--import
+names (``sign``) as well as surrogates; a name that is both (``approx_sign``) means the surrogate. ``--import
 MODULE`` (repeatable) imports the user's modules first, so that the rules they register are listed, shown, plotted
 and checked.
 
