@@ -10,14 +10,20 @@ without ``custom_objects`` (docs/saving.md). That is its one effect outside ste:
 TensorFlow (``ste._patches`` lists them, each applied where it is needed), reads no command line and installs no
 import hook.
 
-Without TensorFlow (or with a TensorFlow or Keras older than ste supports), ``import ste`` still succeeds, so that
-``python -m ste list`` and ``show NAME`` answer from the catalog of the built-in registry; ``ste.__version__`` and
-``ste.errors`` are there, and every other name of ste raises :class:`ste.errors.MissingDependencyError` with the
-install command.
+Without TensorFlow (or with a TensorFlow or Keras older than ste supports), ``import ste`` still succeeds;
+``ste.__version__`` and ``ste.errors`` are there, and every other name of ste raises
+:class:`ste.errors.MissingDependencyError` with the install command.
+
+``python -m ste`` imports this package before it runs ``ste.__main__``; while Python's ``runpy`` imports it for that
+(``runpy._run_module_as_main`` with the module ``ste`` on the call stack), the families are left out, so that
+``list`` and ``show NAME`` of a built-in name answer from the catalog (package data) without importing TensorFlow.
+Every other command finishes the import first (:func:`_load`).
 """
 
 from __future__ import annotations
 
+import importlib as _importlib
+import sys as _sys
 from typing import NoReturn
 
 from ._keras._requirements import check_requirements as _check_requirements
@@ -34,9 +40,32 @@ def _missing_requirement() -> _MissingDependencyError | None:
     return None
 
 
-_MISSING = _missing_requirement()
+def _run_as_command_line() -> bool:
+    """Whether Python's ``runpy`` is importing this package to run ``python -m ste`` (read from the call stack)."""
+    run = getattr(_sys.modules.get("runpy"), "_run_module_as_main", None)
+    frame = _sys._getframe(1) if run is not None else None
+    while frame is not None:
+        if frame.f_code is run.__code__:  # type: ignore[union-attr]
+            return frame.f_locals.get("mod_name") in ("ste", "ste.__main__")
+        frame = frame.f_back
+    return False
 
-if _MISSING is None:
+
+# False once _load has run; the first import under ``python -m ste`` defers the families
+_DEFERRED: bool = globals().get("_DEFERRED") is not False and _run_as_command_line()
+_MISSING = None if _DEFERRED else _missing_requirement()
+
+
+def _load() -> None:
+    """Finish an import that ``python -m ste`` deferred (a command that needs the live registry): what ``import ste``
+    does in every other process."""
+    global _DEFERRED
+    if _DEFERRED:
+        _DEFERRED = False
+        _importlib.reload(_sys.modules[__name__])
+
+
+if _MISSING is None and not _DEFERRED:
     from . import (
         activations,
         callbacks,

@@ -21,13 +21,21 @@ expected form, and :func:`installed` says which are in place. To drop a patch, d
   (group key 1, instance key 100 and up) while TensorFlow keeps every launched instance's parameters for the
   process, so a second strategy's first collective fails against the first one's record ("Shape mismatch in the
   collective instance 100"). TensorFlow's own tests step ``MirroredStrategy._collective_key_base`` by 100000 between
-  strategies; the fix does that for every strategy built after it. ``MultiWorkerMirroredStrategy``, whose workers
-  must agree on their keys, is not touched.
+  strategies; the fix does that for every strategy built after it. A strategy built before (the usual
+  ``strategy = MirroredStrategy()`` then ``with strategy.scope(): <ste model>``) gets keys of its own when one of
+  ste's layers is created in its scope, if it has launched no collective yet (its instance keys are all unused):
+  its collective all-reduce is rebuilt from fresh keys, as its constructor builds it. ``MultiWorkerMirroredStrategy``,
+  whose workers must agree on their keys, is not touched.
 * ``fake_quant_gradient_ops``: TensorFlow 2.16 registers no gradient for the gradient ops of its fake-quant kernels
   (``FakeQuantWithMinMaxVarsGradient``, its per-channel and ``Args`` forms), so a second-order gradient through a QAT
   model (a gradient penalty) raised ``LookupError``; TensorFlow 2.21 registers them as not differentiable. The fix
   makes the same ``tf.no_gradient`` registration where a name has none: their own derivatives are zero almost
   everywhere, and ste's fake quantization reads only their first-order output.
+* ``snapshot_gradient``: TensorFlow registers no gradient for ``Snapshot`` (a gradient through
+  ``tf.raw_ops.Snapshot`` raises ``LookupError``; checked on 2.16 and 2.21). ste's backward passes end each masked
+  product with one (``ste._core._bitmask.opaque``: it hands its input's buffer on, and Grappler does not regroup
+  products across it), so a second-order gradient through an ste op (a gradient penalty) needs one: the fix
+  registers an identity's gradient, the derivative of an op that returns its input, where TensorFlow has none.
 """
 
 from __future__ import annotations
@@ -41,7 +49,16 @@ from typing import Any, NamedTuple
 
 from .errors import STEError
 
-__all__ = ["CHECKED_KERAS", "CHECKED_TENSORFLOW", "PATCHES", "Patch", "apply", "installed", "multi_worker"]
+__all__ = [
+    "CHECKED_KERAS",
+    "CHECKED_TENSORFLOW",
+    "PATCHES",
+    "Patch",
+    "apply",
+    "fresh_keys_for_current_strategy",
+    "installed",
+    "multi_worker",
+]
 
 #: Keras versions (major, minor) the Keras patches were checked on; a newer Keras runs its own code until it is
 #: checked here too (3.6 is the first with ``_maybe_symbolic_build``).
@@ -266,6 +283,47 @@ def _fresh_keys_installed() -> bool:
     return isinstance(tf.distribute.MirroredStrategy.__dict__.get("_collective_key_base"), _FreshBase)
 
 
+def _unused_keys(extended: Any) -> bool:
+    """Whether a strategy's collective keys are TensorFlow's, all unused: one group per device set, each device's
+    next instance key still the first one (``INSTANCE_KEY_START_NUMBER``)."""
+    from tensorflow.python.distribute import cross_device_utils
+
+    keys = getattr(extended, "_collective_keys", None)
+    table = getattr(keys, "_instance_key_table", None)
+    if type(keys) is not cross_device_utils.CollectiveKeys or not isinstance(table, dict):
+        return False
+    first = cross_device_utils.INSTANCE_KEY_START_NUMBER
+    return all(isinstance(group, dict) and all(n == first for n in group.values()) for group in table.values())
+
+
+def fresh_keys_for_current_strategy() -> None:
+    """Give the ``MirroredStrategy`` whose scope is open (in cross-replica context) collective keys of its own if it
+    was built before :func:`apply` (its key base is TensorFlow's 0) and has launched no collective: its collective
+    ops are rebuilt from the next fresh base (``_make_collective_ops_with_fallbacks``, which its constructor calls),
+    and they replace its cross-device ops where those were the collective ones. Anything else is left alone."""
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy() or not tf.distribute.in_cross_replica_context():
+        return
+    strategy = tf.distribute.get_strategy()
+    if type(strategy) is not tf.distribute.MirroredStrategy or not _fresh_keys_installed():
+        return
+    extended = strategy.extended
+    if getattr(extended, "_collective_key_base", None) != 0 or not _unused_keys(extended):
+        return
+    rebuild = getattr(extended, "_make_collective_ops_with_fallbacks", None)
+    if rebuild is None:  # pragma: no cover - another TensorFlow layout
+        return
+    with _lock:
+        if extended._collective_key_base != 0:
+            return
+        collective_default = extended._cross_device_ops is extended._collective_ops
+        extended._collective_key_base = tf.distribute.MirroredStrategy._collective_key_base  # the next fresh base
+        extended._collective_ops = rebuild()
+        if collective_default:
+            extended._cross_device_ops = extended._collective_ops
+
+
 #: TensorFlow's fake-quant gradient ops, each not differentiable (a piecewise-constant function of the input)
 _FAKE_QUANT_GRADIENTS = (
     "FakeQuantWithMinMaxVarsGradient",
@@ -300,6 +358,32 @@ def _fake_quant_gradients_installed() -> bool:
     return not _unregistered_fake_quant_gradients()
 
 
+def _snapshot_has_gradient() -> bool:
+    from tensorflow.python.framework import ops  # the gradient registry (no public accessor)
+
+    try:
+        ops._gradient_registry.lookup("Snapshot")
+    except LookupError:
+        return False
+    return True
+
+
+def _snapshot_gradient(op: Any, grad: Any) -> Any:
+    return grad  # an identity's: Snapshot returns its input
+
+
+def _install_snapshot_gradient() -> bool:
+    """Register an identity's gradient for ``Snapshot`` where TensorFlow registers none; True when one is in place."""
+    import tensorflow as tf
+
+    if not _snapshot_has_gradient():
+        try:
+            tf.RegisterGradient("Snapshot")(_snapshot_gradient)
+        except KeyError:  # registered meanwhile (another thread, or TensorFlow itself)
+            pass
+    return True
+
+
 # -- the table -----------------------------------------------------------------------------------------------------
 
 
@@ -325,6 +409,9 @@ PATCHES: dict[str, Patch] = {
         _install_fake_quant_gradients,
         _fake_quant_gradients_installed,
     ),
+    "snapshot_gradient": Patch(
+        "TensorFlow: Snapshot has no gradient entry", _install_snapshot_gradient, _snapshot_has_gradient
+    ),
 }
 
 _applied = False
@@ -332,15 +419,16 @@ _lock = threading.Lock()
 
 
 def apply() -> None:
-    """Install every patch of :data:`PATCHES` that this Keras and TensorFlow take (once per process)."""
+    """Install every patch of :data:`PATCHES` that this Keras and TensorFlow take (once per process), and give the
+    strategy whose scope is open fresh collective keys if it needs them (:func:`fresh_keys_for_current_strategy`)."""
     global _applied
-    if _applied:
-        return
-    with _lock:
-        if not _applied:
-            for patch in PATCHES.values():
-                patch.install()
-            _applied = True
+    if not _applied:
+        with _lock:
+            if not _applied:
+                for patch in PATCHES.values():
+                    patch.install()
+                _applied = True
+    fresh_keys_for_current_strategy()
 
 
 def installed() -> dict[str, bool]:

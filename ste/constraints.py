@@ -20,7 +20,7 @@ import keras
 
 from ._common._names import NameTable, build
 from ._keras._lookup import publish_constraint
-from .errors import ParameterError, SpecError, UnknownConstraintError
+from .errors import ParameterError, RegistrationError, SpecError, UnknownConstraintError
 from .registry import parse_spec
 
 __all__ = ["WeightClip", "get", "names", "register", "unregister", "weight_clip"]
@@ -94,7 +94,17 @@ def register(name: str, *, replace: bool = False) -> Callable[[C], C]:
 
     Names follow the rules of :func:`ste.registry.register` (identifiers, NFKC, ``replace=True``).
     """
-    return _TABLE.decorator(name, replace=replace)
+    return _TABLE.decorator(name, replace=replace, check=_check_constraint, owner=f"ste.constraints.register({name!r})")
+
+
+def _check_constraint(name: str, cls: Any) -> None:
+    """A ``keras.constraints.Constraint`` subclass, or the error naming what was received and the fix."""
+    if not (isinstance(cls, type) and issubclass(cls, keras.constraints.Constraint)):
+        raise RegistrationError(
+            f"ste.constraints.register({name!r}): expected a keras.constraints.Constraint subclass; received "
+            f"{type(cls).__name__} {cls!r}. Fix: decorate a class deriving from keras.constraints.Constraint, whose "
+            f"__call__(w) returns the constrained weights."
+        )
 
 
 def unregister(name: str) -> None:

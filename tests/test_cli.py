@@ -141,12 +141,19 @@ def test_help_answers_without_tensorflow(tmp_path):
     assert "ste" in imported and not {"keras", "numpy"} & imported
 
 
-def test_list_answers_with_tensorflow_as_the_live_registry_prints(capsys):
-    """With TensorFlow installed, ``import ste`` loads the registry: ``python -m ste list`` prints it."""
-    done = run_python(["-m", "ste", "list"], ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
-    assert _ste_lines(done.stderr) == []
-    assert main(["list"]) == 0
+@pytest.mark.parametrize("args", [["list"], ["show", "atan"]])
+def test_list_and_show_answer_without_importing_tensorflow_where_it_is_installed(args, capsys):
+    """With TensorFlow installed, ``python -m ste list`` and ``show NAME`` answer from the catalog without importing
+    TensorFlow or Keras (``-X importtime`` lists every module imported), and print what the live registry prints in
+    this process. A command that needs the registry (``show`` of a spec string) imports them and answers as well."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = run_python(["-X", "importtime", "-m", "ste", *args], ROOT, env=env, timeout=300)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+    assert "ste" in imported and not {"tensorflow", "keras"} & imported
+    assert main(args) == 0
     assert done.stdout == capsys.readouterr().out
+    live = run_python(["-X", "importtime", "-m", "ste", "show", "atan(alpha=3)"], ROOT, env=env, timeout=300)
+    assert re.search(r"\|\s+tensorflow$", live.stderr, re.M) and live.stdout.startswith("atan(alpha=3")
 
 
 REGENERATE = 'python -c "from ste._tools._cli import write_catalog; write_catalog()"'

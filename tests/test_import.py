@@ -1,8 +1,8 @@
 """What ``import ste`` does: it registers ste's classes with Keras (tests/test_saved_files.py loads every family's file
 in a fresh process after it) and nothing else outside ste. Keras's saving functions, its TensorFlow trainer and
-``tf.distribute.MirroredStrategy`` are the same objects after it, ste reads no ``sys.argv`` and installs no import
-hook. ste/_patches.py installs its patches when one of ste's layers is created (the probe sees them change) or an
-op is first called (tests/training/test_distribute_fixes.py)."""
+``tf.distribute.MirroredStrategy`` are the same objects after it, TensorFlow's gradient registry gains no entry, ste
+reads no ``sys.argv`` and installs no import hook. ste/_patches.py installs its patches when one of ste's layers is
+created (the probe sees them change) or an op is first called (tests/training/test_distribute_fixes.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: In a fresh process: every attribute of the Keras and TensorFlow objects ste/_patches.py replaces (each module's and
 #: class's whole namespace, so any other change shows too), compared by identity before and after ``import ste`` and
-#: after a model of ste's layers is created (built later, so no op of ste has run); ``sys.argv`` and
+#: after a model of ste's layers is created (built later, so no op of ste has run), and TensorFlow's gradient registry
+#: before and after each; ``sys.argv`` and
 #: ``sys.orig_argv`` replaced by lists that record every read made with a module of ste on the stack.
 _PROBE = """
 import json, sys, traceback
@@ -23,6 +24,7 @@ import keras, tensorflow as tf
 from keras.src.backend.tensorflow import trainer
 from keras.src.legacy.saving import legacy_h5_format
 from keras.src.saving import saving_api, saving_lib
+from tensorflow.python.framework import ops
 
 def namespaces():
     return {
@@ -63,14 +65,19 @@ for method in ("__getitem__", "__iter__", "__len__", "__contains__", "__reversed
 sys.argv, sys.orig_argv = Tripwire(["list"]), Tripwire([sys.executable, "-m", "ste", "list"])
 hooks = list(sys.meta_path), list(sys.path_hooks)
 before = namespaces()
+gradients = set(ops._gradient_registry.list())
 import ste
 after_import = namespaces()
+gradients_after_import = set(ops._gradient_registry.list())
 after_hooks = list(sys.meta_path), list(sys.path_hooks)
 model = keras.Sequential([ste.layers.QuantConv2D(2, 3, kernel_quantizer="ste_sign"), ste.layers.BatchNormalization()])
 after_layers = namespaces()
+gradients_after_layers = set(ops._gradient_registry.list())
 print(json.dumps({
     "changed_by_import": changed(before, after_import),
     "changed_by_layers": changed(before, after_layers),
+    "gradients_added_by_import": sorted(gradients_after_import - gradients),
+    "gradients_added_by_layers": sorted(gradients_after_layers - gradients),
     "model_built": model.built,
     "hooks_changed": [a != b for a, b in zip(hooks, after_hooks)],
     "argv_reads": reads,
@@ -83,6 +90,7 @@ def test_import_ste_changes_nothing_in_keras_or_tensorflow_and_reads_no_argv():
     found = json.loads(run_python(["-c", _PROBE], ROOT).stdout.splitlines()[-1])
     assert found["ste_loaded"] == [True] * 5  # import ste loaded its families
     assert found["changed_by_import"] == []
+    assert found["gradients_added_by_import"] == []  # plain TensorFlow's registry: no gradient added by the import
     assert found["hooks_changed"] == [False, False]
     assert found["argv_reads"] == []
     # the probe sees a patch: creating ste's layers installs ste/_patches.py's patches in these namespaces
@@ -94,6 +102,7 @@ def test_import_ste_changes_nothing_in_keras_or_tensorflow_and_reads_no_argv():
         "saving_lib.save_model",
         "trainer.reduce_per_replica",
     ]
+    assert "Snapshot" in found["gradients_added_by_layers"]  # the snapshot_gradient patch, installed with the others
 
 
 def test_the_argv_probe_sees_a_read_by_ste():

@@ -73,3 +73,29 @@ def test_every_saved_file_loads_in_a_fresh_process_after_a_plain_import_ste(tmp_
     assert sorted(outputs) == sorted(names)
     for name in names:
         np.testing.assert_allclose(outputs[name], EXPECTED[f"{name}_y"], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def _configs() -> dict[str, str]:
+    import zipfile
+
+    return {path.stem: zipfile.ZipFile(path).read("config.json").decode() for path in sorted(SAVED.glob("*.keras"))}
+
+
+def test_the_kept_files_are_what_this_version_writes():
+    """The kept files are this version's output (tests/data/saved/write.py, rerun before a release): every ste module
+    a file names exists here, and the clustered file names the modules and the cluster_centroids_init spelling that
+    write.py's model of this version has, so no file holds a spelling that only an earlier pre-release wrote."""
+    import importlib.util
+    import json
+    import re
+
+    configs = _configs()
+    modules = sorted({m for text in configs.values() for m in re.findall(r'"module": "(ste[^"]*)"', text)})
+    assert modules and [m for m in modules if importlib.util.find_spec(m) is None] == []
+    spec = importlib.util.spec_from_file_location("saved_write", SAVED / "write.py")
+    assert spec is not None and spec.loader is not None
+    write = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(write)
+    now = json.dumps(write.clustered_model().get_config())
+    for pattern in (r'"module": "(ste[^"]*)"', r'"cluster_centroids_init": "([^"]*)"'):
+        assert sorted(set(re.findall(pattern, configs["clustered"]))) == sorted(set(re.findall(pattern, now)))

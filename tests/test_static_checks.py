@@ -52,3 +52,56 @@ def test_no_two_modules_of_the_package_import_each_other():
     """One concept per module, layered: a module that imports another (even lazily, inside a function) is not
     imported back by it, directly or through others."""
     assert _cycles(import_edges(ROOT / "ste", relative_only=True)) == []
+
+
+#: A timing figure: a ratio of times ("1.35× the", "1.29× against", "~3×", "5x slower") or seconds against seconds.
+_TIMING = r"\d(?:\.\d+)?(?:-\d(?:\.\d+)?)?[×x] (?:the|against|slower|faster)|~\d+(?:\.\d+)?×|\d+ m?s against \d+ m?s"
+
+
+def test_docstrings_state_rules_not_timings():
+    """Docstrings state the rule; measured times belong in benchmarks/ and docs/performance.md, which docstrings
+    link. The scan finds a planted figure, so it cannot pass by missing them."""
+    import ast
+    import re
+
+    def timings(source: str) -> list[str]:
+        found = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [m.group(0) for m in re.finditer(_TIMING, ast.get_docstring(node) or "")]
+        return found
+
+    assert timings('def f():\n    """Fast: 1.35× the plain op, ~3× under XLA, 50 s against 106 s."""\n') == [
+        "1.35× the",
+        "~3×",
+        "50 s against 106 s",
+    ]
+    found = {
+        str(path.relative_to(ROOT)): timings(path.read_text(encoding="utf-8")) for path in ROOT.glob("ste/**/*.py")
+    }
+    assert {path: hits for path, hits in found.items() if hits} == {}
+
+
+#: larq's spec and class names (larq.quantizers), which ste keeps in ste.larq only.
+_LARQ_NAMES = ("ste_sign", "ste_tern", "ste_heaviside", "swish_sign", "dorefa_quantizer", "SteSign", "SteTern")
+
+
+def test_native_messages_and_examples_use_stes_names():
+    """ste's native packages tell users to write ste's names: no error message, and no docstring example
+    (``>>>`` lines), of a package outside ste/larq spells one of larq's names."""
+    import ast
+
+    found = []
+    for path in sorted(ROOT.glob("ste/**/*.py")):
+        if "larq" in path.relative_to(ROOT / "ste").parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            texts = []
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                texts.append(ast.unparse(node.exc))
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node) or ""
+                texts += [line for line in doc.splitlines() if line.lstrip().startswith((">>>", "..."))]
+            found += [f"{path.relative_to(ROOT)}: {name}" for text in texts for name in _LARQ_NAMES if name in text]
+    assert found == []

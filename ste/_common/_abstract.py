@@ -70,10 +70,12 @@ def check_complete(cls: type, action: str) -> None:
 
 def _refusal(cls: type) -> MissingMethodError:
     names = sorted(cls.__abstractmethods__)  # type: ignore[attr-defined]
+    rule = getattr(cls, "_extension_rule", "")  # an extension point's own rule (a peer library's), one sentence
     return MissingMethodError(
         f"cannot instantiate {cls.__qualname__}: it does not implement the abstract method(s) "
         f"{', '.join(names)} of its base class:\n{missing_methods(cls)}\n"
-        f"Fix: define {' and '.join(names)} in {cls.__qualname__} (or instantiate a subclass that does)."
+        + (f"{rule}\n" if rule else "")
+        + f"Fix: define {' and '.join(names)} in {cls.__qualname__} (or instantiate a subclass that does)."
     )
 
 

@@ -93,9 +93,17 @@ class NameTable(Generic[T]):
                     f"a {self.kind} named {normal!r} is already registered ({_describe(self._entries[normal])}). "
                     f"Fix: pass replace=True to overwrite it, or choose another name."
                 )
+            previous = self._entries.get(normal)
             self._entries[normal] = entry
             if self._on_change is not None:
-                self._on_change(normal, entry)
+                try:
+                    self._on_change(normal, entry)
+                except BaseException:  # the table stays as it was: the entry is not half registered
+                    if previous is None:
+                        del self._entries[normal]
+                    else:
+                        self._entries[normal] = previous
+                    raise
         return normal
 
     def decorator(
@@ -120,9 +128,19 @@ class NameTable(Generic[T]):
 
         return decorate
 
+    def _string(self, name: Any, call: str) -> str:
+        """``name`` normalised, or the table's error for a name that is not a string (before it is hashed)."""
+        if not isinstance(name, str):
+            error: STEError = self._unknown_error(
+                f"{call}: a {self.kind} name is a string; received {type(name).__name__} {_short(name)}. Fix: pass "
+                f"one name, e.g. {(self.names() or ['name'])[0]!r}."
+            )
+            raise error
+        return normalize_name(name)
+
     def unregister(self, name: str) -> T:
         """Remove ``name`` and return its entry (unknown names raise the table's error, with suggestions)."""
-        normal = normalize_name(name) if isinstance(name, str) else name
+        normal = self._string(name, f"unregister the {self.kind}")
         with self._lock:
             if normal not in self._entries:
                 raise self.unknown(name)
@@ -133,7 +151,7 @@ class NameTable(Generic[T]):
 
     def lookup(self, name: str, context: str = "") -> T:
         """The entry registered under ``name``; unknown names raise the table's error with suggestions."""
-        normal = normalize_name(name) if isinstance(name, str) else name
+        normal = self._string(name, f"look up the {self.kind}" + (f" (in {context!r})" if context else ""))
         with self._lock:
             entry = self._entries.get(normal)
         if entry is None:

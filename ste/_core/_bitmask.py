@@ -15,10 +15,10 @@ gather slower, so under XLA packing is a sum of the 8 weighted bits (distinct po
 unpacking masks each byte with its bits.
 
 Where the bits cost far more time than the targets allow, the default keeps the float input instead (see
-:func:`keep_bits`): ``bfloat16`` under XLA, where XLA:CPU runs the op with bits about 3× slower than the plain op
-(:func:`times_mask`; 9× with the product in bfloat16), against 1.1–1.5× for the other dtypes and compilers; a tensor
-under :data:`MIN_ELEMENTS` elements, whose mask saves a few KiB; and an input of the traced function, which its
-caller holds anyway.
+:func:`keep_bits`): ``bfloat16`` under XLA, where XLA:CPU computes the bfloat16 product in float32 on the unpacked
+``[bytes, 8]`` layout (:func:`times_mask`), and the float input is only 16 bits; a tensor under :data:`MIN_ELEMENTS`
+elements, whose mask saves a few KiB; and an input of the traced function, which its caller holds anyway. The times
+are measured in docs/performance.md ("An elementwise op, forward + backward").
 
 ``ste.set_bit_masks(False)`` (or the environment variable ``STE_BIT_MASKS=0``, or ``with ste.bit_masks(False):``)
 makes ops keep their float inputs again, as in ste 0.1; ``True`` keeps bits also where the default does not;
@@ -96,7 +96,8 @@ _DEFAULT: list[bool | None] = [_from_environment(os.environ.get("STE_BIT_MASKS",
 _OPEN: list[Any] = []
 _OPEN_LOCK = threading.Lock()
 
-#: Dtypes whose mask the default keeps as a float input under XLA: the bits cost ~3× the plain op's time there.
+#: Dtypes whose mask the default keeps as a float input under XLA, where unpacking the bits costs more than the
+#: float input saves (docs/performance.md).
 SLOW_UNDER_XLA = frozenset({tf.bfloat16})
 
 
@@ -135,10 +136,10 @@ def keep_bits(x: tf.Tensor) -> bool:
     dispatches). By default (``ste.set_bit_masks(None)``), in a graph, not below :data:`MIN_ELEMENTS` elements
     (a known size: the ops cost more than the few KiB save), not for an input of the function being traced (its
     caller holds it anyway: the bits would only cost time), nor under XLA for a dtype in :data:`SLOW_UNDER_XLA`
-    (``bfloat16``), where packing costs ~3× the op's time (docs/performance.md) while the float input is only 16
-    bits; ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (a tensor of at least
-    :data:`MIN_ELEMENTS` elements, or of a size unknown while tracing, computed inside ``tf.function``, with or
-    without XLA, every other dtype): bits.
+    (``bfloat16``), where the bits cost more time than the 16-bit float input saves (docs/performance.md);
+    ``ste.set_bit_masks(True)`` keeps bits there too. Everywhere else (a tensor of at least :data:`MIN_ELEMENTS`
+    elements, or of a size unknown while tracing, computed inside ``tf.function``, with or without XLA, every other
+    dtype): bits.
     """
     setting = _setting()
     if setting is False:
@@ -157,9 +158,8 @@ def keep_bits(x: tf.Tensor) -> bool:
 
 def _function_input(x: tf.Tensor) -> bool:
     """Whether ``x`` is an input of the function being traced (through identities): its caller holds it for the
-    whole call, so bits would save nothing and cost the packing (an isolated ``straight_through`` op on 2^22
-    float32 values: 1.35× the hand-written op's time with bits in ``tf.function``, 2.3-2.5× under ``jit_compile``;
-    the float input costs nothing). Where the op then keeps the float input, its backward pass reads it only once
+    whole call, so bits would save nothing and cost the packing (the float input costs nothing; docs/performance.md
+    measures both). Where the op then keeps the float input, its backward pass reads it only once
     the upstream gradient exists (:class:`CallerHeld`)."""
     op = getattr(x, "op", None)
     while op is not None and op.type == "Identity" and op.inputs:
@@ -177,7 +177,7 @@ class CallerHeld(tuple):  # type: ignore[type-arg]
     """The inputs a mask-only op keeps as they are because its caller holds them (:func:`held_by_caller`): the
     backward pass reads them through :func:`read_after`, once the upstream gradient exists. Without that wait
     TensorFlow's executor computes the mask (which depends on forward tensors only) during the forward pass and
-    keeps it as a float tensor (a 50-op chain of 2^20 float32 values peaked at 5.75 input sizes instead of 4.75)."""
+    keeps it as a float tensor, one more input size of memory per op at the peak."""
 
 
 def read_after(dy: Any, xs: Any) -> list[tf.Tensor]:
@@ -204,8 +204,8 @@ def set_bit_masks(enabled: bool | None) -> None:
     """Choose, for every op traced or called from now on, what mask-only rules keep for their backward pass.
 
     * ``None`` (the default): a bit-packed mask (1 bit per element), except for ``bfloat16`` inputs traced under XLA
-      (``jit_compile=True``), which keep their float input: there XLA:CPU runs the unpacking ~3× slower than the
-      plain op, for a saving of 16 bits per element (docs/performance.md, "Binarized residual conv net").
+      (``jit_compile=True``), which keep their float input: there XLA:CPU's unpacking costs more time than a saving
+      of 16 bits per element is worth (docs/performance.md, "Binarized residual conv net").
     * ``True``: bit-packed masks wherever an op can keep them, also for ``bfloat16`` under XLA.
     * ``False``: the float inputs, as in ste 0.1 (for debugging or comparison).
 
@@ -288,9 +288,8 @@ def _unpadded(groups: tf.Tensor, shape: Any) -> tf.Tensor:
 
 def unpack_values(packed: tf.Tensor, shape: tf.Tensor, low: float, high: float, dtype: tf.DType) -> tf.Tensor:
     """``tf.where(unpack_bits(packed, shape), high, low)`` in ``dtype``: outside XLA in one pass, each byte looking up
-    its 8 values in a 256 × 8 table; under XLA spelled as that select, because XLA keeps the gather a slow loop on CPU
-    and fuses the select (a binary 64×32×32×32 convolution's forward + backward: 1.29× against 1.04× the float-input
-    path)."""
+    its 8 values in a 256 × 8 table; under XLA spelled as that select, because XLA keeps the gather a loop on CPU
+    and fuses the select into the ops around it."""
     if compiling_with_xla():
         return tf.where(unpack_bits(packed, shape), tf.constant(high, dtype), tf.constant(low, dtype))
     return _unpadded(tf.gather(_table(low, high, dtype), tf.cast(packed, tf.int32)), shape)
@@ -303,9 +302,8 @@ def times_mask(dy: tf.Tensor, packed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     Outside XLA the mask is unpacked into ``dy.dtype`` in one pass (:func:`unpack_values`). Under XLA it is spelled
     as that cast: XLA simplifies a product with a cast mask into a select (``dy·0`` becomes ``+0``, also for negative
     ``dy``, and NaN·0 becomes ``+0``), as in the plain path. Not in bfloat16, which XLA:CPU computes in float32
-    (``−0``, NaN as IEEE multiplication gives them) and runs ~9× slower than the plain op on the ``[bytes, 8]``
-    layout: there it is ``tf.where(mask, dy, dy·0)`` in float32, the same values (``dy·1 = dy`` and ``dy·0`` are
-    exact), ~3× slower.
+    (``−0``, NaN as IEEE multiplication gives them) and, on the ``[bytes, 8]`` layout, slower than the select: there
+    it is ``tf.where(mask, dy, dy·0)`` in float32, the same values (``dy·1 = dy`` and ``dy·0`` are exact).
     """
     if not compiling_with_xla():
         return opaque(dy * unpack_values(packed, shape, 0, 1, dy.dtype))
@@ -323,24 +321,15 @@ def opaque(gradient: Any) -> Any:
     Without it Grappler's ``constant_folding`` and ``arithmetic_optimization`` regroup the backward products of a
     chain with constant factors between the ops (``y = op(y) * 0.999``: ``((g·m₅)·c)·m₄`` becomes ``g·(c²·m₅)·m₄``),
     and the node each unpacking waits for (``ste._core._rules._saved.read_after_mask``) disappears with its control
-    dependency: every mask is then unpacked into floats during the forward pass and kept (a 50-op chain of 2^20 float32
-    values: 30 input sizes with bits, against 13-22 with bit masks off and 7.5 with either rewrite turned off). The
+    dependency: every mask is then unpacked into floats during the forward pass and kept, so a chain of ops peaks at
+    more memory with bits than with bit masks off. The
     opaque op ends each product where the rule computed it, so the rewrites stay on for the rest of the graph. Eagerly
-    (Grappler does not run) and under XLA (which fuses the product into its consumers) it is left out.
+    (Grappler does not run) and under XLA (which fuses the product into its consumers) it is left out. A gradient of
+    the product passes through it as through an identity (``ste/_patches.py``'s ``snapshot_gradient``).
     """
     if tf.executing_eagerly() or compiling_with_xla():
         return gradient
     return tf.nest.map_structure(lambda g: g if g is None else tf.raw_ops.Snapshot(input=g), gradient)
-
-
-def _snapshot_gradient(op: Any, grad: tf.Tensor) -> tf.Tensor:
-    return grad  # an identity's: a gradient of a packed gradient passes through (TensorFlow registers none)
-
-
-try:
-    tf.RegisterGradient("Snapshot")(_snapshot_gradient)
-except KeyError:  # a TensorFlow that registers one itself
-    pass
 
 
 # -- higher-order gradients ------------------------------------------------------------------------------------

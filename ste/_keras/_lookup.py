@@ -15,8 +15,9 @@ strings. So the quantizer and constraint tables publish their names into those t
   ``has_weights = True`` (a trainable step or clipping level: ``lsq``, ``pact``) is a layer, not an activation
   function. A published quantizer that creates weights all the same is refused when the function first runs
   (:class:`ste.errors.RegistrationError` naming the declaration to add).
-* A quantizer or constraint class registered by ste name only is also registered with Keras's serialization, so that
-  a model using it loads again (after importing the module that registers it).
+* A class registered by ste name only (a quantizer, constraint, neuron or pruning schedule: every table whose entries
+  appear in a saved config) is also registered with Keras's serialization, so that a model using it loads again
+  (after importing the module that registers it): :func:`publish_serializable` is those tables' ``on_change``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from keras.src import constraints as _keras_constraints
 
 from ..errors import RegistrationError
 
-__all__ = ["ACTIVATION_PACKAGE", "publish_activation", "publish_constraint", "publish_function"]
+__all__ = [
+    "ACTIVATION_PACKAGE",
+    "publish_activation",
+    "publish_constraint",
+    "publish_function",
+    "publish_serializable",
+]
 
 #: The Keras registration package of the published activation functions (``"ste.activation>ste_sign"``).
 ACTIVATION_PACKAGE = "ste.activation"
@@ -65,6 +72,17 @@ def _make_serializable(package: str, cls: type[Any] | None) -> None:
         return
     if keras.saving.get_registered_name(cls) == cls.__name__:  # not registered with Keras yet
         keras.saving.register_keras_serializable(package=package, name=f"{cls.__module__}.{cls.__qualname__}")(cls)
+
+
+def publish_serializable(package: str) -> Callable[[str, Any], None]:
+    """A name table's ``on_change`` that registers each class given a name with Keras's serialization under
+    ``package`` (``"ste.neuron"``), so that a model holding one loads again; removing a name changes nothing (a file
+    saved meanwhile still names the class)."""
+
+    def publish(name: str, cls: Any) -> None:
+        _make_serializable(package, cls)
+
+    return publish
 
 
 def publish_constraint(name: str, cls: type[Any] | None) -> None:

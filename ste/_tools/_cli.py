@@ -3,15 +3,16 @@
 Results go to stdout; errors go to stderr as one line with exit status 2 (bad usage, unknown name: with
 suggestions), a failed ``check`` exits with status 1, and a ``check`` of what cannot be checked (a quantizer that
 reads variables: ``lsq``, ``pact``) says why in one line and exits with status 3. Every command takes quantizer
-names (``ste_sign``) as well as surrogates; a name that is both (``approx_sign``) means the surrogate. ``--import
+names (``sign``) as well as surrogates; a name that is both (``approx_sign``) means the surrogate. ``--import
 MODULE`` (repeatable) imports the user's modules first, so that the rules they register are listed, shown, plotted
 and checked.
 
-``python -m ste`` runs ``import ste`` first, which imports TensorFlow when it is installed. Without TensorFlow,
-``--help``, ``--version``, usage errors, ``list`` and ``show NAME`` for a built-in entry still answer: :func:`main`
-prints ``list`` and ``show`` of built-in names from the catalog ``ste/_tools/cli_catalog.json`` (package data: what
-these commands print with the registry loaded, written by :func:`write_catalog` and compared with the live registry
-by a test), and any other command says what to install. TensorFlow's device discovery runs with its native log
+``python -m ste`` imports the package without its families (see :mod:`ste`), so ``--help``, ``--version``, usage
+errors, ``list`` and ``show NAME`` for a built-in entry answer without importing TensorFlow, installed or not:
+:func:`main` prints ``list`` and ``show`` of built-in names from the catalog ``ste/_tools/cli_catalog.json``
+(package data: what these commands print with the registry loaded, written by :func:`write_catalog` and compared
+with the live registry by a test). Any other command imports TensorFlow and finishes ``import ste`` first (or, without
+TensorFlow, says what to install). TensorFlow's device discovery runs with its native log
 lines hidden. This module imports nothing heavy at module level.
 """
 
@@ -27,7 +28,7 @@ import math
 import os
 import sys
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -414,8 +415,9 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _check(args.spec, args.range, args.points, out, err)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+def main(argv: Sequence[str] | None = None, load: Callable[[], None] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status. ``load`` finishes
+    ``import ste`` where ``python -m ste`` deferred it, before a command that needs the live registry."""
     try:
         args = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as done:  # argparse: --help, --version (0) or a usage error (2), already printed
@@ -425,6 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(static)
         return EXIT_OK
     _require_tensorflow(args.command)
+    if load is not None:
+        load()
     from ..errors import STEError
 
     out, err = sys.stdout, sys.stderr

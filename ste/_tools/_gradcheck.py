@@ -211,7 +211,7 @@ def check_gradient(
     """Check that a backward rule is the derivative it claims to be; raise ``AssertionError`` where it is not.
 
     ``op_or_surrogate`` is an ste op, a surrogate (registry name, spec string or :class:`ste.registry.Surrogate`)
-    or a quantizer (:class:`ste.quantizers.Quantizer`, or a quantizer name or spec string such as ``"ste_sign"``;
+    or a quantizer (:class:`ste.quantizers.Quantizer`, or a quantizer name or spec string such as ``"sign"``;
     a name that is also a surrogate's means the surrogate). A quantizer is checked as the op it computes; its
     reference defaults to its surrogate's primitive when it has one, so the check says whether its gradient is
     ``dy·d(x)``.

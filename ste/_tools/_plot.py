@@ -141,7 +141,8 @@ def _target(obj: Any, params: dict[str, Any]) -> Surrogate | STEFunction[..., An
         if params:
             raise CallError(
                 f"ste.plot({quantizer!r}): a quantizer takes its parameters in its spec string or constructor; "
-                f'received keywords {sorted(params)}. Fix: e.g. ste.plot("ste_sign(clip_value=1.5)").'
+                f"received keywords {sorted(params)}. Fix: e.g. "
+                f'ste.plot(ste.quantizers.Sign(surrogate="straight_through(clip=1.5)")).'
             )
         return quantizer
     if isinstance(obj, Forward):
@@ -223,7 +224,7 @@ def plot(
 
     ``obj`` is a registry name or spec string (``"sigmoid_surrogate(beta=4)"``), a :class:`ste.registry.Surrogate`,
     an op made with ``ste.forward(f).backward(...)``, or a quantizer (a :class:`ste.quantizers.Quantizer`, or a
-    quantizer name or spec string such as ``"ste_sign"``; a name that is also a surrogate's means the surrogate).
+    quantizer name or spec string such as ``"sign"``; a name that is also a surrogate's means the surrogate).
     For a surrogate the upper panel is its primitive P (when it has one) and the lower its derivative d = P'; for an
     op or a quantizer they are the forward and the gradient for an upstream gradient of ones. ``x`` is
     ``(low, high)`` (sampled at ``points`` points) or an array of points; by default, for a surrogate, the peak of d

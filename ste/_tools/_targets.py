@@ -1,7 +1,7 @@
 """Quantizers as targets of ``ste.plot`` and ``ste.testing.check_gradient`` (besides surrogates and ops).
 
 Both functions resolve their first argument here, at their entry: a :class:`ste.quantizers.Quantizer` (instance or
-class) or a quantizer name or spec string (``"ste_sign"``, ``"dorefa(bits=4)"``) becomes a quantizer. A name that
+class) or a quantizer name or spec string (``"sign"``, ``"dorefa(bits=4)"``) becomes a quantizer. A name that
 is both a surrogate and a quantizer (``approx_sign``, ``swish_sign``) keeps meaning the surrogate, as before;
 pass ``ste.quantizers.get("approx_sign")`` for the quantizer.
 """

@@ -1,7 +1,7 @@
 """Quantized Keras 3 layers: the Keras parent's computation on quantized inputs and a quantized kernel.
 
 >>> import ste
->>> layer = ste.layers.QuantDense(8, input_quantizer="ste_sign", kernel_quantizer="ste_sign",
+>>> layer = ste.layers.QuantDense(8, input_quantizer="sign", kernel_quantizer="sign",
 ...                               kernel_constraint="weight_clip")
 
 A built layer's kernel is a :class:`QuantizedVariable`: inside ``with quantized_scope(True):`` its reads

@@ -23,7 +23,7 @@ class QuantDense(QuantLayerMixin, keras.layers.Dense):  # type: ignore[misc]
     """``keras.layers.Dense`` computing ``activation(input_quantizer(x) @ kernel_quantizer(kernel) + bias)``.
 
     Takes every argument of ``keras.layers.Dense`` plus ``input_quantizer`` and ``kernel_quantizer`` (a quantizer
-    name or spec string such as ``"sign"`` or ``"ste_sign"``, a ``ste.quantizers`` layer, a config dict, a callable,
+    name or spec string such as ``"sign"`` or ``"ternary"``, a ``ste.quantizers`` layer, a config dict, a callable,
     or ``None`` for no quantization). ``kernel_constraint`` also accepts ``"weight_clip"``. The latent kernel stays in
     ``layer.kernel``; the quantized one is ``layer.quantized_kernel``.
     """

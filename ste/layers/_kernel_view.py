@@ -59,7 +59,7 @@ def quantized_scope(quantize: bool) -> Iterator[bool]:
     """Within the block, quantized kernels read as their quantized values (``True``) or as latent ones (``False``).
 
     >>> import numpy as np, ste
-    >>> layer = ste.layers.QuantDense(2, kernel_quantizer="ste_sign", kernel_constraint="weight_clip")
+    >>> layer = ste.layers.QuantDense(2, kernel_quantizer="sign", kernel_constraint="weight_clip")
     >>> _ = layer(np.ones((1, 3), "float32"))
     >>> with quantized_scope(True):
     ...     binary = layer.get_weights()[0]

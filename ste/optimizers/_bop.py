@@ -133,7 +133,7 @@ class Bop(keras.optimizers.Optimizer):  # type: ignore[misc]
 
     @staticmethod
     def is_binary_variable(variable: Any) -> bool:
-        """True for a kernel whose ``ste`` quantized layer quantizes it to 1 bit (e.g. ``"ste_sign"`` or
+        """True for a kernel whose ``ste`` quantized layer quantizes it to 1 bit (e.g. ``"sign"`` or
         ``ste.quantizers.NoOp(precision=1)``; see :func:`ste.layers.kernel_precision`), or a variable with larq's
         ``precision == 1`` attribute. A :class:`CaseOptimizer` predicate."""
         return kernel_precision(variable) == 1

@@ -162,7 +162,7 @@ class CaseOptimizer(keras.optimizers.Optimizer):  # type: ignore[misc]
                 raise VariableAssignmentError(
                     f"CaseOptimizer: optimizer {self._optimizers[index].name!r} (pair {index}) claims none of the "
                     f"{len(variables)} variables it was built on. Fix: check its predicate (e.g. "
-                    f"Bop.is_binary_variable needs kernels quantized to 1 bit, such as kernel_quantizer='ste_sign' "
+                    f"Bop.is_binary_variable needs kernels quantized to 1 bit, such as kernel_quantizer='sign' "
                     f"or ste.quantizers.NoOp(precision=1)), or drop the pair."
                 )
         for index, optimizer in enumerate(self._optimizers):

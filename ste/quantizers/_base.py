@@ -21,13 +21,13 @@ from typing import Any, ClassVar, TypeVar, Union
 import keras
 import tensorflow as tf
 
-from .._common._abstract import Extension
+from .._common._abstract import Extension, check_complete
 from .._common._names import NameTable, build
 from .._core._inputs import to_input_tensor
 from .._keras._configs import rebuild
 from .._keras._lookup import publish_activation
 from .._patches import apply as apply_patches
-from ..errors import ParameterError, SpecError, UnknownQuantizerError
+from ..errors import ParameterError, RegistrationError, SpecError, UnknownQuantizerError
 from ..metrics import check_metric_names
 from ..registry import Surrogate, SurrogateLike, parse_spec
 from ..registry import get as get_surrogate
@@ -168,7 +168,18 @@ def register(name: str, *, replace: bool = False) -> Callable[[Q], Q]:
     Names follow the rules of :func:`ste.registry.register`: an identifier that is not a keyword, NFKC-normalised;
     an existing name (a built-in included) needs ``replace=True``, else :class:`ste.errors.RegistrationError`.
     """
-    return _TABLE.decorator(name, replace=replace)
+    return _TABLE.decorator(name, replace=replace, check=_check_quantizer, owner=f"ste.quantizers.register({name!r})")
+
+
+def _check_quantizer(name: str, cls: Any) -> None:
+    """A complete :class:`Quantizer` subclass, or the error naming what was received and the fix."""
+    if not (isinstance(cls, type) and issubclass(cls, Quantizer)):
+        raise RegistrationError(
+            f"ste.quantizers.register({name!r}): expected a ste.quantizers.Quantizer subclass; received "
+            f"{type(cls).__name__} {cls!r}. Fix: decorate a class deriving from ste.quantizers.Quantizer (or "
+            f"ste.quantizers.SurrogateQuantizer) whose call(x) applies your function."
+        )
+    check_complete(cls, f"ste.quantizers.register({name!r})")
 
 
 def unregister(name: str) -> None:

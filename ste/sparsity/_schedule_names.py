@@ -15,6 +15,7 @@ import keras
 
 from .._common._abstract import check_complete
 from .._common._names import NameTable
+from .._keras._lookup import publish_serializable
 from ..errors import ParameterError, RegistrationError
 from ._schedule import ConstantSparsity, PolynomialDecay, PruningSchedule
 
@@ -22,7 +23,10 @@ __all__ = ["SCHEDULES", "deserialize_schedule", "register_schedule", "schedules"
 
 S = TypeVar("S", bound=type[PruningSchedule])
 
-SCHEDULES: NameTable[type[PruningSchedule]] = NameTable("schedule", ParameterError)
+#: A registered schedule is registered with Keras's serialization too, so that a model holding one loads again.
+SCHEDULES: NameTable[type[PruningSchedule]] = NameTable(
+    "schedule", ParameterError, on_change=publish_serializable("ste.schedule")
+)
 
 
 def register_schedule(name: str, *, replace: bool = False) -> Callable[[S], S]:

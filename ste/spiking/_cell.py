@@ -36,7 +36,7 @@ from ..registry import Surrogate, SurrogateLike
 from ._constraint import Interval
 from ._spike import DEFAULT_SURROGATE, resolve_surrogate, spike_op
 
-__all__ = ["RESETS", "LearnedValue", "SpikingCell"]
+__all__ = ["NIR_FORMS", "RESETS", "LearnedValue", "SpikingCell"]
 
 RESETS = ("subtract", "zero", "none")
 EMITS = ("spikes", "membrane")
@@ -88,6 +88,10 @@ class LearnedValue:
 
 def _constant(value: float, shape: Any, dtype: Any = None) -> tf.Tensor:
     return tf.fill(shape, tf.constant(value, dtype or "float32"))
+
+
+#: The NIR forms a cell may declare (``SpikingCell.nir_form``), each exported as its NIR node by ste.spiking.to_nir.
+NIR_FORMS = ("lif", "if", "li", "cuba_lif", "recurrent_lif", "recurrent_cuba_lif")
 
 
 class SpikingCell(keras.layers.Layer, Extension):  # type: ignore[misc]

@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 
 from .._common._abstract import check_complete
 from .._common._names import NameTable
+from .._keras._lookup import publish_serializable
 from ..errors import ParameterError, RegistrationError
 from ._alif import ALIFCell
-from ._cell import SpikingCell
+from ._cell import NIR_FORMS, SpikingCell
 from ._if import IFCell
 from ._li import LICell
 from ._lif import LIFCell
@@ -27,7 +28,10 @@ __all__ = ["NEURONS", "neurons", "register_neuron", "unregister_neuron"]
 C = TypeVar("C", bound=type[SpikingCell])
 
 NEURONS: NameTable[type[SpikingCell]] = NameTable(
-    "neuron", ParameterError, " Fix: pass a registered name, a ste.spiking cell instance, or register the cell."
+    "neuron",
+    ParameterError,
+    " Fix: pass a registered name, a ste.spiking cell instance, or register the cell.",
+    on_change=publish_serializable("ste.neuron"),  # a registered cell is registered with Keras too: its model loads
 )
 
 
@@ -38,6 +42,13 @@ def _check_cell(name: str, cls: Any) -> None:
             f"{type(cls).__name__} {cls!r}. Fix: register the cell class (class MyCell(ste.spiking.LeakyCell))."
         )
     check_complete(cls, f"cannot register the neuron {name!r}")
+    form = vars(cls).get("nir_form")
+    if form is not None and form not in NIR_FORMS:
+        raise RegistrationError(
+            f"cannot register the neuron {name!r}: {cls.__qualname__} declares nir_form = {form!r}, which is not a "
+            f"NIR form ste exports; known forms: {', '.join(NIR_FORMS)}. Fix: declare one of them if its step "
+            f"computes that node, or nir_form = None (no NIR export)."
+        )
 
 
 def register_neuron(name: str, *, replace: bool = False) -> Callable[[C], C]:

@@ -284,7 +284,30 @@ class CustomConvLayer(keras.layers.Layer):
         return self.conv1(inputs)
 
 
-class CustomConvQuantizeConfig(ste.qat.QuantizeConfig):
+class NoOpQuantizeConfig(ste.qat.QuantizeConfig):
+    """TFMOT's guide's NoOpQuantizeConfig: quantizes nothing. Its six methods are TFMOT's abstract ones, so every
+    config implements them; the configs below that quantize one thing derive from it for the rest."""
+
+    def get_weights_and_quantizers(self, layer):
+        return []
+
+    def get_activations_and_quantizers(self, layer):
+        return []
+
+    def set_quantize_weights(self, layer, quantize_weights):
+        pass
+
+    def set_quantize_activations(self, layer, quantize_activations):
+        pass
+
+    def get_output_quantizers(self, layer):
+        return []
+
+    def get_config(self):
+        return {}
+
+
+class CustomConvQuantizeConfig(NoOpQuantizeConfig):
     def get_weights_and_quantizers(self, layer):
         return [(layer.conv1.kernel, ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=False))]
 
@@ -312,11 +335,11 @@ def test_a_sub_layers_kernel_is_read_quantized_and_the_weights_keep_their_order(
 
 
 def test_a_config_that_cannot_hold_is_refused_when_the_model_is_quantized():
-    class Unsupported(ste.qat.QuantizeConfig):
+    class Unsupported(NoOpQuantizeConfig):
         def get_activations_and_quantizers(self, layer):
             return [(layer.activation, ste.qat.MovingAverageQuantizer(8, False, False, False))]
 
-    class NotAWeight(ste.qat.QuantizeConfig):
+    class NotAWeight(NoOpQuantizeConfig):
         def get_weights_and_quantizers(self, layer):
             return [(np.ones((3, 2)), ste.qat.LastValueQuantizer(8, False, True, True))]
 
@@ -463,19 +486,6 @@ def test_a_config_may_return_tuples_and_lists_for_its_pairs():
     np.testing.assert_array_equal(got.predict(x, verbose=0), expected.predict(x, verbose=0))
 
 
-class NoOpQuantizeConfig(ste.qat.QuantizeConfig):
-    """TFMOT's guide's NoOpQuantizeConfig: quantizes nothing."""
-
-    def get_weights_and_quantizers(self, layer):
-        return []
-
-    def get_activations_and_quantizers(self, layer):
-        return []
-
-    def get_output_quantizers(self, layer):
-        return []
-
-
 def test_a_config_that_quantizes_nothing_on_a_layer_with_weights_warns():
     """The layer stays float inside a wrapper that looks quantized: a warning names it and the fix. A layer without
     weights, and QuantizeConfig(float=True), keep the layer float silently."""
@@ -497,7 +507,7 @@ def test_a_config_that_quantizes_nothing_on_a_layer_with_weights_warns():
             ste.qat.quantize_apply(ste.qat.quantize_annotate_model(silent))
 
 
-class OutputOnly(ste.qat.QuantizeConfig):
+class OutputOnly(NoOpQuantizeConfig):
     """A subclass that declares itself a plain per-layer choice: quantize around the layer."""
 
     carries_quantizers = False
@@ -507,7 +517,7 @@ class OutputOnly(ste.qat.QuantizeConfig):
 
 
 class CarriesNothing(OutputOnly):
-    """The same subclass declaring the opposite: TFMOT's kind, whose (inherited, empty) get_* methods are used."""
+    """The same subclass declaring the opposite: TFMOT's kind, whose (empty) get_* methods are used."""
 
     carries_quantizers = True
 
@@ -731,3 +741,52 @@ def test_fixed_ranges_do_not_move_in_training_and_remove_input_range_drops_the_i
         ste.qat.fix_input_output_range(removed)
     with pytest.raises(ste.errors.ParameterError, match="must contain 0"):
         ste.qat.fix_input_output_range(q, input_min=0.5, input_max=1.0)
+
+
+#: The abstract methods of TFMOT 0.8.1's QuantizeConfig (tensorflow_model_optimization/python/core/quantization/keras/
+#: quantize_config.py, an abc.ABCMeta class).
+TFMOT_ABSTRACT = {
+    "get_weights_and_quantizers",
+    "get_activations_and_quantizers",
+    "set_quantize_weights",
+    "set_quantize_activations",
+    "get_output_quantizers",
+    "get_config",
+}
+
+
+def test_a_quantize_config_subclass_follows_tfmots_abstract_methods():
+    """A subclass missing one of TFMOT's six abstract methods (here misspelt: get_weight_and_quantizers) is refused
+    at instantiation with MissingMethodError naming the method, TFMOT's rule and the fix, before any layer is built;
+    the base called with options is the plain per-layer choice and carries no quantizers."""
+
+    class Misspelt(ste.qat.QuantizeConfig):
+        def get_weight_and_quantizers(self, layer):
+            return [(layer.kernel, ste.qat.LastValueQuantizer(8, per_axis=False, symmetric=True, narrow_range=True))]
+
+        def get_activations_and_quantizers(self, layer):
+            return []
+
+        def set_quantize_weights(self, layer, quantize_weights):
+            pass
+
+        def set_quantize_activations(self, layer, quantize_activations):
+            pass
+
+        def get_output_quantizers(self, layer):
+            return []
+
+        def get_config(self):
+            return {}
+
+    assert set(ste.qat.QuantizeConfig.__abstractmethods__) == TFMOT_ABSTRACT
+    with pytest.raises(ste.errors.MissingMethodError, match=r"(?s)get_weights_and_quantizers.*TFMOT.*Fix: define"):
+        Misspelt()
+    for name in sorted(TFMOT_ABSTRACT):  # each one missing is refused
+        methods = {key: value for key, value in vars(NoOpQuantizeConfig).items() if key in TFMOT_ABSTRACT - {name}}
+        partial = type("Partial", (ste.qat.QuantizeConfig,), methods)
+        with pytest.raises(ste.errors.MissingMethodError, match=name):
+            partial()
+    plain = ste.qat.QuantizeConfig(float=True)
+    assert isinstance(plain, ste.qat.QuantizeConfig) and not plain.carries_quantizers and plain.float
+    assert repr(ste.qat.QuantizeConfig(quantize_output=False)) == "QuantizeConfig(quantize_output=False, float=False)"

@@ -146,6 +146,31 @@ def test_a_subclass_that_changes_the_step_does_not_inherit_the_nir_form() -> Non
     assert ste.spiking.LIFCell.nir_form == "lif" and Faster.nir_form is None
 
 
+#: NIR's neuron nodes ste exports (nir.LIF, IF, LI, CubaLIF, and the recurrent LIF and CubaLIF graphs), by the form
+#: a cell declares: the forms ste.spiking.to_nir knows.
+_NIR_NODES = {"lif", "if", "li", "cuba_lif", "recurrent_lif", "recurrent_cuba_lif"}
+
+
+def test_a_neuron_declaring_an_unknown_nir_form_is_refused_at_registration() -> None:
+    """A misspelt NIR form ("lfi") is refused by register_neuron, naming the known forms; every form to_nir exports
+    is accepted."""
+    from ste.spiking._nir._neuron_export import _FORMS
+
+    assert set(_FORMS) == _NIR_NODES
+
+    class Typo(ste.spiking.LIFCell):
+        nir_form = "lfi"
+
+    with pytest.raises(ste.errors.RegistrationError, match=r"nir_form = 'lfi'.*cuba_lif.*Fix: ") as caught:
+        ste.spiking.register_neuron("typo_lif")(Typo)
+    assert all(form in str(caught.value) for form in _NIR_NODES)
+    assert "typo_lif" not in ste.spiking.neurons()
+    for form in sorted(_NIR_NODES):
+        declared = type("Declared", (ste.spiking.LIFCell,), {"nir_form": form, "__module__": __name__})
+        ste.spiking.register_neuron("declared_form")(declared)
+        ste.spiking.unregister_neuron("declared_form")
+
+
 def test_li_steps_like_the_other_neurons() -> None:
     x = np.random.default_rng(1).normal(size=(2, 6, 3)).astype("float32")
     got = ste.spiking.LI(beta=0.7)(x).numpy()

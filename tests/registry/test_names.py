@@ -309,3 +309,48 @@ def test_concurrent_registration_of_many_names_loses_none(table: Table) -> None:
     finally:
         for name in names:
             table.unregister(name)
+
+
+@pytest.mark.parametrize(
+    ("register", "entry", "names"),
+    [
+        (ste.quantizers.register, lambda x: x, ste.quantizers.names),
+        (ste.quantizers.register, _Doubling, ste.quantizers.names),  # a surrogate is not a quantizer
+        (ste.constraints.register, 42, ste.constraints.names),
+        (ste.constraints.register, lambda w: w, ste.constraints.names),
+    ],
+    ids=["quantizer-function", "quantizer-surrogate", "constraint-int", "constraint-function"],
+)
+def test_a_wrong_entry_is_refused_before_the_table_changes(register: Any, entry: Any, names: Any) -> None:
+    """Every table checks its entry's kind before storing it, as register_scheme does: a RegistrationError naming
+    the call, what was received and the fix, and the table's names unchanged."""
+    before = names()
+    with pytest.raises(ste.errors.RegistrationError, match=r"register\('wrong_entry'\): expected .* received .*Fix: "):
+        register("wrong_entry")(entry)
+    assert names() == before
+
+
+def test_a_failing_publisher_leaves_the_table_as_it_was() -> None:
+    """A table whose on_change raises (Keras refusing the entry) keeps its previous entry, or none."""
+    from ste._common._names import NameTable
+
+    def refuse(name: str, entry: Any) -> None:
+        if entry == "refused":
+            raise RuntimeError("refused by the publisher")
+
+    names: NameTable[str] = NameTable("thing", ste.errors.ParameterError, on_change=refuse)
+    names.register("kept", "first")
+    for name in ("kept", "new"):
+        with pytest.raises(RuntimeError, match="refused"):
+            names.register(name, "refused", replace=True)
+    assert names.items() == [("kept", "first")]
+
+
+@pytest.mark.parametrize("name", [["atan"], {"name": "x"}, 3])
+def test_a_name_that_is_not_a_string_raises_the_tables_error(table: Table, name: Any) -> None:
+    """lookup and unregister of a list, dict or number: the table's own error (as an unknown name gets), naming the
+    type received, not Python's "unhashable type". (ste.constraints has no lookup: its get hands a non-string to
+    Keras, which reads configs and instances.)"""
+    for call in (table.unregister,) if table.kind == "constraint" else (table.entry, table.unregister):
+        with pytest.raises(table.unknown_error, match=f"name is a string; received {type(name).__name__}"):
+            call(name)

@@ -6,6 +6,8 @@ tests/reliability/test_processes.py; here: what holds in one process."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -27,6 +29,7 @@ def test_the_fixes_are_installed_on_this_keras() -> None:
         "multi_worker_fit": True,
         "fresh_collective_keys": True,
         "fake_quant_gradient_ops": True,
+        "snapshot_gradient": True,
     }
     assert _patches._install_fit_fixes()  # idempotent: installing again wraps nothing twice
     from keras.src.backend.tensorflow import trainer
@@ -270,3 +273,54 @@ def test_a_second_mirrored_strategy_with_collective_ops_fits_after_a_first() -> 
     second.fit(x[:32], y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(single.weights, second.weights):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
+
+
+_STRATEGIES_BEFORE_STE = """
+import numpy as np, tensorflow as tf
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
+)
+import keras, ste
+from ste import _patches
+
+devices = ["/cpu:0", "/cpu:1"]
+x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+y = np.random.default_rng(1).normal(size=(8, 2)).astype("float32")
+first = tf.distribute.MirroredStrategy(devices)  # a float model's strategy: no ste layer yet in this process
+first.run(tf.function(lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.ones((3,)))))
+second = tf.distribute.MirroredStrategy(devices)  # built before ste's first layer, as in `with strategy.scope():`
+assert not _patches.installed()["fresh_collective_keys"]
+
+
+def model():
+    keras.utils.set_random_seed(3)
+    net = keras.Sequential([keras.Input((4,)), ste.layers.QuantDense(2, kernel_quantizer="sign")])
+    net.compile(keras.optimizers.SGD(0.1), "mse")
+    return net
+
+
+with second.scope():
+    distributed = model()
+distributed.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+single = model()
+single.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+assert first.extended._collective_key_base == 0  # it had launched a collective: its keys are left as they were
+print("DIFF", max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(single.weights, distributed.weights)))
+"""
+
+
+def test_a_strategy_built_before_stes_first_layer_gets_fresh_keys_in_its_scope() -> None:
+    """A process runs a collective under one MirroredStrategy, builds a second, and creates ste's first layer in the
+    second's scope (the patch is installed then, after both were built). Without fresh keys for the second, its
+    first collective meets the first one's record ("Shape mismatch in the collective instance 100"). Reference: the
+    same model fit on one device, whose step on the same global batch the two replicas' step equals."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STRATEGIES_BEFORE_STE],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("DIFF")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    assert float(lines[0].split()[1]) <= 1e-6
