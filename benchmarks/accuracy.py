@@ -486,9 +486,14 @@ def figure(result: dict[str, Any]) -> Any:
         curves.append((FLOAT_LABELS.get(result["row"], "float"), curve, 0, style))
         offset = len(curve)
     drawn = [(side, f) for side, f in result["sides"].items() if "curve" in f]  # post-training or pending: no curve
+    deployed = any("int8_accuracy" in f for _, f in drawn)  # the curves are Keras's; the int8 TFLite figure is apart
     for index, (side, f) in enumerate(drawn):
         label = side_label(result["row"], side, f.get("versions", ""))
+        label = f"{label}, Keras accuracy" if deployed else label
         curves.append((label, f["curve"], offset, {**STYLES[index % len(STYLES)], "color": f"C{index}"}))
+    limits, clipped = _compared_range(result, curves, offset)
+    if clipped:  # the float start's entry says what it does not show
+        curves[0] = (f"{curves[0][0]} ({clipped})", *curves[0][1:])
     columns = 2 if max(len(label) for label, *_ in curves) <= LEGEND_TWO_COLUMNS_MAX_CHARS else 1
     with plt.rc_context({"font.size": 14}):
         legend_rows = (len(curves) + columns - 1) // columns
@@ -497,6 +502,8 @@ def figure(result: dict[str, Any]) -> Any:
             epochs = [start + p["epoch"] for p in curve]
             style = {"linewidth": 1.8, **style}
             axis.plot(epochs, [100 * p["test_accuracy"] for p in curve], label=label, **style)
+        if limits:
+            axis.set_ylim(*limits)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.tick_params(labelsize=14)  # also the ticks made when the figure is drawn, after this context
         axis.set_xlabel("epoch (float first, then fine-tuning)" if offset else "epoch")
@@ -507,6 +514,30 @@ def figure(result: dict[str, Any]) -> Any:
         axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=columns, frameon=False, fontsize=13)
         fig.tight_layout()
     return fig
+
+
+def _compared_range(result: dict[str, Any], curves: list[Any], offset: int) -> tuple[tuple[float, float] | None, str]:
+    """The y axis spans the compared sides (with the float start's last epoch when that does not more than double the
+    span), so that the float start's first epochs do not squeeze the sides into a corner. Returns the y limits (None:
+    matplotlib's own) and what the float start's legend entry says about its values below the axis."""
+    if not offset:
+        return None, ""
+    sides = [100 * p["test_accuracy"] for _, curve, start, _ in curves if start for p in curve]
+    stage = [100 * p["test_accuracy"] for p in result["float_stage"]["curve"]]
+    if not sides:
+        return None, ""
+    low, high = min(sides), max(sides)
+    if max(high, stage[-1]) - min(low, stage[-1]) <= 2 * (high - low):
+        low, high = min(low, stage[-1]), max(high, stage[-1])
+    pad = max(0.3, 0.08 * (high - low))
+    bottom = low - pad
+    below = [value for value in stage if value < bottom]
+    if not below:
+        return None, ""
+    limits = (bottom, max([high, *(v for v in stage if v >= bottom)]) + pad)
+    if len(below) == 1:
+        return limits, f"epoch {stage.index(below[0]) + 1}: {below[0]:.1f} %, off the axis"
+    return limits, f"{min(below):.1f}–{max(below):.1f} %, off the axis"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
