@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 from pathlib import Path
@@ -54,18 +55,38 @@ def test_layout_in_headless_chromium(site):
     no copy button over any line of code, the sidebar's sections in view (tests/docs_layout.py). Full-height
     screenshots of every page at both sizes go to STE_LAYOUT_SCREENSHOTS, else beside the built site: build
     artifacts, never committed."""
-    from tests.docs_layout import check, chromium
+    from tests.docs_layout import check, chromium, pages
 
     if chromium() is None:
         pytest.skip("no Chromium to check the layout with (apt-get install chromium)")
     out = Path(os.environ.get("STE_LAYOUT_SCREENSHOTS") or site.parent / "layout")
     problems = {page: found for page, found in check(site, out).items() if found}
     assert not problems, problems
-    desktop, phone = sorted(out.glob("*-desktop.png")), sorted(out.glob("*-phone.png"))
-    assert len(desktop) == len(phone) > 0
+    assert_shots_cover_every_page(out, expected=2 * len(pages(site)))
     # full height: the shot of a long page is taller than the window (900 px; the phone's 844 px)
-    guide = {shot.name: int.from_bytes(shot.read_bytes()[20:24], "big") for shot in out.glob("guide-*.png")}
+    guide = {shot.name: png_height(shot) for shot in out.glob("guide-*.png")}
     assert guide["guide-desktop.png"] > 3 * 900 and guide["guide-phone.png"] > 3 * 844, guide
+
+
+def png_height(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[20:24], "big")  # the IHDR chunk: width, then height
+
+
+def assert_shots_cover_every_page(out: Path, expected: int) -> None:
+    """Every page at every size: its screenshots (one, or parts of a tall page), placed at their tops, cover the page's
+    measured height from 0 to its foot with no gap, each PNG as tall as the window it was taken in."""
+    from tests.docs_layout import MAX_SHOT_HEIGHT
+
+    shots = json.loads((out / "shots.json").read_text())
+    assert len(shots) == expected, sorted(shots)
+    for key, entry in shots.items():
+        covered = 0
+        for shot in sorted(entry["shots"], key=lambda s: s["top"]):
+            height = png_height(out / shot["file"])
+            assert height == min(entry["height"], MAX_SHOT_HEIGHT), (key, shot, height)
+            assert shot["top"] <= covered, f"{key}: a gap above {shot['file']} (covered to {covered} px)"
+            covered = max(covered, shot["top"] + height)
+        assert covered >= entry["height"], f"{key}: shots cover {covered} of {entry['height']} px"
 
 
 def test_pages_and_api_reference_are_built(site):
@@ -143,23 +164,32 @@ def test_code_and_text_blocks_wrap(site):
 
 
 # A page that breaks each rule of tests/docs_layout.py once, in Material's markup: a table cell squeezed by
-# overflow-wrap: anywhere (words split mid-token), a code block that scrolls, a copy button over its second line
+# overflow-wrap: anywhere (words split mid-token), a code block that scrolls, a copy button over its second line, a
+# table wider than the column, a line of code that wraps, and a table (in a scroll box) whose first column alone is
+# wider than the column
 BROKEN_PAGE = """<!doctype html><html><head><style>
 .md-typeset {{ width: 300px; font: 16px/1.4 sans-serif; }} .md-typeset td {{ overflow-wrap: anywhere; }}
 .highlight {{ position: relative; }} pre > code {{ display: block; overflow: auto; white-space: pre; }}
+.wrapping pre > code {{ overflow: visible; white-space: pre-wrap; }} .scroll {{ overflow-x: auto; }}
 .md-code__nav {{ position: absolute; top: 0; right: 0; }}
 .md-code__button {{ display: block; width: 2em; height: 3em; }}
 </style></head><body><div class="md-content"><article class="md-typeset"><h2 id="table">t</h2>
-<table><tr><th>a</th><th>b</th></tr><tr><td>{long}</td><td>{long}</td></tr></table>
+<div><table><tr><th>a</th><th>b</th></tr><tr><td>{long}</td><td>{long}</td></tr></table></div>
 <h2 id="code">c</h2><div class="language-text highlight"><pre><nav class="md-code__nav">
 <button class="md-code__button" data-md-type="copy"></button></nav><code>short
-{wide}</code></pre></div></article></div></body></html>
+{wide}</code></pre></div>
+<h2 id="wide">w</h2><table style="width: 900px"><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table>
+<h2 id="wrapped">l</h2><div class="language-python highlight wrapping"><pre><code><span id="__span-1-1">{wide}</span>
+</code></pre></div>
+<h2 id="hidden">h</h2><div class="scroll"><table><tr><th style="white-space: nowrap">{wide}</th><th>b</th></tr>
+<tr><td>1</td><td>2</td></tr></table></div></article></div></body></html>
 """
 
 
-def test_layout_check_fails_on_split_words_cut_code_and_a_covered_line(tmp_path):
+def test_layout_check_fails_on_every_rule_it_has(tmp_path):
     """The check itself, on a page made to break it: it must name each problem (a check that cannot fail would pass
-    every page)."""
+    every page): split words, cut code and a covered line at both sizes; a too-wide table and a wrapped code line on
+    the desktop; a first column out of view on the phone."""
     from tests.docs_layout import check, chromium
 
     if chromium() is None:
@@ -167,10 +197,14 @@ def test_layout_check_fails_on_split_words_cut_code_and_a_covered_line(tmp_path)
     (tmp_path / "site" / "bad").mkdir(parents=True)
     long, wide = "keras_int8_tensorflow_lite_530933", " ".join(["tensorflow-cpu==2.21.0"] * 6)
     (tmp_path / "site" / "bad" / "index.html").write_text(BROKEN_PAGE.format(long=long, wide=wide))
-    found = check(tmp_path / "site", tmp_path / "shots", ("bad",))["bad at desktop"]
+    results = check(tmp_path / "site", tmp_path / "shots", ("bad",))
+    found, phone = results["bad at desktop"], results["bad at phone"]
     assert any(p.startswith("word split in a table cell near #table") for p in found), found
     assert any(p.startswith("code block") and "near #code" in p for p in found), found
     assert any(p.startswith('copy button over "tensorflow-cpu==2.21.0"') for p in found), found
+    assert any(p.startswith("table 900 px wide in a 300 px column near #wide") for p in found), found
+    assert any(p.startswith("wrapped code line near #wrapped") for p in found), found
+    assert any(p.startswith("first column") and "out of view" in p and "near #hidden" in p for p in phone), phone
 
 
 def test_sphinx_roles_become_links_to_the_api_entries(site):
