@@ -14,8 +14,8 @@ Chromium
 prints the page's DOM after the script ran (``--dump-dom``), and the findings and the page's height are read from it.
 A second launch, in a window as wide and as tall as the page, writes a full-height screenshot of every page at both
 sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build artifact, never committed. A page taller
-than Chromium's screenshot cap (MAX_SHOT_HEIGHT) is shot in overlapping parts (PAGE-SIZE-part1.png, ...), each
-scrolled to its top; OUT_DIR/shots.json gives every page's height and each shot's file and top, so that a test can
+than Chromium's screenshot cap (MAX_SHOT_HEIGHT) is shot in overlapping parts (PAGE-SIZE-part1.png, ...), the page moved
+up by each part's top; OUT_DIR/shots.json gives every page's height and each shot's file and top, so that a test can
 check the shots cover each page whole.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
 MAX_SHOT_HEIGHT = 16384  # Chromium's cap on a screenshot's height: a longer page is shot in parts of this height
-# consecutive parts overlap by this much, more than the sticky header that covers the top of a scrolled part
+# consecutive parts overlap by this much
 SHOT_OVERLAP = 200
 # every page of the site, and of the generated gallery its overview and one entry (a page outside the navigation: the
 # sidebar must still show every section); the other entries are built from the same template
@@ -250,9 +250,10 @@ window.addEventListener("load", () => {
   out.textContent = JSON.stringify({ problems, height: document.documentElement.scrollHeight });
   document.body.appendChild(out);
   if (window.parent !== window) window.parent.postMessage(out.textContent, "*");  // the phone's frame
-  // a part of a tall page's screenshot: the window scrolled to the part's top
+  // a part of a tall page's screenshot: the page moved up by the part's top (the headless screenshot shows the top of
+  // the window, whatever the scroll position)
   const part = location.hash.match(/^#ste-shot-(\d+)$/);
-  if (part) window.scrollTo(0, Number(part[1]));
+  if (part) document.documentElement.style.transform = `translateY(-${part[1]}px)`;
 });
 </script>
 """

@@ -74,18 +74,30 @@ def png_height(path: Path) -> int:
 
 def assert_shots_cover_every_page(out: Path, expected: int) -> None:
     """Every page at every size: its screenshots (one, or parts of a tall page), placed at their tops, cover the page's
-    measured height from 0 to its foot with no gap, each PNG as tall as the window it was taken in."""
+    measured height from 0 to its foot with no gap, each PNG as tall as the window it was taken in; where two parts
+    overlap they show the same rows of the page (so each part is the page moved up by its top, not its first
+    screen again)."""
+    import numpy as np
+
+    image = pytest.importorskip("PIL.Image")  # matplotlib's dependency (the docs extra)
     from tests.docs_layout import MAX_SHOT_HEIGHT
 
     shots = json.loads((out / "shots.json").read_text())
     assert len(shots) == expected, sorted(shots)
     for key, entry in shots.items():
-        covered = 0
+        covered, previous = 0, None
         for shot in sorted(entry["shots"], key=lambda s: s["top"]):
             height = png_height(out / shot["file"])
             assert height == min(entry["height"], MAX_SHOT_HEIGHT), (key, shot, height)
             assert shot["top"] <= covered, f"{key}: a gap above {shot['file']} (covered to {covered} px)"
             covered = max(covered, shot["top"] + height)
+            pixels = np.asarray(image.open(out / shot["file"]).convert("L"))
+            if previous is not None:
+                top, above = previous
+                shift = shot["top"] - top
+                same = (above[shift:] == pixels[: len(above) - shift]).all(axis=1).mean()
+                assert same > 0.9, f"{key}: {shot['file']} matches its overlap with the part above in {same:.0%} rows"
+            previous = (shot["top"], pixels)
         assert covered >= entry["height"], f"{key}: shots cover {covered} of {entry['height']} px"
 
 
