@@ -101,6 +101,17 @@ def assert_shots_cover_every_page(out: Path, expected: int) -> None:
         assert covered >= entry["height"], f"{key}: shots cover {covered} of {entry['height']} px"
 
 
+def test_the_nav_links_to_sections_land_on_headings(site):
+    """A nav entry that links a section of a page (page/#anchor, not a file: MkDocs does not check it) names a built
+    page and one of its headings' ids."""
+    links = re.findall(r":\s+([\w-]+)/#([\w-]+)\s*$", (ROOT / "mkdocs.yml").read_text(), flags=re.MULTILINE)
+    assert len(links) >= 3, links
+    for page, anchor in links:
+        built = site / page / "index.html"
+        assert built.is_file(), page
+        assert re.search(rf'<h[1-6] id="{anchor}"', built.read_text()), (page, anchor)
+
+
 def test_pages_and_api_reference_are_built(site):
     for page in ("guide", "recipes/activation-gradient", "quantizers", "larq", "tools", "performance", "api"):
         assert (site / page / "index.html").exists(), page
@@ -251,6 +262,16 @@ def test_every_recipe_is_in_the_recipes_section_of_the_nav():
     assert len(sections) == 1, "one Recipes section in the nav"
     listed = [path for item in sections[0] for path in item.values()]
     on_disk = sorted(f"recipes/{page.name}" for page in (ROOT / "docs" / "recipes").glob("*.md"))
-    assert sorted(listed) == on_disk
+    assert sorted(path for path in listed if path.endswith(".md")) == on_disk
+    # and every recipe or troubleshooting section of another page, linked as page/#anchor
+    sections_listed = [path for path in listed if not path.endswith(".md")]
+    headings = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for heading in re.findall(r"^#+ ((?:Recipe|Troubleshooting): .*)$", page.read_text(), flags=re.MULTILINE):
+            headings.append((page.stem, heading))
+    assert len(headings) >= 3 and len(sections_listed) == len(headings), (sections_listed, headings)
+    for page, heading in headings:
+        words = re.sub(r"[^\w\s-]", "", heading.lower()).split()
+        assert f"{page}/#{'-'.join(words)}" in sections_listed, (page, heading)
     elsewhere = [str(entry) for entry in nav if "recipes/" in str(entry) and entry != {"Recipes": sections[0]}]
     assert not elsewhere, elsewhere
