@@ -10,7 +10,8 @@
     python -m benchmarks.accuracy vit                              # KerasHub ViT: Keras's PTQ vs ste's QAT, 2:4
     python -m benchmarks.accuracy binary_cnn --quick               # a smoke test (about a minute, no peers)
 
-``--quick`` is a smoke test: 512 training and 500 test images, one epoch, ste's sides only, written under
+``--quick`` is a smoke test: 512 training and 500 test images, one epoch, no peers (pruning and clustering at one
+setting, 50 % and 16 clusters), written under
 ``benchmarks/results/accuracy/quick/``. It checks that a row runs end to end; its accuracy (often 20-70 %) means
 nothing. Without matplotlib a run still writes its JSON and says the plot was skipped.
 
@@ -167,7 +168,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke test: 512 training and 500 test images, one epoch, ste's sides only, results under quick/; "
+        help="a smoke test: 512 training and 500 test images, one epoch, no peers (pruning and clustering at one "
+        "setting), results under quick/; "
         "checks that the row runs end to end in about a minute, its accuracy means nothing",
     )
     parser.add_argument("--train", type=int, default=None, help="train on the first N images only (shorter epochs)")
