@@ -260,7 +260,12 @@ def test_every_recipe_is_in_the_recipes_section_of_the_nav():
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
     sections = [entry["Recipes"] for entry in nav if isinstance(entry, dict) and "Recipes" in entry]
     assert len(sections) == 1, "one Recipes section in the nav"
-    listed = [path for item in sections[0] for path in item.values()]
+    listed = [
+        path
+        for item in sections[0]
+        for value in item.values()
+        for path in ([value] if isinstance(value, str) else [p for sub in value for p in sub.values()])
+    ]
     on_disk = sorted(f"recipes/{page.name}" for page in (ROOT / "docs" / "recipes").glob("*.md"))
     assert sorted(path for path in listed if path.endswith(".md")) == on_disk
     # and every recipe or troubleshooting section of another page, linked as page/#anchor
