@@ -166,7 +166,7 @@ def _ste_model(row: str, weights: list[Any]) -> tuple[Any, str]:
     for layer, kernel, bias in zip(with_weights, kernels, weights[1::2]):
         layer.set_weights([kernel, bias])
     fused = ste.spiking.fuse(plain)  # Dense -> LIF pairs as ste.spiking.Fused loops of SpikingDense (XLA)
-    kinds = sorted({type(layer).__name__ for layer in fused.layers})
+    kinds = list(dict.fromkeys(type(layer).__name__ for layer in fused.layers))  # in the model's order
     return fused, f"ste.spiking.fuse: {', '.join(kinds)}"
 
 

@@ -10,7 +10,8 @@
     python -m benchmarks.accuracy vit                              # KerasHub ViT: Keras's PTQ vs ste's QAT, 2:4
     python -m benchmarks.accuracy binary_cnn --quick               # a smoke test (about a minute, no peers)
 
-``--quick`` is a smoke test: 512 training and 500 test images, one epoch, ste's sides only, written under
+``--quick`` is a smoke test: 512 training and 500 test images, one epoch, no peers (pruning and clustering at one
+setting, 50 % and 16 clusters), written under
 ``benchmarks/results/accuracy/quick/``. It checks that a row runs end to end; its accuracy (often 20-70 %) means
 nothing. Without matplotlib a run still writes its JSON and says the plot was skipped.
 
@@ -167,7 +168,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke test: 512 training and 500 test images, one epoch, ste's sides only, results under quick/; "
+        help="a smoke test: 512 training and 500 test images, one epoch, no peers (pruning and clustering at one "
+        "setting), results under quick/; "
         "checks that the row runs end to end in about a minute, its accuracy means nothing",
     )
     parser.add_argument("--train", type=int, default=None, help="train on the first N images only (shorter epochs)")
@@ -486,9 +488,14 @@ def figure(result: dict[str, Any]) -> Any:
         curves.append((FLOAT_LABELS.get(result["row"], "float"), curve, 0, style))
         offset = len(curve)
     drawn = [(side, f) for side, f in result["sides"].items() if "curve" in f]  # post-training or pending: no curve
+    deployed = any("int8_accuracy" in f for _, f in drawn)  # the curves are Keras's; the int8 TFLite figure is apart
     for index, (side, f) in enumerate(drawn):
         label = side_label(result["row"], side, f.get("versions", ""))
+        label = f"{label}, Keras accuracy" if deployed else label
         curves.append((label, f["curve"], offset, {**STYLES[index % len(STYLES)], "color": f"C{index}"}))
+    limits, clipped = _compared_range(result, curves, offset)
+    if clipped:  # the float start's entry says what it does not show
+        curves[0] = (f"{curves[0][0]} ({clipped})", *curves[0][1:])
     columns = 2 if max(len(label) for label, *_ in curves) <= LEGEND_TWO_COLUMNS_MAX_CHARS else 1
     with plt.rc_context({"font.size": 14}):
         legend_rows = (len(curves) + columns - 1) // columns
@@ -497,6 +504,8 @@ def figure(result: dict[str, Any]) -> Any:
             epochs = [start + p["epoch"] for p in curve]
             style = {"linewidth": 1.8, **style}
             axis.plot(epochs, [100 * p["test_accuracy"] for p in curve], label=label, **style)
+        if limits:
+            axis.set_ylim(*limits)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.tick_params(labelsize=14)  # also the ticks made when the figure is drawn, after this context
         axis.set_xlabel("epoch (float first, then fine-tuning)" if offset else "epoch")
@@ -507,6 +516,30 @@ def figure(result: dict[str, Any]) -> Any:
         axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=columns, frameon=False, fontsize=13)
         fig.tight_layout()
     return fig
+
+
+def _compared_range(result: dict[str, Any], curves: list[Any], offset: int) -> tuple[tuple[float, float] | None, str]:
+    """The y axis spans the compared sides (with the float start's last epoch when that does not more than double the
+    span), so that the float start's first epochs do not squeeze the sides into a corner. Returns the y limits (None:
+    matplotlib's own) and what the float start's legend entry says about its values below the axis."""
+    if not offset:
+        return None, ""
+    sides = [100 * p["test_accuracy"] for _, curve, start, _ in curves if start for p in curve]
+    stage = [100 * p["test_accuracy"] for p in result["float_stage"]["curve"]]
+    if not sides:
+        return None, ""
+    low, high = min(sides), max(sides)
+    if max(high, stage[-1]) - min(low, stage[-1]) <= 2 * (high - low):
+        low, high = min(low, stage[-1]), max(high, stage[-1])
+    pad = max(0.3, 0.08 * (high - low))
+    bottom = low - pad
+    below = [value for value in stage if value < bottom]
+    if not below:
+        return None, ""
+    limits = (bottom, max([high, *(v for v in stage if v >= bottom)]) + pad)
+    if len(below) == 1:
+        return limits, f"epoch {stage.index(below[0]) + 1}: {below[0]:.1f} %, off the axis"
+    return limits, f"{min(below):.1f}–{max(below):.1f} %, off the axis"
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

@@ -208,7 +208,7 @@ def _provenance(r: dict[str, Any]) -> str:
     return (
         f"Measured {r['date']} on {r['cpu']}, TensorFlow {r['tensorflow']}, Keras {r['keras']}, ste {r['ste']}; "
         f"{epochs}, batch {r['batch']}, seed {r['seed']}, {r['train_samples']} training and "
-        f"{r['test_samples']} test images; {r['minutes']} min in all, {during}. Command: `{r['command']}`"
+        f"{r['test_samples']} test images; {r['minutes']} min in all, {during}. Command: `{r['command']}`."
     )
 
 
@@ -524,7 +524,7 @@ def _compression_verdict(r: dict[str, Any]) -> list[str]:
             lines.append(
                 f"**ste's {label} step was slower than TFMOT's here** (×{step:.2f}); "
                 + _cpu_clause(s[f"{setting}_cpu_per_step_ratio"])
-                + "; no cause specific to ste is known yet."
+                + "; the run points to no cause specific to ste."
             )
     return lines
 
@@ -668,7 +668,7 @@ def _verdict(r: dict[str, Any]) -> list[str]:
             lines.append(
                 f"**ste's QAT step was slower than TFMOT's here** (×{s['step_time_ratio']:.2f}); "
                 + _cpu_clause(_cpu_ratio(sides["ste"], sides.get("tfmot", {})))
-                + "; no cause specific to ste is known yet."
+                + "; the run points to no cause specific to ste."
             )
 
     if r["row"] in SPIKING:
@@ -697,12 +697,20 @@ NOTES = {
 def _spiking_verdict(r: dict[str, Any]) -> list[str]:
     s, sides = r["summary"], r["sides"]
     ste_side = sides["ste"]
-    kinds = ste_side["form"].split(": ", 1)[-1]
+    kinds = ", ".join(_in_model_order(ste_side["form"].split(": ", 1)[-1].split(", ")))
     lines = [
         "ste's side is written as docs/spiking.md says: a `keras.Sequential` of "
         "Keras layers and `ste.spiking.LIF`, handed to `ste.spiking.fuse` and trained with `model.fit`. After "
-        f"`fuse` its layers are {kinds}: every `Dense` → `LIF` pair runs as one `ste.spiking.Fused` loop of "
-        "`SpikingDense` layers, compiled with XLA."
+        f"`fuse` its layers are, in order, {kinds}: "
+        + (
+            "the convolutional part runs unfused (`ste.spiking.TimeDistributed` convolutions and max-pooling, `LIF` "
+            "layers over whole sequences), because `ste.spiking.Fused` offers no pooling between convolutions, and "
+            "the `Dense` → `LIF` head runs as one `ste.spiking.Fused` loop of `SpikingDense` layers, compiled with "
+            "XLA."
+            if r["row"] == "spiking_cnn"
+            else "every `Dense` → `LIF` pair runs as one `ste.spiking.Fused` loop of `SpikingDense` layers, compiled "
+            "with XLA."
+        )
     ]
     if "snntorch" not in sides:
         return lines
@@ -751,12 +759,12 @@ def _spiking_verdict(r: dict[str, Any]) -> list[str]:
         text = f"**ste trained slower than snnTorch here** (step time ×{s['step_time_ratio']:.2f})."
         if r["row"] == "spiking_cnn":
             text += (
-                " ste's side is the unfused network (`TimeDistributed` convolutions and max-pooling, `LIF` layers "
+                " Its convolutional part runs unfused (`TimeDistributed` convolutions and max-pooling, `LIF` layers "
                 "over whole sequences) because `ste.spiking.Fused` offers no pooling between convolutions; on a CPU "
                 "without TensorFlow's oneDNN (AVX2, as here) the unfused convolutional network was slower than the "
                 "fused one in the spiking speed benchmark too ([fused layers]("
                 f"{FUSED_LINK})). No cause specific to "
-                "this network is measured yet."
+                "this network shows in the run."
             )
         lines.append(text)
     if s["peak_memory_ratio"] > 1.05:
@@ -767,10 +775,25 @@ def _spiking_verdict(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+# the layer kinds of benchmarks/_spiking_accuracy.py's fused networks, in the order the networks use them (the JSON's
+# "form" lists them alphabetically)
+SPIKING_LAYER_ORDER = ("Flatten", "RepeatVector", "Reshape", "TimeDistributed", "LIF", "Fused")
+
+
+def _in_model_order(kinds: list[str]) -> list[str]:
+    return sorted(kinds, key=lambda kind: SPIKING_LAYER_ORDER.index(kind) if kind in SPIKING_LAYER_ORDER else 99)
+
+
+def _repeated_input_bytes(r: dict[str, Any]) -> int:
+    """The float32 ``[batch, steps, 784]`` input that ste's Keras model makes by repeating the image over the steps."""
+    steps = int(r["sides"]["ste"]["network"].split(" steps")[0].rsplit(" ", 1)[1])
+    return int(r["batch"] * steps * 784 * 4)
+
+
 def _spiking_memory(r: dict[str, Any]) -> str:
     """The known cause of ste's larger step, with the repeated input's size from the row's own shapes."""
     steps = int(r["sides"]["ste"]["network"].split(" steps")[0].rsplit(" ", 1)[1])
-    repeated = r["batch"] * steps * 784 * 4
+    repeated = _repeated_input_bytes(r)
     rest = (r["sides"]["ste"]["peak_bytes"] - repeated) / 2**20
     peer = r["sides"]["snntorch"]["peak_bytes"] / 2**20
     text = (
@@ -803,13 +826,15 @@ def page(found: dict[str, dict[str, Any]]) -> str:
         "TensorFlow version).",
         "",
         "**Smoke test.** `python -m benchmarks.accuracy NAME --quick` runs a row on 512 training images for one",
-        "epoch, ste's sides only, in about a minute: it checks that the row runs end to end, and its accuracy means",
-        "nothing. Without matplotlib a run still writes its JSON and says that the plot was skipped.",
+        "epoch, without the peers (pruning and clustering at one setting, 50 % and 16 clusters), in about a minute:",
+        "it checks that the row runs end to end, and its accuracy means nothing. Without matplotlib a run still",
+        "writes its JSON and says that the plot was skipped.",
         "",
         "**Data.** `apt-get install dataset-fashion-mnist` (Debian, Ubuntu), Keras's cache",
         "(`keras.datasets.fashion_mnist.load_data()` fills it), or `--data DIR` with the four IDX files.",
         "",
-        "**Peers.** Each runs in its own virtual environment (never an ste dependency) and in its own process, all",
+        "**Peers.** Each runs in its own virtual environment (never an ste dependency) and in its own process (the",
+        "tf-keras ones with `TF_USE_LEGACY_KERAS=1`, which the benchmark sets), all",
         "sides at once in lockstep: one side trains an epoch and evaluates while the others wait, in an order that",
         "reverses every epoch, so that step times see the same machine load. Step time and memory are reported",
         "only as ratios between sides of one run.",
@@ -844,7 +869,7 @@ def page(found: dict[str, dict[str, Any]]) -> str:
     for name in ORDER:
         out += [f"## {TITLES[name]}", ""]
         if name not in found:
-            out += ["Not measured yet.", ""]
+            out += ["Not measured.", ""]
             continue
         r = found[name]
         out += _network_and_budget(r) if name != "vit" else [_network(r) + "\n"]
@@ -889,6 +914,11 @@ def readme_lines(found: dict[str, dict[str, Any]]) -> list[str]:
             line += f", float Keras 3 {_pct(sides['float']['test_accuracy'])}"
         if "step_time_ratio" in r["summary"]:
             line += f"; step time ste ÷ larq {r['summary']['step_time_ratio']:.2f}"
+            float_side = sides.get("float", {})
+            if "larq" in sides and "median_step_s" in float_side:  # as _binary_step tells it on the page
+                keras3 = float_side["median_step_s"] / sides["larq"]["median_step_s"]
+                if keras3 >= sides["ste"]["median_step_s"] / float_side["median_step_s"]:
+                    line += " (most of it Keras 3's training step against tf-keras's, not the binarization)"
         lines.append(line + ".")
     if "int8_qat" in found:
         r = found["int8_qat"]
@@ -963,10 +993,24 @@ def _spiking_readme(found: dict[str, dict[str, Any]]) -> list[str]:
         sides, summary = r["sides"], r["summary"]
         line = f"- {label} ({_epochs(r['epochs'])}, not converged): ste {_pct(sides['ste']['test_accuracy'])}"
         if "snntorch" in sides:
+            line += f", snnTorch {_pct(sides['snntorch']['test_accuracy'])}"
+            gaps = [
+                p["test_accuracy"] - q["test_accuracy"]
+                for p, q in zip(sides["ste"]["curve"], sides["snntorch"]["curve"])
+            ]
+            if summary["accuracy_gap_points"] < -0.3 and max(gaps) > 0:  # as _spiking_verdict tells it on the page
+                line += " (a gap that changes sign from epoch to epoch)"
             line += (
-                f", snnTorch {_pct(sides['snntorch']['test_accuracy'])}; step time ste ÷ snnTorch "
-                f"{summary['step_time_ratio']:.2f}, memory {summary['peak_memory_ratio']:.2f}"
+                f"; step time ste ÷ snnTorch {summary['step_time_ratio']:.2f}, memory "
+                f"{summary['peak_memory_ratio']:.2f}"
             )
+            if summary["peak_memory_ratio"] > 1.05:  # the cause _spiking_memory gives on the page
+                rest = r["sides"]["ste"]["peak_bytes"] - _repeated_input_bytes(r)
+                line += (
+                    " (mostly the Keras model's input repeated over the steps)"
+                    if rest < r["sides"]["snntorch"]["peak_bytes"]
+                    else " (the unfused convolutions keep every step's activations for the backward pass)"
+                )
         lines.append(line + ".")
     return lines
 

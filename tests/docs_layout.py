@@ -13,7 +13,10 @@ sidebar sections below the window.
 Chromium
 prints the page's DOM after the script ran (``--dump-dom``), and the findings and the page's height are read from it.
 A second launch, in a window as wide and as tall as the page, writes a full-height screenshot of every page at both
-sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build artifact, never committed.
+sizes to OUT_DIR (``--screenshot``; the findings' element is hidden), a build artifact, never committed. A page taller
+than Chromium's screenshot cap (MAX_SHOT_HEIGHT) is shot in overlapping parts (PAGE-SIZE-part1.png, ...), the page moved
+up by each part's top; OUT_DIR/shots.json gives every page's height and each shot's file and top, so that a test can
+check the shots cover each page whole.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from html import unescape as html_unescape
 from pathlib import Path
 
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
-MAX_SHOT_HEIGHT = 16384  # a cap on a screenshot's height: a longer page (the API reference) is shot from its top
+MAX_SHOT_HEIGHT = 16384  # Chromium's cap on a screenshot's height: a longer page is shot in parts of this height
+# consecutive parts overlap by this much
+SHOT_OVERLAP = 200
 # every page of the site, and of the generated gallery its overview and one entry (a page outside the navigation: the
 # sidebar must still show every section); the other entries are built from the same template
 GALLERY_ENTRY = "gallery/atan"
@@ -245,6 +250,10 @@ window.addEventListener("load", () => {
   out.textContent = JSON.stringify({ problems, height: document.documentElement.scrollHeight });
   document.body.appendChild(out);
   if (window.parent !== window) window.parent.postMessage(out.textContent, "*");  // the phone's frame
+  // a part of a tall page's screenshot: the page moved up by the part's top (the headless screenshot shows the top of
+  // the window, whatever the scroll position)
+  const part = location.hash.match(/^#ste-shot-(\d+)$/);
+  if (part) document.documentElement.style.transform = `translateY(-${part[1]}px)`;
 });
 </script>
 """
@@ -261,7 +270,7 @@ def chromium() -> str | None:
 # size in a page of its own, which the probe inside it reports to (postMessage); for the full-height screenshot the
 # frame is as tall as its page
 FRAME = """<!doctype html><html><body style="margin:0">
-<iframe src="_layout_probe.html" style="border:0;width:{width}px;height:{height}px"></iframe>
+<iframe src="_layout_probe.html{part}" style="border:0;width:{width}px;height:{height}px"></iframe>
 <pre id="layout-problems" hidden></pre>
 <script>window.addEventListener("message", (e) => {{
   document.getElementById("layout-problems").textContent = e.data;
@@ -283,6 +292,7 @@ def check(site: Path, out: Path, only: tuple[str, ...] | None = None) -> dict[st
     site, out = site.resolve(), out.resolve()  # file:// URIs need absolute paths ("site" is the usual argument)
     out.mkdir(parents=True, exist_ok=True)
     found: dict[str, list[str]] = {}
+    shots: dict[str, dict[str, object]] = {}
     for page in only or pages(site):
         html = site / page / "index.html" if page != "index" else site / "index.html"
         probe = html.with_name("_layout_probe.html")  # beside the page: its relative links and styles resolve
@@ -293,7 +303,7 @@ def check(site: Path, out: Path, only: tuple[str, ...] | None = None) -> dict[st
                 shot = out / f"{page.replace('/', '_')}-{label}.png"
                 url = probe.as_uri()
                 if size[0] < 500:
-                    frame.write_text(FRAME.format(width=size[0], height=size[1]))
+                    frame.write_text(FRAME.format(width=size[0], height=size[1], part=""))
                     url = frame.as_uri()
                 # the DOM after the probe ran, in a window of the size checked
                 dom = _run(browser, url, size, ["--dump-dom"]).stdout
@@ -303,16 +313,36 @@ def check(site: Path, out: Path, only: tuple[str, ...] | None = None) -> dict[st
                     found[f"{page} at {label}"] = ["the probe did not run"]
                     continue
                 found[f"{page} at {label}"] = report["problems"]
-                # then a full-height screenshot: the same width, a window (or frame) as tall as the page (the probe's
-                # output is hidden: the screenshot shows the page as built)
-                height = min(int(report["height"]), MAX_SHOT_HEIGHT)
-                if size[0] < 500:
-                    frame.write_text(FRAME.format(width=size[0], height=height))
-                _run(browser, url, (size[0], height), [f"--screenshot={shot}"])
+                # then full-height screenshots: the same width, a window (or frame) as tall as the page, or parts of
+                # it (the probe's output is hidden: the screenshot shows the page as built)
+                page_height = int(report["height"])
+                taken = []
+                for index, top in enumerate(shot_tops(page_height)):
+                    height = min(page_height, MAX_SHOT_HEIGHT)
+                    name = shot.name if page_height <= MAX_SHOT_HEIGHT else f"{shot.stem}-part{index + 1}.png"
+                    part = f"#ste-shot-{top}" if top else ""
+                    target = probe.as_uri() + part
+                    if size[0] < 500:
+                        frame.write_text(FRAME.format(width=size[0], height=height, part=part))
+                        target = frame.as_uri()
+                    _run(browser, target, (size[0], height), [f"--screenshot={out / name}"])
+                    taken.append({"file": name, "top": top})
+                shots[f"{page} at {label}"] = {"height": page_height, "shots": taken}
         finally:
             probe.unlink()
             frame.unlink(missing_ok=True)
+    (out / "shots.json").write_text(json.dumps(shots, indent=1) + "\n")
     return found
+
+
+def shot_tops(height: int) -> list[int]:
+    """The top of each screenshot of a page ``height`` px tall: 0 alone when it fits in one, else parts of
+    MAX_SHOT_HEIGHT that overlap by SHOT_OVERLAP, the last one ending at the page's foot."""
+    if height <= MAX_SHOT_HEIGHT:
+        return [0]
+    step = MAX_SHOT_HEIGHT - SHOT_OVERLAP
+    tops = list(range(0, height - MAX_SHOT_HEIGHT, step))
+    return [*tops, height - MAX_SHOT_HEIGHT]
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 from pathlib import Path
@@ -54,18 +55,61 @@ def test_layout_in_headless_chromium(site):
     no copy button over any line of code, the sidebar's sections in view (tests/docs_layout.py). Full-height
     screenshots of every page at both sizes go to STE_LAYOUT_SCREENSHOTS, else beside the built site: build
     artifacts, never committed."""
-    from tests.docs_layout import check, chromium
+    from tests.docs_layout import check, chromium, pages
 
     if chromium() is None:
         pytest.skip("no Chromium to check the layout with (apt-get install chromium)")
     out = Path(os.environ.get("STE_LAYOUT_SCREENSHOTS") or site.parent / "layout")
     problems = {page: found for page, found in check(site, out).items() if found}
     assert not problems, problems
-    desktop, phone = sorted(out.glob("*-desktop.png")), sorted(out.glob("*-phone.png"))
-    assert len(desktop) == len(phone) > 0
+    assert_shots_cover_every_page(out, expected=2 * len(pages(site)))
     # full height: the shot of a long page is taller than the window (900 px; the phone's 844 px)
-    guide = {shot.name: int.from_bytes(shot.read_bytes()[20:24], "big") for shot in out.glob("guide-*.png")}
+    guide = {shot.name: png_height(shot) for shot in out.glob("guide-*.png")}
     assert guide["guide-desktop.png"] > 3 * 900 and guide["guide-phone.png"] > 3 * 844, guide
+
+
+def png_height(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[20:24], "big")  # the IHDR chunk: width, then height
+
+
+def assert_shots_cover_every_page(out: Path, expected: int) -> None:
+    """Every page at every size: its screenshots (one, or parts of a tall page), placed at their tops, cover the page's
+    measured height from 0 to its foot with no gap, each PNG as tall as the window it was taken in; where two parts
+    overlap they show the same rows of the page (so each part is the page moved up by its top, not its first
+    screen again)."""
+    import numpy as np
+
+    image = pytest.importorskip("PIL.Image")  # matplotlib's dependency (the docs extra)
+    from tests.docs_layout import MAX_SHOT_HEIGHT
+
+    shots = json.loads((out / "shots.json").read_text())
+    assert len(shots) == expected, sorted(shots)
+    for key, entry in shots.items():
+        covered, previous = 0, None
+        for shot in sorted(entry["shots"], key=lambda s: s["top"]):
+            height = png_height(out / shot["file"])
+            assert height == min(entry["height"], MAX_SHOT_HEIGHT), (key, shot, height)
+            assert shot["top"] <= covered, f"{key}: a gap above {shot['file']} (covered to {covered} px)"
+            covered = max(covered, shot["top"] + height)
+            pixels = np.asarray(image.open(out / shot["file"]).convert("L"))
+            if previous is not None:
+                top, above = previous
+                shift = shot["top"] - top
+                same = (above[shift:] == pixels[: len(above) - shift]).all(axis=1).mean()
+                assert same > 0.9, f"{key}: {shot['file']} matches its overlap with the part above in {same:.0%} rows"
+            previous = (shot["top"], pixels)
+        assert covered >= entry["height"], f"{key}: shots cover {covered} of {entry['height']} px"
+
+
+def test_the_nav_links_to_sections_land_on_headings(site):
+    """A nav entry that links a section of a page (page/#anchor, not a file: MkDocs does not check it) names a built
+    page and one of its headings' ids."""
+    links = re.findall(r":\s+([\w-]+)/#([\w-]+)\s*$", (ROOT / "mkdocs.yml").read_text(), flags=re.MULTILINE)
+    assert len(links) >= 3, links
+    for page, anchor in links:
+        built = site / page / "index.html"
+        assert built.is_file(), page
+        assert re.search(rf'<h[1-6] id="{anchor}"', built.read_text()), (page, anchor)
 
 
 def test_pages_and_api_reference_are_built(site):
@@ -143,23 +187,32 @@ def test_code_and_text_blocks_wrap(site):
 
 
 # A page that breaks each rule of tests/docs_layout.py once, in Material's markup: a table cell squeezed by
-# overflow-wrap: anywhere (words split mid-token), a code block that scrolls, a copy button over its second line
+# overflow-wrap: anywhere (words split mid-token), a code block that scrolls, a copy button over its second line, a
+# table wider than the column, a line of code that wraps, and a table (in a scroll box) whose first column alone is
+# wider than the column
 BROKEN_PAGE = """<!doctype html><html><head><style>
 .md-typeset {{ width: 300px; font: 16px/1.4 sans-serif; }} .md-typeset td {{ overflow-wrap: anywhere; }}
 .highlight {{ position: relative; }} pre > code {{ display: block; overflow: auto; white-space: pre; }}
+.wrapping pre > code {{ overflow: visible; white-space: pre-wrap; }} .scroll {{ overflow-x: auto; }}
 .md-code__nav {{ position: absolute; top: 0; right: 0; }}
 .md-code__button {{ display: block; width: 2em; height: 3em; }}
 </style></head><body><div class="md-content"><article class="md-typeset"><h2 id="table">t</h2>
-<table><tr><th>a</th><th>b</th></tr><tr><td>{long}</td><td>{long}</td></tr></table>
+<div><table><tr><th>a</th><th>b</th></tr><tr><td>{long}</td><td>{long}</td></tr></table></div>
 <h2 id="code">c</h2><div class="language-text highlight"><pre><nav class="md-code__nav">
 <button class="md-code__button" data-md-type="copy"></button></nav><code>short
-{wide}</code></pre></div></article></div></body></html>
+{wide}</code></pre></div>
+<h2 id="wide">w</h2><table style="width: 900px"><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table>
+<h2 id="wrapped">l</h2><div class="language-python highlight wrapping"><pre><code><span id="__span-1-1">{wide}</span>
+</code></pre></div>
+<h2 id="hidden">h</h2><div class="scroll"><table><tr><th style="white-space: nowrap">{wide}</th><th>b</th></tr>
+<tr><td>1</td><td>2</td></tr></table></div></article></div></body></html>
 """
 
 
-def test_layout_check_fails_on_split_words_cut_code_and_a_covered_line(tmp_path):
+def test_layout_check_fails_on_every_rule_it_has(tmp_path):
     """The check itself, on a page made to break it: it must name each problem (a check that cannot fail would pass
-    every page)."""
+    every page): split words, cut code and a covered line at both sizes; a too-wide table and a wrapped code line on
+    the desktop; a first column out of view on the phone."""
     from tests.docs_layout import check, chromium
 
     if chromium() is None:
@@ -167,10 +220,14 @@ def test_layout_check_fails_on_split_words_cut_code_and_a_covered_line(tmp_path)
     (tmp_path / "site" / "bad").mkdir(parents=True)
     long, wide = "keras_int8_tensorflow_lite_530933", " ".join(["tensorflow-cpu==2.21.0"] * 6)
     (tmp_path / "site" / "bad" / "index.html").write_text(BROKEN_PAGE.format(long=long, wide=wide))
-    found = check(tmp_path / "site", tmp_path / "shots", ("bad",))["bad at desktop"]
+    results = check(tmp_path / "site", tmp_path / "shots", ("bad",))
+    found, phone = results["bad at desktop"], results["bad at phone"]
     assert any(p.startswith("word split in a table cell near #table") for p in found), found
     assert any(p.startswith("code block") and "near #code" in p for p in found), found
     assert any(p.startswith('copy button over "tensorflow-cpu==2.21.0"') for p in found), found
+    assert any(p.startswith("table 900 px wide in a 300 px column near #wide") for p in found), found
+    assert any(p.startswith("wrapped code line near #wrapped") for p in found), found
+    assert any(p.startswith("first column") and "out of view" in p and "near #hidden" in p for p in phone), phone
 
 
 def test_sphinx_roles_become_links_to_the_api_entries(site):
@@ -203,8 +260,23 @@ def test_every_recipe_is_in_the_recipes_section_of_the_nav():
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
     sections = [entry["Recipes"] for entry in nav if isinstance(entry, dict) and "Recipes" in entry]
     assert len(sections) == 1, "one Recipes section in the nav"
-    listed = [path for item in sections[0] for path in item.values()]
+    listed = [
+        path
+        for item in sections[0]
+        for value in item.values()
+        for path in ([value] if isinstance(value, str) else [p for sub in value for p in sub.values()])
+    ]
     on_disk = sorted(f"recipes/{page.name}" for page in (ROOT / "docs" / "recipes").glob("*.md"))
-    assert sorted(listed) == on_disk
+    assert sorted(path for path in listed if path.endswith(".md")) == on_disk
+    # and every recipe or troubleshooting section of another page, linked as page/#anchor
+    sections_listed = [path for path in listed if not path.endswith(".md")]
+    headings = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for heading in re.findall(r"^#+ ((?:Recipe|Troubleshooting): .*)$", page.read_text(), flags=re.MULTILINE):
+            headings.append((page.stem, heading))
+    assert len(headings) >= 3 and len(sections_listed) == len(headings), (sections_listed, headings)
+    for page, heading in headings:
+        words = re.sub(r"[^\w\s-]", "", heading.lower()).split()
+        assert f"{page}/#{'-'.join(words)}" in sections_listed, (page, heading)
     elsewhere = [str(entry) for entry in nav if "recipes/" in str(entry) and entry != {"Recipes": sections[0]}]
     assert not elsewhere, elsewhere

@@ -341,8 +341,9 @@ def _describe_swaps(layer: keras.layers.Layer, owner: str, swapped: list[tuple[s
             config: dict[str, Any] = type(layer).get_config(layer)
             return config
         raise SerializationError(
-            f"{owner} changed the {kind} '{layer.name}' in place ({len(swapped)} layer(s) swapped inside it, e.g. "
-            f"'{name}' is now a {type(example).__name__}), and its config ({kind}'s constructor arguments) rebuilds "
+            f"{owner}'s copy of the {kind} '{layer.name}' was changed in place (the model passed to it is "
+            f"unchanged): {len(swapped)} layer(s) swapped inside the copy, e.g. '{name}' is now a "
+            f"{type(example).__name__}, and its config ({kind}'s constructor arguments) rebuilds "
             f"the layers it had before: a .keras file of it (model.save, keras.saving.save_model, get_config) would "
             f"not load its weights. Fix: {strip}save its weights (model.save_weights('model.weights.h5')) and load "
             f"them into the same call made again on the same model (load_weights)."

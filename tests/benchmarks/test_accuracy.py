@@ -290,7 +290,7 @@ def test_a_slower_compression_step_says_what_the_cpu_time_shows() -> None:
     }
     text = " ".join(results_page._verdict(r))
     assert "(×1.22); its CPU time per step was not higher (×0.97)" in text
-    assert "no cause specific to ste is known yet" in text
+    assert "the run points to no cause specific to ste" in text
 
 
 def _binary_result(ste_ms: float, larq_ms: float, float_ms: float) -> dict[str, Any]:
