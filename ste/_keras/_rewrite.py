@@ -26,7 +26,9 @@ way for every transformation:
 from __future__ import annotations
 
 import abc
+import contextlib
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -852,9 +854,24 @@ class GraphRebuild:
         outputs = keras.tree.pack_sequence_as(self.graph._outputs_struct, self.outputs())
         inputs = keras.tree.pack_sequence_as(self.graph._inputs_struct, self.inputs)
         name = self.source.name
-        if isinstance(self.source, keras.Sequential):
-            return keras.Sequential([self.inputs[0], *_layers_in_order(inputs, outputs)], name=name)
-        return keras.Model(inputs, outputs, name=name)
+        with _recursion_room(len(self.nodes)):
+            if isinstance(self.source, keras.Sequential):
+                return keras.Sequential([self.inputs[0], *_layers_in_order(inputs, outputs)], name=name)
+            return keras.Model(inputs, outputs, name=name)
+
+
+@contextlib.contextmanager
+def _recursion_room(nodes: int) -> Iterator[None]:
+    """Room on Python's stack for Keras to map a rebuilt graph of about ``nodes`` source operations: Keras walks a
+    functional graph recursively, one frame per step of depth (``keras.src.ops.function._build_map_helper``), and a
+    transformation that adds nodes (QAT's quantizers) takes a graph Keras built under the default limit of 1,000
+    past it (EfficientNetV2L). The limit is raised for the build only, and restored."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(before, 4 * nodes + before))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def _layers_in_order(inputs: Any, outputs: Any) -> list[keras.layers.Layer]:
