@@ -494,11 +494,12 @@ def figure(result: dict[str, Any]) -> Any:
         label = f"{label}, Keras accuracy" if deployed else label
         curves.append((label, f["curve"], offset, {**STYLES[index % len(STYLES)], "color": f"C{index}"}))
     limits, clipped = _compared_range(result, curves, offset)
-    if clipped:  # the float start's entry says what it does not show
-        curves[0] = (f"{curves[0][0]} ({clipped})", *curves[0][1:])
-    columns = 2 if max(len(label) for label, *_ in curves) <= LEGEND_TWO_COLUMNS_MAX_CHARS else 1
+    if clipped:  # the float start's entry says what it does not show, on a line of its own (a narrow legend)
+        curves[0] = (f"{curves[0][0]}\n({clipped})", *curves[0][1:])
+    lines = [line for label, *_ in curves for line in label.split("\n")]
+    columns = 2 if max(len(line) for line in lines) <= LEGEND_TWO_COLUMNS_MAX_CHARS else 1
     with plt.rc_context({"font.size": 14}):
-        legend_rows = (len(curves) + columns - 1) // columns
+        legend_rows = (len(lines) + columns - 1) // columns
         fig, axis = plt.subplots(figsize=(5.2, 3.9 + 0.3 * legend_rows))
         for label, curve, start, style in curves:
             epochs = [start + p["epoch"] for p in curve]

@@ -64,8 +64,9 @@ def test_layout_in_headless_chromium(site):
     assert not problems, problems
     assert_shots_cover_every_page(out, expected=2 * len(pages(site)))
     # full height: the shot of a long page is taller than the window (900 px; the phone's 844 px)
-    guide = {shot.name: png_height(shot) for shot in out.glob("guide-*.png")}
-    assert guide["guide-desktop.png"] > 3 * 900 and guide["guide-phone.png"] > 3 * 844, guide
+    shots = json.loads((out / "shots.json").read_text())
+    guide = {size: png_height(out / shots[f"guide at {size}"]["shots"][0]["file"]) for size in ("desktop", "phone")}
+    assert guide["desktop"] > 3 * 900 and guide["phone"] > 3 * 844, guide
 
 
 def png_height(path: Path) -> int:
