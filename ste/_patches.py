@@ -418,9 +418,11 @@ _applied = False
 _lock = threading.Lock()
 
 
-def apply() -> None:
-    """Install every patch of :data:`PATCHES` that this Keras and TensorFlow take (once per process), and give the
-    strategy whose scope is open fresh collective keys if it needs them (:func:`fresh_keys_for_current_strategy`)."""
+def apply(*, fresh_keys: bool = True) -> None:
+    """Install every patch of :data:`PATCHES` that this Keras and TensorFlow take (once per process), and, with
+    ``fresh_keys`` (a layer being created: it makes variables under the open strategy), give the strategy whose scope
+    is open fresh collective keys if it needs them (:func:`fresh_keys_for_current_strategy`). An op's call passes
+    ``fresh_keys=False``: it creates no variables, and its call is a hot path."""
     global _applied
     if not _applied:
         with _lock:
@@ -428,7 +430,8 @@ def apply() -> None:
                 for patch in PATCHES.values():
                     patch.install()
                 _applied = True
-    fresh_keys_for_current_strategy()
+    if fresh_keys:
+        fresh_keys_for_current_strategy()
 
 
 def installed() -> dict[str, bool]:

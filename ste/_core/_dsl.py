@@ -281,7 +281,8 @@ class STEFunction(Generic[P, R]):
         # AutoGraph must not convert the library's own code (plain Python around TensorFlow ops). While a function
         # is traced the call goes through tf.autograph.experimental.do_not_convert; eagerly there is nothing to
         # convert, and that wrapper's context switch would cost more than this test.
-        apply_patches()  # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py)
+        # once per process: the Keras and TensorFlow patches ste needs (ste/_patches.py); an op makes no variables
+        apply_patches(fresh_keys=False)
         if tf.executing_eagerly():
             return self._call(args, kwargs)
         return self._traced_call(args, kwargs)
